@@ -1,0 +1,151 @@
+//! Client-side throttling: how a *caller* of a rate-limited API decides when
+//! to send, and how long to wait after being told to slow down.
+//!
+//! Every strategy is a sans-IO state machine behind one small trait,
+//! [`Strategy`]: it is asked how long to wait before a call
+//! ([`Strategy::before_call`]) and told what each attempt produced
+//! ([`Strategy::after_attempt`]), answering whether to retry and after how
+//! long. It never sleeps and never reads a clock, so the same object runs in
+//! an async driver and in the `ratewise-sim` simulator. Randomness (jitter)
+//! comes from a seed given at construction, so a simulation replays exactly.
+
+use std::time::Duration;
+
+use crate::time::Timestamp;
+
+/// What an attempt produced, as far as throttling is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Signal {
+    /// The request succeeded.
+    Success,
+    /// The server said "slow down" (429, 503 with Retry-After, a rate-limit
+    /// 403, gRPC `RESOURCE_EXHAUSTED`, AWS throttling codes, …).
+    Throttled,
+    /// The server failed for another reason (5xx).
+    ServerError,
+    /// No answer in time.
+    Timeout,
+    /// Any other failure (client error, connection refused, …); not retried
+    /// by default.
+    Failure,
+}
+
+/// What a response revealed about the server's limits. All optional: most
+/// responses reveal nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerHints {
+    /// `Retry-After` / `x-amz-retry-after`: the server's own wait.
+    pub retry_after: Option<Duration>,
+    /// `RateLimit-Remaining` and its variants.
+    pub remaining: Option<u64>,
+    /// `RateLimit-Limit` and its variants.
+    pub limit: Option<u64>,
+    /// Time until the server's window or bucket resets.
+    pub reset_after: Option<Duration>,
+}
+
+/// An attempt's result, as fed back to a strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// What happened.
+    pub signal: Signal,
+    /// What the response said about the server's limits.
+    pub hints: ServerHints,
+}
+
+impl Outcome {
+    /// A success with no hints.
+    pub const fn success() -> Self {
+        Outcome {
+            signal: Signal::Success,
+            hints: ServerHints {
+                retry_after: None,
+                remaining: None,
+                limit: None,
+                reset_after: None,
+            },
+        }
+    }
+
+    /// A throttled response with no hints.
+    pub const fn throttled() -> Self {
+        Outcome {
+            signal: Signal::Throttled,
+            hints: ServerHints {
+                retry_after: None,
+                remaining: None,
+                limit: None,
+                reset_after: None,
+            },
+        }
+    }
+
+    /// The same outcome with `hints`.
+    pub const fn with_hints(self, hints: ServerHints) -> Self {
+        Outcome {
+            signal: self.signal,
+            hints,
+        }
+    }
+}
+
+/// What a strategy wants after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// The call is over: hand the response to the caller.
+    Done,
+    /// Try again after waiting this long.
+    Retry(Duration),
+    /// Stop retrying and hand the last response to the caller as a failure
+    /// (retry limit, budget, or deadline reached).
+    GiveUp,
+}
+
+/// A client throttling strategy as a state machine.
+///
+/// One *call* is: `before_call` (the caller waits what it returns), then one
+/// or more attempts, each followed by `after_attempt`, until it answers
+/// [`Next::Done`] or [`Next::GiveUp`]. Strategies that keep state across
+/// calls (most do) are shared between the tasks of one client by wrapping
+/// them in a lock; the simulator models both "state per thread" and "state
+/// per process" this way.
+pub trait Strategy: Send {
+    /// A short, stable name (used by the simulator and in reports).
+    fn name(&self) -> &str;
+
+    /// How long to wait before the first attempt of a new call at `now`.
+    fn before_call(&mut self, now: Timestamp) -> Duration;
+
+    /// Told what an attempt produced at `now`; says what to do next.
+    fn after_attempt(&mut self, now: Timestamp, outcome: &Outcome) -> Next;
+
+    /// The strategy's current base delay, before jitter: the value Heroku's
+    /// charts plot. Strategies without one return zero.
+    fn current_delay(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// The strategy's current target rate in requests per second, for
+    /// rate-based strategies; `None` otherwise.
+    fn current_rate(&self) -> Option<f64> {
+        None
+    }
+}
+
+impl<S: Strategy + ?Sized> Strategy for Box<S> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn before_call(&mut self, now: Timestamp) -> Duration {
+        (**self).before_call(now)
+    }
+    fn after_attempt(&mut self, now: Timestamp, outcome: &Outcome) -> Next {
+        (**self).after_attempt(now, outcome)
+    }
+    fn current_delay(&self) -> Duration {
+        (**self).current_delay()
+    }
+    fn current_rate(&self) -> Option<f64> {
+        (**self).current_rate()
+    }
+}

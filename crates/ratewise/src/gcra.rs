@@ -1,0 +1,476 @@
+//! The Generic Cell Rate Algorithm, lock-free.
+//!
+//! GCRA keeps one number, the *theoretical arrival time* (TAT): the moment at
+//! which the limiter would be back at full capacity. A request of weight `n`
+//! at `now` would move it to `max(TAT, now) + n·T` (T is the emission
+//! interval); it is admitted if that is no more than `τ = burst·T` ahead of
+//! `now`. That is exactly a token bucket whose "tokens" are
+//! `burst − (TAT − now)/T` — the two admit the same sequences, which a
+//! property test checks — but with a single word of state it can live in one
+//! `AtomicU64` and be updated with compare-and-swap:
+//!
+//! * an admitted check is one load and one successful CAS;
+//! * **a denied check writes nothing**, so a flood of denials does not bounce
+//!   the cache line between cores;
+//! * a lost CAS race retries with the fresh TAT, so no admission is ever
+//!   based on a stale value.
+//!
+//! The quota lives beside the TAT in a small sequence lock, so
+//! [`RateLimiter::set_quota_at`] can run concurrently with checks and every
+//! check sees one consistent (interval, burst) pair.
+
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::error::{CheckError, ReserveError};
+use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::quota::Quota;
+use crate::sync::{fence, AtomicU64, Ordering};
+use crate::time::{Clock, MonotonicClock, Timestamp};
+
+/// A lock-free GCRA limiter. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::{Gcra, ManualClock, Quota, RateLimiter};
+///
+/// let clock = ManualClock::new();
+/// let limiter = Gcra::with_clock(Quota::per_second(5)?, clock.clone());
+/// for _ in 0..5 {
+///     assert!(limiter.check(1)?.is_allowed());
+/// }
+/// let denied = limiter.check(1)?;
+/// assert_eq!(denied.retry_after, Some(Duration::from_millis(200)));
+/// clock.advance(Duration::from_millis(200));
+/// assert!(limiter.check(1)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Gcra<C = MonotonicClock> {
+    /// Theoretical arrival time, nanoseconds on the clock's scale.
+    tat: AtomicU64,
+    config: QuotaCell,
+    clock: C,
+}
+
+impl Gcra<MonotonicClock> {
+    /// A limiter on the production clock, starting with its full burst.
+    pub fn new(quota: Quota) -> Self {
+        Gcra::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> Gcra<C> {
+    /// A limiter on `clock`, starting with its full burst.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        Gcra {
+            tat: AtomicU64::new(0),
+            config: QuotaCell::new(quota),
+            clock,
+        }
+    }
+
+    /// A limiter on `clock` that starts empty: the first unit becomes
+    /// available one interval after the clock's current time.
+    pub fn empty_with_clock(quota: Quota, clock: C) -> Self {
+        let now = clock.now().as_nanos();
+        Gcra {
+            tat: AtomicU64::new(now.saturating_add(quota.window_nanos())),
+            config: QuotaCell::new(quota),
+            clock,
+        }
+    }
+
+    /// The limiter's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn decision(
+        allowed: bool,
+        q: Quota,
+        now: u64,
+        tat_after: u64,
+        retry_after: Option<u64>,
+    ) -> Decision {
+        let tau = q.window_nanos();
+        let ahead = tat_after.saturating_sub(now);
+        Decision {
+            allowed,
+            limit: q.burst(),
+            remaining: tau.saturating_sub(ahead) / q.emission_nanos(),
+            reset_after: Duration::from_nanos(ahead),
+            retry_after: retry_after.map(Duration::from_nanos),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+impl<C: Clock> RateLimiter for Gcra<C> {
+    fn quota(&self) -> Quota {
+        self.config.load()
+    }
+
+    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
+        let now = now.as_nanos();
+        let old = self.config.store(quota);
+        // Preserve the number of available units: debt measured in units of
+        // the old quota becomes the same debt in units of the new one, and a
+        // change of burst shifts the "full" point.
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            let ahead = u128::from(tat.saturating_sub(now));
+            let old_e = u128::from(old.emission_nanos());
+            let new_e = u128::from(quota.emission_nanos());
+            // available = old_burst - ahead/old_e (may be negative after
+            // reservations); new ahead = (new_burst - available) * new_e.
+            let debt_new = ahead * new_e / old_e;
+            let burst_shift = i128::from(quota.burst()) - i128::from(old.burst());
+            let new_ahead = (debt_new as i128 + burst_shift * new_e as i128).max(0);
+            let new_ahead = u64::try_from(new_ahead).unwrap_or(u64::MAX);
+            let new_tat = now.saturating_add(new_ahead);
+            match self
+                .tat
+                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    #[inline]
+    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let now = now.as_nanos();
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            let q = self.config.load();
+            validate_weight(n, q.burst())?;
+            let tau = q.window_nanos();
+            let new_tat = tat.max(now).saturating_add(n * q.emission_nanos());
+            let ahead = new_tat.saturating_sub(now);
+            if ahead > tau {
+                // Denied: no write. The request fits once `ahead` has shrunk
+                // to `tau`.
+                let retry = ahead - tau;
+                return Ok(Self::decision(false, q, now, tat.max(now), Some(retry)));
+            }
+            match self
+                .tat
+                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(Self::decision(true, q, now, new_tat, None)),
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let now = now.as_nanos();
+        let q = self.config.load();
+        validate_weight(n, q.burst())?;
+        let tat = self.tat.load(Ordering::Acquire);
+        let new_tat = tat.max(now).saturating_add(n * q.emission_nanos());
+        let ahead = new_tat.saturating_sub(now);
+        let tau = q.window_nanos();
+        if ahead > tau {
+            Ok(Self::decision(
+                false,
+                q,
+                now,
+                tat.max(now),
+                Some(ahead - tau),
+            ))
+        } else {
+            Ok(Self::decision(true, q, now, tat.max(now), None))
+        }
+    }
+
+    fn reserve_within_at(
+        &self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        let now_ns = now.as_nanos();
+        let max_wait_ns = crate::time::duration_to_nanos_saturating(max_wait);
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            let q = self.config.load();
+            validate_weight(n, q.burst())?;
+            let cost = n * q.emission_nanos();
+            let new_tat = tat.max(now_ns).saturating_add(cost);
+            let wait = new_tat
+                .saturating_sub(now_ns)
+                .saturating_sub(q.window_nanos());
+            if wait > max_wait_ns {
+                return Err(ReserveError::WouldWaitTooLong {
+                    wait: Duration::from_nanos(wait),
+                    max_wait,
+                });
+            }
+            match self
+                .tat
+                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    return Ok(Reservation::new(
+                        n,
+                        now,
+                        Timestamp::from_nanos(now_ns.saturating_add(wait)),
+                        new_tat,
+                        cost,
+                    ))
+                }
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+        if now > reservation.act_at {
+            return 0;
+        }
+        let now = now.as_nanos();
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            // Capacity promised to reservations made after this one is not
+            // ours to return.
+            let later = tat.saturating_sub(reservation.mark);
+            let restore = reservation.cost.saturating_sub(later);
+            if restore == 0 {
+                return 0;
+            }
+            let new_tat = tat.saturating_sub(restore).max(now.min(tat));
+            match self
+                .tat
+                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let e = self.config.load().emission_nanos();
+                    return (tat - new_tat) / e;
+                }
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    #[inline]
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+impl<C> std::fmt::Debug for Gcra<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gcra")
+            .field("quota", &self.config.load())
+            .field("tat", &self.tat.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A quota readable without locks while another thread replaces it: a
+/// sequence lock over two words. Writers are serialised by a mutex (they are
+/// rare); readers retry while a write is in progress.
+pub(crate) struct QuotaCell {
+    seq: AtomicU64,
+    emission: AtomicU64,
+    burst: AtomicU64,
+    writer: std::sync::Mutex<()>,
+}
+
+impl QuotaCell {
+    pub(crate) fn new(q: Quota) -> Self {
+        QuotaCell {
+            seq: AtomicU64::new(0),
+            emission: AtomicU64::new(q.emission_nanos()),
+            burst: AtomicU64::new(q.burst()),
+            writer: std::sync::Mutex::new(()),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn load(&self) -> Quota {
+        loop {
+            let s1 = self.seq.load(Ordering::Acquire);
+            let e = self.emission.load(Ordering::Relaxed);
+            let b = self.burst.load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            let s2 = self.seq.load(Ordering::Relaxed);
+            if s1 == s2 && s1 % 2 == 0 {
+                // Both words were written together by `store`, which only
+                // writes quotas that passed validation.
+                if let Ok(q) = Quota::from_parts(e, b) {
+                    return q;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Replaces the quota, returning the old one.
+    pub(crate) fn store(&self, q: Quota) -> Quota {
+        let _guard = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let s = self.seq.load(Ordering::Relaxed);
+        let old = Quota::from_parts(
+            self.emission.load(Ordering::Relaxed),
+            self.burst.load(Ordering::Relaxed),
+        );
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.emission.store(q.emission_nanos(), Ordering::Relaxed);
+        self.burst.store(q.burst(), Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
+        old.unwrap_or(q)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::ManualClock;
+
+    fn t(ms: u64) -> Timestamp {
+        Timestamp::from_nanos(ms * 1_000_000)
+    }
+
+    #[test]
+    fn admits_burst_then_paces() {
+        let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+        for i in 0..10 {
+            let d = g.check_at(1, t(0)).unwrap();
+            assert!(d.allowed);
+            assert_eq!(d.remaining, 9 - i);
+        }
+        let d = g.check_at(1, t(0)).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
+        assert_eq!(d.reset_after, Duration::from_secs(1));
+        assert!(!g.check_at(1, t(99)).unwrap().allowed);
+        assert!(g.check_at(1, t(100)).unwrap().allowed);
+    }
+
+    #[test]
+    fn weighted_and_oversized_requests() {
+        let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+        assert_eq!(
+            g.check_at(11, t(0)),
+            Err(CheckError::ExceedsBurst {
+                requested: 11,
+                burst: 10
+            })
+        );
+        assert_eq!(g.check_at(0, t(0)), Err(CheckError::ZeroWeight));
+        assert!(g.check_at(7, t(0)).unwrap().allowed);
+        let d = g.check_at(4, t(0)).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 3);
+        assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn peek_does_not_consume() {
+        let g = Gcra::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
+        for _ in 0..5 {
+            assert!(g.peek_at(1, t(0)).unwrap().allowed);
+        }
+        assert!(g.check_at(1, t(0)).unwrap().allowed);
+        assert!(!g.peek_at(1, t(0)).unwrap().allowed);
+    }
+
+    #[test]
+    fn backwards_time_is_conservative() {
+        let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+        for _ in 0..10 {
+            assert!(g.check_at(1, t(10_000)).unwrap().allowed);
+        }
+        // Far in the past: nothing may be admitted.
+        for back in [0, 1, 5_000, 9_999] {
+            assert!(!g.check_at(1, t(back)).unwrap().allowed);
+        }
+        assert!(g.check_at(1, t(10_100)).unwrap().allowed);
+    }
+
+    #[test]
+    fn reserve_and_cancel_restore_state() {
+        let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+        assert!(g.check_at(10, t(0)).unwrap().allowed);
+        let r = g.reserve_at(5, t(0)).unwrap();
+        assert_eq!(r.act_at(), t(500));
+        assert!(matches!(
+            g.reserve_within_at(1, t(0), Duration::from_millis(500)),
+            Err(ReserveError::WouldWaitTooLong { .. })
+        ));
+        assert_eq!(g.cancel_at(&r, t(100)), 5);
+        // As if the reservation never happened: one unit back at 100 ms.
+        assert!(g.check_at(1, t(100)).unwrap().allowed);
+        assert!(!g.check_at(1, t(100)).unwrap().allowed);
+    }
+
+    #[test]
+    fn cancel_keeps_what_later_reservations_were_promised() {
+        let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+        assert!(g.check_at(10, t(0)).unwrap().allowed);
+        let first = g.reserve_at(3, t(0)).unwrap();
+        let second = g.reserve_at(2, t(0)).unwrap();
+        assert_eq!(second.act_at(), t(500));
+        // 2 of the first reservation's 3 units are already promised onward.
+        assert_eq!(g.cancel_at(&first, t(0)), 1);
+        assert_eq!(g.cancel_at(&second, t(0)), 2);
+        // After the cancels: 3 of 5 reserved units returned; the remaining
+        // debt is 2 units (200 ms).
+        assert!(!g.check_at(1, t(200)).unwrap().allowed);
+        assert!(g.check_at(1, t(300)).unwrap().allowed);
+        // Cancelling after the act time does nothing.
+        let late = g.reserve_at(1, t(300)).unwrap();
+        assert_eq!(
+            g.cancel_at(&late, late.act_at() + Duration::from_nanos(1)),
+            0
+        );
+    }
+
+    #[test]
+    fn set_quota_preserves_available_units() {
+        let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+        assert!(g.check_at(6, t(0)).unwrap().allowed); // 4 left
+        g.set_quota_at(Quota::per_second(1).unwrap().with_burst(10).unwrap(), t(0));
+        assert_eq!(g.peek_at(1, t(0)).unwrap().remaining, 4);
+        assert!(g.check_at(4, t(0)).unwrap().allowed);
+        // Now one per second.
+        assert!(!g.check_at(1, t(999)).unwrap().allowed);
+        assert!(g.check_at(1, t(1000)).unwrap().allowed);
+        // Raising the burst does not hand out capacity by itself.
+        g.set_burst_at_for_test(20, t(1000));
+        assert_eq!(g.peek_at(1, t(1000)).unwrap().remaining, 0);
+        // Lowering it caps what is available.
+        let g2 = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+        g2.set_quota_at(Quota::per_second(10).unwrap().with_burst(3).unwrap(), t(0));
+        assert_eq!(g2.peek_at(1, t(0)).unwrap().remaining, 3);
+    }
+
+    impl<C: Clock> Gcra<C> {
+        fn set_burst_at_for_test(&self, b: u64, now: Timestamp) {
+            self.set_quota_at(self.quota().with_burst(b).unwrap(), now);
+        }
+    }
+
+    #[test]
+    fn sub_one_per_second() {
+        let g = Gcra::with_clock(Quota::from_rate(0.5).unwrap(), ManualClock::new());
+        assert!(g.check_at(1, t(0)).unwrap().allowed);
+        let d = g.check_at(1, t(0)).unwrap();
+        assert_eq!(d.retry_after, Some(Duration::from_secs(2)));
+        assert!(g.check_at(1, t(2000)).unwrap().allowed);
+    }
+
+    #[test]
+    fn starts_empty_when_asked() {
+        let clock = ManualClock::new();
+        let g = Gcra::empty_with_clock(Quota::per_second(10).unwrap(), clock);
+        assert!(!g.check_at(1, t(0)).unwrap().allowed);
+        assert!(g.check_at(1, t(100)).unwrap().allowed);
+    }
+}

@@ -1,0 +1,70 @@
+//! Rate limiting on both sides of the wire.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ratewise::{Gcra, ManualClock, Quota, RateLimiter};
+//!
+//! // Ten per second, bursts of up to ten. A manual clock makes the example
+//! // exact; production code uses `Gcra::new(quota)` and the real clock.
+//! let clock = ManualClock::new();
+//! let limiter = Gcra::with_clock(Quota::per_second(10)?, clock.clone());
+//!
+//! let admitted = (0..15).filter(|_| limiter.check(1).unwrap().is_allowed()).count();
+//! assert_eq!(admitted, 10);
+//!
+//! let denied = limiter.check(1)?;
+//! assert_eq!(denied.retry_after, Some(Duration::from_millis(100)));
+//!
+//! clock.advance(Duration::from_millis(100));
+//! assert!(limiter.check(1)?.is_allowed());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Why it is built this way
+//!
+//! Every algorithm here is a **state machine that is told the time**
+//! (`check_at(n, now)`), never one that reads a clock or sleeps. The same
+//! object therefore runs in production behind a real [`MonotonicClock`], in
+//! tests behind a [`ManualClock`] that reproduces worked examples to the
+//! nanosecond, and inside the `ratewise-sim` simulator, which plays half an
+//! hour of contended traffic in milliseconds. Async waiting (behind the
+//! `tokio` feature) is a thin driver on top, not a second implementation.
+//!
+//! All seven server-side algorithms implement one trait, [`RateLimiter`], and
+//! share one [`Quota`] (a rate and a burst), so switching algorithm is a
+//! one-word change and their behaviour can be compared on equal terms:
+//!
+//! | algorithm | state | bursts? | exact? |
+//! |---|---|---|---|
+//! | [`Gcra`] | one atomic word, lock-free | up to `burst` | yes |
+//! | [`TokenBucket`] | balance + time | up to `burst` | yes |
+//!
+//! Answers are [`Decision`]s that carry their evidence — limit, remaining,
+//! reset and retry-after — so a server can write `RateLimit-*` and
+//! `Retry-After` headers without asking again. Misuse is a typed error
+//! ([`QuotaError`], [`CheckError`]), never a panic.
+//!
+//! # Features
+//!
+//! * `tokio` — async drivers (`until_ready`, deadlines).
+//! * `http` — classification of `http` crate responses for client throttling.
+
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod decision;
+pub mod error;
+pub mod gcra;
+pub mod limiter;
+pub mod quota;
+mod sync;
+pub mod time;
+pub mod token_bucket;
+
+pub use decision::Decision;
+pub use error::{CheckError, QuotaError, ReserveError};
+pub use gcra::Gcra;
+pub use limiter::{RateLimiter, Reservation};
+pub use quota::Quota;
+pub use time::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
+pub use token_bucket::TokenBucket;

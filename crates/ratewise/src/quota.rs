@@ -1,0 +1,276 @@
+//! [`Quota`]: how fast, and how bursty.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::QuotaError;
+use crate::time::duration_to_nanos_saturating;
+
+/// A rate and a burst, the two numbers every algorithm in ratewise shares.
+///
+/// * The **rate** is stored as an *emission interval*: the time one unit of
+///   capacity takes to come back. `Quota::per_second(10)` has an interval of
+///   100 ms. Intervals are whole nanoseconds, rounded **up**, so a rate that
+///   does not divide a second evenly is never exceeded (e.g. 3 per second is
+///   one every 333 333 334 ns).
+/// * The **burst** is the capacity: how many units a rested limiter admits at
+///   once. It defaults to the count of the constructor, so
+///   `per_minute(100)` may admit 100 at once and then 100 more per minute.
+///
+/// Window-based algorithms read the same two numbers as "`burst` per window of
+/// [`Quota::window`]" (burst × interval), so every algorithm enforces the same
+/// long-term rate.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::Quota;
+///
+/// let q = Quota::per_second(10)?;
+/// assert_eq!(q.emission_interval(), Duration::from_millis(100));
+/// assert_eq!(q.burst(), 10);
+///
+/// // Half a request per second, one at a time.
+/// let slow = Quota::per(2, Duration::from_secs(4))?.with_burst(1)?;
+/// assert_eq!(slow.rate_per_second(), 0.5);
+///
+/// // Nonsense is an error, not a panic.
+/// assert!(Quota::per_second(0).is_err());
+/// assert!(Quota::from_rate(f64::NAN).is_err());
+/// # Ok::<(), ratewise::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    emission_nanos: u64,
+    burst: u64,
+}
+
+impl Quota {
+    /// `count` requests per second, burst `count`.
+    pub fn per_second(count: u64) -> Result<Quota, QuotaError> {
+        Quota::per(count, Duration::from_secs(1))
+    }
+
+    /// `count` requests per minute, burst `count`.
+    pub fn per_minute(count: u64) -> Result<Quota, QuotaError> {
+        Quota::per(count, Duration::from_secs(60))
+    }
+
+    /// `count` requests per hour, burst `count`.
+    pub fn per_hour(count: u64) -> Result<Quota, QuotaError> {
+        Quota::per(count, Duration::from_secs(3600))
+    }
+
+    /// `count` requests per `period`, burst `count`.
+    pub fn per(count: u64, period: Duration) -> Result<Quota, QuotaError> {
+        if count == 0 {
+            return Err(QuotaError::ZeroCount);
+        }
+        if period.is_zero() {
+            return Err(QuotaError::ZeroPeriod);
+        }
+        let period_nanos = period.as_nanos();
+        if u128::from(count) > period_nanos {
+            return Err(QuotaError::RateTooHigh);
+        }
+        let emission = period_nanos.div_ceil(u128::from(count));
+        let emission_nanos = u64::try_from(emission).map_err(|_| QuotaError::RateTooLow {
+            interval: Duration::from_nanos(u64::MAX),
+        })?;
+        if emission_nanos == 0 {
+            return Err(QuotaError::RateTooHigh);
+        }
+        Quota::from_parts(emission_nanos, count)
+    }
+
+    /// One request every `interval`, burst 1.
+    pub fn with_interval(interval: Duration) -> Result<Quota, QuotaError> {
+        Quota::per(1, interval)
+    }
+
+    /// `rate` requests per second as a float (sub-1 rates allowed), burst
+    /// `max(1, floor(rate))`.
+    pub fn from_rate(rate: f64) -> Result<Quota, QuotaError> {
+        if !rate.is_finite() || rate <= 0.0 {
+            return Err(QuotaError::InvalidRate { rate });
+        }
+        if rate > 1e9 {
+            return Err(QuotaError::RateTooHigh);
+        }
+        let emission = (1e9 / rate).ceil();
+        if emission < 1.0 {
+            return Err(QuotaError::RateTooHigh);
+        }
+        if emission >= u64::MAX as f64 {
+            return Err(QuotaError::RateTooLow {
+                interval: Duration::from_nanos(u64::MAX),
+            });
+        }
+        let burst = rate.floor().max(1.0) as u64;
+        Quota::from_parts(emission as u64, burst)
+    }
+
+    /// A quota from its raw parts: one unit every `emission_nanos`, capacity
+    /// `burst`.
+    pub fn from_parts(emission_nanos: u64, burst: u64) -> Result<Quota, QuotaError> {
+        if emission_nanos == 0 {
+            return Err(QuotaError::RateTooHigh);
+        }
+        if burst == 0 {
+            return Err(QuotaError::ZeroBurst);
+        }
+        if emission_nanos.checked_mul(burst).is_none() {
+            return Err(QuotaError::BurstOverflow {
+                burst,
+                interval: Duration::from_nanos(emission_nanos),
+            });
+        }
+        Ok(Quota {
+            emission_nanos,
+            burst,
+        })
+    }
+
+    /// The same rate with another burst.
+    pub fn with_burst(self, burst: u64) -> Result<Quota, QuotaError> {
+        Quota::from_parts(self.emission_nanos, burst)
+    }
+
+    /// The same burst with another rate, given as requests per second.
+    pub fn with_rate(self, rate: f64) -> Result<Quota, QuotaError> {
+        let r = Quota::from_rate(rate)?;
+        Quota::from_parts(r.emission_nanos, self.burst)
+    }
+
+    /// The same burst with another emission interval.
+    pub fn with_emission_interval(self, interval: Duration) -> Result<Quota, QuotaError> {
+        let nanos = duration_to_nanos_saturating(interval);
+        if nanos == u64::MAX {
+            return Err(QuotaError::RateTooLow { interval });
+        }
+        Quota::from_parts(nanos, self.burst)
+    }
+
+    /// Time for one unit of capacity to come back.
+    pub const fn emission_interval(&self) -> Duration {
+        Duration::from_nanos(self.emission_nanos)
+    }
+
+    /// [`Quota::emission_interval`] in nanoseconds.
+    pub const fn emission_nanos(&self) -> u64 {
+        self.emission_nanos
+    }
+
+    /// The capacity: the most a rested limiter admits at once.
+    pub const fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// Requests per second.
+    pub fn rate_per_second(&self) -> f64 {
+        1e9 / self.emission_nanos as f64
+    }
+
+    /// Time to refill the whole burst (burst × interval); also the window
+    /// length of the window-based algorithms.
+    pub const fn window(&self) -> Duration {
+        // Cannot overflow: checked at construction.
+        Duration::from_nanos(self.emission_nanos * self.burst)
+    }
+
+    /// [`Quota::window`] in nanoseconds.
+    pub const fn window_nanos(&self) -> u64 {
+        self.emission_nanos * self.burst
+    }
+
+    /// Time for `n` units to come back, saturating.
+    pub fn cost_nanos(&self, n: u64) -> u64 {
+        self.emission_nanos.saturating_mul(n)
+    }
+}
+
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Quota")
+            .field("rate_per_second", &self.rate_per_second())
+            .field("burst", &self.burst)
+            .finish()
+    }
+}
+
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} per second, burst {}",
+            self.rate_per_second(),
+            self.burst
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_are_what_they_say() {
+        assert_eq!(
+            Quota::per_second(10).unwrap().emission_interval(),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            Quota::per_minute(60).unwrap().emission_interval(),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            Quota::per_hour(1).unwrap().emission_interval(),
+            Duration::from_secs(3600)
+        );
+        let half = Quota::from_rate(0.5).unwrap();
+        assert_eq!(half.emission_interval(), Duration::from_secs(2));
+        assert_eq!(half.burst(), 1);
+        // Rounded up: never faster than asked.
+        assert_eq!(Quota::per_second(3).unwrap().emission_nanos(), 333_333_334);
+        assert_eq!(
+            Quota::per_second(10).unwrap().window(),
+            Duration::from_secs(1)
+        );
+    }
+
+    #[test]
+    fn bad_input_is_a_typed_error() {
+        assert_eq!(Quota::per_second(0), Err(QuotaError::ZeroCount));
+        assert_eq!(Quota::per(1, Duration::ZERO), Err(QuotaError::ZeroPeriod));
+        assert!(matches!(
+            Quota::from_rate(-1.0),
+            Err(QuotaError::InvalidRate { .. })
+        ));
+        assert!(matches!(
+            Quota::from_rate(f64::INFINITY),
+            Err(QuotaError::InvalidRate { .. })
+        ));
+        assert_eq!(Quota::from_rate(2e9), Err(QuotaError::RateTooHigh));
+        assert_eq!(
+            Quota::per_second(2_000_000_000),
+            Err(QuotaError::RateTooHigh)
+        );
+        assert!(matches!(
+            Quota::from_rate(1e-300),
+            Err(QuotaError::RateTooLow { .. })
+        ));
+        assert!(matches!(
+            Quota::per(1, Duration::MAX),
+            Err(QuotaError::RateTooLow { .. })
+        ));
+        assert_eq!(
+            Quota::per_second(1).unwrap().with_burst(0),
+            Err(QuotaError::ZeroBurst)
+        );
+        assert!(matches!(
+            Quota::per_hour(1).unwrap().with_burst(u64::MAX),
+            Err(QuotaError::BurstOverflow { .. })
+        ));
+        let msg = Quota::per_second(0).unwrap_err().to_string();
+        assert!(msg.contains("at least 1"), "{msg}");
+    }
+}

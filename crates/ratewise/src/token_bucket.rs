@@ -1,0 +1,304 @@
+//! The token bucket with continuous refill.
+//!
+//! Capacity `burst`, refilled at the quota's rate, computed on demand (no
+//! background ticker). Tokens are kept as nanoseconds of refill time rather
+//! than as a float: one token is one emission interval. Integer arithmetic
+//! keeps the bucket exact over any run length, and makes it admit precisely
+//! the sequences [`Gcra`](crate::Gcra) admits for the same quota — the two are
+//! the same algorithm seen from opposite ends (GCRA stores when the bucket
+//! will be full; the bucket stores how full it is).
+//!
+//! Reservations may drive the balance below zero (a debt later requests
+//! queue behind), as in Go's `x/time/rate`.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::error::{CheckError, ReserveError};
+use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::quota::Quota;
+use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+
+/// A token bucket. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::{ManualClock, Quota, RateLimiter, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let bucket = TokenBucket::with_clock(Quota::per_second(10)?.with_burst(20)?, clock.clone());
+/// assert!(bucket.check(10)?.is_allowed()); // 10 left
+/// clock.advance(Duration::from_secs(1)); // refilled to 20 (capped)
+/// assert_eq!(bucket.peek(1)?.remaining, 20);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct TokenBucket<C = MonotonicClock> {
+    state: Mutex<State>,
+    clock: C,
+}
+
+#[derive(Debug)]
+struct State {
+    quota: Quota,
+    /// Latest time seen; refill is computed from here.
+    last: u64,
+    /// Balance in nanoseconds of refill (one token = one emission interval).
+    /// At most `quota.window_nanos()`; negative after reservations.
+    credit: i128,
+    /// Total capacity ever consumed, minus what cancellations returned; a
+    /// reservation remembers it to tell which consumption came after it.
+    ledger: u128,
+}
+
+impl State {
+    fn refill(&mut self, now: u64) {
+        // A `now` earlier than `last` refills nothing (time never runs back).
+        if now > self.last {
+            let tau = i128::from(self.quota.window_nanos());
+            self.credit = (self.credit + i128::from(now - self.last)).min(tau);
+            self.last = now;
+        }
+    }
+
+    fn decision(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
+        let e = i128::from(self.quota.emission_nanos());
+        let tau = i128::from(self.quota.window_nanos());
+        Decision {
+            allowed,
+            limit: self.quota.burst(),
+            remaining: u64::try_from(self.credit.max(0) / e).unwrap_or(0),
+            reset_after: Duration::from_nanos(clamp_u64(tau - self.credit)),
+            retry_after: retry_after.map(Duration::from_nanos),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+fn clamp_u64(v: i128) -> u64 {
+    u64::try_from(v.max(0)).unwrap_or(u64::MAX)
+}
+
+impl TokenBucket<MonotonicClock> {
+    /// A full bucket on the production clock.
+    pub fn new(quota: Quota) -> Self {
+        TokenBucket::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> TokenBucket<C> {
+    /// A full bucket on `clock`.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        let now = clock.now().as_nanos();
+        TokenBucket::with_clock_and_tokens(quota, clock, quota.burst(), now)
+    }
+
+    /// An empty bucket on `clock`: the first token arrives one interval after
+    /// the clock's current time.
+    pub fn empty_with_clock(quota: Quota, clock: C) -> Self {
+        let now = clock.now().as_nanos();
+        TokenBucket::with_clock_and_tokens(quota, clock, 0, now)
+    }
+
+    fn with_clock_and_tokens(quota: Quota, clock: C, tokens: u64, now: u64) -> Self {
+        TokenBucket {
+            state: Mutex::new(State {
+                quota,
+                last: now,
+                credit: i128::from(quota.cost_nanos(tokens.min(quota.burst()))),
+                ledger: 0,
+            }),
+            clock,
+        }
+    }
+
+    /// The bucket's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is plain numbers that are always consistent between
+        // statements, so a panic elsewhere cannot leave it torn.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<C: Clock> RateLimiter for TokenBucket<C> {
+    fn quota(&self) -> Quota {
+        self.lock().quota
+    }
+
+    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
+        let mut s = self.lock();
+        s.refill(now.as_nanos());
+        // Keep the number of tokens, capped at the new burst.
+        let old_e = i128::from(s.quota.emission_nanos());
+        let new_e = i128::from(quota.emission_nanos());
+        s.credit = (s.credit * new_e / old_e).min(i128::from(quota.window_nanos()));
+        s.quota = quota;
+    }
+
+    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        s.refill(now.as_nanos());
+        let cost = i128::from(n * s.quota.emission_nanos());
+        if s.credit >= cost {
+            s.credit -= cost;
+            s.ledger += cost as u128;
+            Ok(s.decision(true, None))
+        } else {
+            let retry = clamp_u64(cost - s.credit);
+            Ok(s.decision(false, Some(retry)))
+        }
+    }
+
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        // Refilling is not consuming: peek may bring the balance up to date.
+        s.refill(now.as_nanos());
+        let cost = i128::from(n * s.quota.emission_nanos());
+        if s.credit >= cost {
+            Ok(s.decision(true, None))
+        } else {
+            Ok(s.decision(false, Some(clamp_u64(cost - s.credit))))
+        }
+    }
+
+    fn reserve_within_at(
+        &self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let now_ns = now.as_nanos();
+        s.refill(now_ns);
+        let cost = n * s.quota.emission_nanos();
+        let wait = clamp_u64(i128::from(cost) - s.credit);
+        if wait > duration_to_nanos_saturating(max_wait) {
+            return Err(ReserveError::WouldWaitTooLong {
+                wait: Duration::from_nanos(wait),
+                max_wait,
+            });
+        }
+        s.credit -= i128::from(cost);
+        s.ledger += u128::from(cost);
+        let mark = u64::try_from(s.ledger).unwrap_or(u64::MAX);
+        // Act time is measured from the bucket's own latest time, which is
+        // `now` unless the caller's clock ran backwards.
+        let act_at = Timestamp::from_nanos(s.last.max(now_ns).saturating_add(wait));
+        Ok(Reservation::new(n, now, act_at, mark, cost))
+    }
+
+    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+        if now > reservation.act_at {
+            return 0;
+        }
+        let mut s = self.lock();
+        s.refill(now.as_nanos());
+        let later = s.ledger.saturating_sub(u128::from(reservation.mark));
+        let restore = u128::from(reservation.cost).saturating_sub(later);
+        if restore == 0 {
+            return 0;
+        }
+        let tau = i128::from(s.quota.window_nanos());
+        let before = s.credit;
+        s.credit = (s.credit + restore as i128).min(tau);
+        s.ledger -= restore;
+        u64::try_from((s.credit - before) / i128::from(s.quota.emission_nanos())).unwrap_or(0)
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+impl<C> std::fmt::Debug for TokenBucket<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("TokenBucket")
+            .field("quota", &s.quota)
+            .field("credit_nanos", &s.credit)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::ManualClock;
+
+    fn ms(v: u64) -> Timestamp {
+        Timestamp::from_nanos(v * 1_000_000)
+    }
+
+    fn admitted(b: &TokenBucket<ManualClock>, count: u64, at: Timestamp) -> u64 {
+        (0..count)
+            .filter(|_| b.check_at(1, at).unwrap().allowed)
+            .count() as u64
+    }
+
+    /// 003, "Token Bucket — The Mathematics", worked example: r = 10/s, b = 20.
+    #[test]
+    fn worked_example_r10_b20() {
+        let q = Quota::per_second(10).unwrap().with_burst(20).unwrap();
+        let b = TokenBucket::with_clock(q, ManualClock::new());
+        assert_eq!(admitted(&b, 10, ms(0)), 10);
+        assert_eq!(b.peek_at(1, ms(0)).unwrap().remaining, 10);
+        // At t = 1 s the bucket is full again (10 + 10, capped at 20); of 30
+        // arrivals, 20 pass.
+        assert_eq!(b.peek_at(1, ms(1000)).unwrap().remaining, 20);
+        assert_eq!(admitted(&b, 30, ms(1000)), 20);
+        // 10 are still waiting; 5 tokens by t = 1.5 s, 5 more by t = 2 s.
+        assert_eq!(admitted(&b, 10, ms(1500)), 5);
+        assert_eq!(admitted(&b, 5, ms(2000)), 5);
+        // 10 + 20 + 5 + 5 = 40 = r·2 + b: the bound is tight.
+    }
+
+    #[test]
+    fn starts_empty_when_asked() {
+        let q = Quota::per_second(10).unwrap();
+        let b = TokenBucket::empty_with_clock(q, ManualClock::new());
+        assert!(!b.check_at(1, ms(0)).unwrap().allowed);
+        assert_eq!(
+            b.check_at(1, ms(0)).unwrap().retry_after,
+            Some(Duration::from_millis(100))
+        );
+        assert!(b.check_at(1, ms(100)).unwrap().allowed);
+    }
+
+    #[test]
+    fn backwards_time_refills_nothing() {
+        let q = Quota::per_second(10).unwrap();
+        let b = TokenBucket::with_clock(q, ManualClock::new());
+        assert_eq!(admitted(&b, 10, ms(5000)), 10);
+        assert_eq!(admitted(&b, 10, ms(0)), 0);
+        assert_eq!(admitted(&b, 10, ms(5100)), 1);
+    }
+
+    #[test]
+    fn reservation_debt_and_cancel() {
+        let q = Quota::per_second(10).unwrap();
+        let b = TokenBucket::with_clock(q, ManualClock::new());
+        assert_eq!(admitted(&b, 10, ms(0)), 10);
+        let r = b.reserve_at(5, ms(0)).unwrap();
+        assert_eq!(r.act_at(), ms(500));
+        assert_eq!(b.cancel_at(&r, ms(200)), 5);
+        assert_eq!(b.peek_at(1, ms(200)).unwrap().remaining, 2);
+    }
+
+    #[test]
+    fn set_quota_keeps_tokens() {
+        let q = Quota::per_second(10).unwrap();
+        let b = TokenBucket::with_clock(q, ManualClock::new());
+        assert_eq!(admitted(&b, 6, ms(0)), 6);
+        b.set_quota_at(Quota::per_second(1).unwrap().with_burst(10).unwrap(), ms(0));
+        assert_eq!(b.peek_at(1, ms(0)).unwrap().remaining, 4);
+        b.set_quota_at(Quota::per_second(1).unwrap().with_burst(2).unwrap(), ms(0));
+        assert_eq!(b.peek_at(1, ms(0)).unwrap().remaining, 2);
+    }
+}
