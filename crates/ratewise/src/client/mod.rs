@@ -13,6 +13,12 @@ use std::time::Duration;
 
 use crate::time::Timestamp;
 
+pub mod classify;
+pub mod headers;
+
+pub use classify::{classify, Classifier, ResponseView};
+pub use headers::{parse_hints, HeaderSource, RetryAfter};
+
 /// What an attempt produced, as far as throttling is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Signal {
