@@ -17,6 +17,13 @@
 //! Everything else follows the status class: other 5xx → `ServerError`,
 //! 2xx/3xx → `Success`, other 4xx (and impossible codes) → `Failure`.
 //!
+//! Rules are tried in this order: `429` and the user predicate; gRPC
+//! `RESOURCE_EXHAUSTED` (other non-`OK` gRPC codes decide only on an HTTP
+//! `2xx`: `DEADLINE_EXCEEDED` → `Timeout`, `UNKNOWN` / `INTERNAL` /
+//! `UNAVAILABLE` / `DATA_LOSS` → `ServerError`, the rest → `Failure`); AWS
+//! codes on statuses ≥ 400 (the transient `RequestTimeout` /
+//! `RequestTimeoutException` → `ServerError`); then the status rules above.
+//!
 //! The functions take a status code, a [`HeaderSource`] and an optional body,
 //! so they work with any HTTP stack; with the `http` feature there are
 //! shortcuts for `http::Response`. [`Classifier::outcome`] adds the parsed
@@ -164,8 +171,8 @@ impl Classifier {
     }
 
     /// Adds a predicate that marks further responses as throttled. It is
-    /// asked first, for every response; returning `false` leaves the
-    /// decision to the built-in rules. A second call replaces the first
+    /// asked for every response that is not a `429`, before the other
+    /// rules; returning `false` leaves the decision to the built-in rules. A second call replaces the first
     /// predicate.
     pub fn with_throttle_predicate<F>(mut self, predicate: F) -> Self
     where
@@ -228,12 +235,17 @@ impl Classifier {
 
     /// [`classify`](Self::classify) on a prepared [`ResponseView`].
     pub fn classify_view(&self, r: &ResponseView<'_>) -> Signal {
-        if self.predicate.as_ref().is_some_and(|p| p(r)) {
+        if r.status == 429 || self.predicate.as_ref().is_some_and(|p| p(r)) {
             return Signal::Throttled;
         }
         if self.grpc {
-            if let Some(signal) = r.headers.header("grpc-status").and_then(grpc_signal) {
-                return signal;
+            match r.headers.header("grpc-status").and_then(grpc_signal) {
+                Some(Signal::Throttled) => return Signal::Throttled,
+                // gRPC answers with HTTP 200 and puts its verdict in
+                // `grpc-status`; on other statuses the HTTP code is the
+                // more reliable one (a proxy answered).
+                Some(signal) if (200..=299).contains(&r.status) => return signal,
+                _ => {}
             }
         }
         if self.aws && r.status >= 400 {
@@ -242,7 +254,6 @@ impl Classifier {
             }
         }
         match r.status {
-            429 => Signal::Throttled,
             503 if carries_retry_after(r.headers) => Signal::Throttled,
             403 if (self.google && google_rate_limited(r.body))
                 || (self.github && github_rate_limited(r)) =>
@@ -803,6 +814,24 @@ mod tests {
         assert_eq!(
             classify(200, &[("grpc-status", "5")], None),
             Signal::Failure
+        );
+        // Outside 2xx a proxy answered: the HTTP status decides, except that
+        // RESOURCE_EXHAUSTED is always a throttle.
+        assert_eq!(
+            classify(429, &[("grpc-status", "5")], None),
+            Signal::Throttled
+        );
+        assert_eq!(
+            classify(502, &[("grpc-status", "0")], None),
+            Signal::ServerError
+        );
+        assert_eq!(
+            classify(404, &[("grpc-status", "14")], None),
+            Signal::Failure
+        );
+        assert_eq!(
+            classify(502, &[("grpc-status", "8")], None),
+            Signal::Throttled
         );
         // Garbage falls back to the HTTP status.
         assert_eq!(
