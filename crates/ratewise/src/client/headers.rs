@@ -387,16 +387,23 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
     // Newest generation first: structured fields, then RateLimit-*, then
     // X-RateLimit-*.
     let mut hints = structured_hints(headers);
-    for prefix in ["ratelimit-", "x-ratelimit-"] {
-        let field = |suffix: &str| headers.header(&format!("{prefix}{suffix}"));
+    const GENERATIONS: [[&str; 3]; 2] = [
+        ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"],
+        [
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+        ],
+    ];
+    for [limit, remaining, reset] in GENERATIONS {
         if hints.limit.is_none() {
-            hints.limit = field("limit").and_then(leading_integer);
+            hints.limit = headers.header(limit).and_then(leading_integer);
         }
         if hints.remaining.is_none() {
-            hints.remaining = field("remaining").and_then(parse_u64);
+            hints.remaining = headers.header(remaining).and_then(parse_u64);
         }
         if hints.reset_after.is_none() {
-            hints.reset_after = field("reset").and_then(|v| reset_value(v, now));
+            hints.reset_after = headers.header(reset).and_then(|v| reset_value(v, now));
         }
     }
     hints.retry_after = retry_after;

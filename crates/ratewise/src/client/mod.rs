@@ -13,12 +13,6 @@ use std::time::Duration;
 
 use crate::time::Timestamp;
 
-pub mod classify;
-pub mod headers;
-
-pub use classify::{classify, Classifier, ResponseView};
-pub use headers::{parse_hints, HeaderSource, RetryAfter};
-
 /// What an attempt produced, as far as throttling is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Signal {
@@ -155,3 +149,10 @@ impl<S: Strategy + ?Sized> Strategy for Box<S> {
         (**self).current_rate()
     }
 }
+
+// Response classification and rate-limit header parsing.
+pub mod classify;
+pub mod headers;
+
+pub use classify::{classify, Classifier, ResponseView};
+pub use headers::{parse_hints, HeaderSource, RetryAfter};
