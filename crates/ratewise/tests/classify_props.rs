@@ -13,8 +13,9 @@ use ratewise::client::headers::{
 use ratewise::client::{ServerHints, Signal};
 
 /// Every header name the parsers and classifier read.
-const KNOWN: [&str; 14] = [
+const KNOWN: [&str; 15] = [
     "retry-after",
+    "retry-after-ms",
     "x-amz-retry-after",
     "grpc-retry-pushback-ms",
     "grpc-status",

@@ -514,10 +514,20 @@ mod http_support {
     pub fn classify_parts(status: &http::StatusCode, headers: &http::HeaderMap) -> Signal {
         Classifier::new().classify_http(*status, headers, None)
     }
+
+    /// Classifies a `(&StatusCode, &HeaderMap)` pair and reads its hints
+    /// with the default [`Classifier`]; `now` is the wall-clock time.
+    pub fn outcome_parts(
+        status: &http::StatusCode,
+        headers: &http::HeaderMap,
+        now: SystemTime,
+    ) -> Outcome {
+        Classifier::new().outcome(status.as_u16(), headers, None, now)
+    }
 }
 
 #[cfg(feature = "http")]
-pub use http_support::classify_parts;
+pub use http_support::{classify_parts, outcome_parts};
 
 /// Tolerant, non-recursive scanners over untrusted bodies.
 mod scan {
@@ -951,6 +961,7 @@ mod tests {
         assert_eq!(o.hints.reset_after, Some(Duration::from_secs(60)));
         assert_eq!(c.outcome_response_head(&r, now), o);
         assert_eq!(classify_parts(&r.status(), r.headers()), Signal::Throttled);
+        assert_eq!(outcome_parts(&r.status(), r.headers(), now), o);
         let ok = http::Response::builder().status(200).body(())?;
         assert_eq!(c.classify_response_head(&ok), Signal::Success);
         assert_eq!(

@@ -7,7 +7,8 @@
 //! |---|---|---|
 //! | `Retry-After` (RFC 9110) | wait before retrying | delta-seconds **or** an HTTP-date |
 //! | `x-amz-retry-after` (AWS) | wait before retrying | milliseconds |
-//! | `grpc-retry-pushback-ms` (gRPC) | wait before retrying | milliseconds; negative = "don't retry" |
+//! | `retry-after-ms` (OpenAI, Azure) | wait before retrying | milliseconds |
+//! | `grpc-retry-pushback-ms` (gRPC) | wait before retrying | milliseconds; negative = "don't retry" (ignored here) |
 //! | `RateLimit-Limit` / `-Remaining` / `-Reset` (IETF drafts ≤ 06) | quota, what is left, time to reset | count, count, delta-seconds |
 //! | `X-RateLimit-Limit` / `-Remaining` / `-Reset` (GitHub and many others) | same | count, count, **epoch seconds** (GitHub) or delta-seconds |
 //! | `RateLimit` (IETF drafts ≥ 07, structured field) | `"policy";r=<remaining>;t=<reset>` | count, delta-seconds |
@@ -373,6 +374,10 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
             .and_then(|r| r.delay_from(now)),
         headers
             .header("x-amz-retry-after")
+            .and_then(parse_u64)
+            .map(Duration::from_millis),
+        headers
+            .header("retry-after-ms")
             .and_then(parse_u64)
             .map(Duration::from_millis),
         headers
@@ -968,6 +973,11 @@ mod tests {
         assert_eq!(
             parse_hints(&h, at(0)).retry_after,
             Some(Duration::from_millis(2500))
+        );
+        let h = [("retry-after-ms", "3100"), ("Retry-After", "3")];
+        assert_eq!(
+            parse_hints(&h, at(0)).retry_after,
+            Some(Duration::from_millis(3100))
         );
         let h = [("grpc-retry-pushback-ms", "-1")];
         assert_eq!(parse_hints(&h, at(0)).retry_after, None);
