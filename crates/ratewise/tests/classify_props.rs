@@ -310,3 +310,43 @@ proptest! {
         );
     }
 }
+
+#[cfg(feature = "http")]
+proptest! {
+    /// An `http::HeaderMap` and a slice of pairs holding the same headers
+    /// classify and parse identically.
+    #[test]
+    fn header_map_agrees_with_pairs(
+        status in 100u16..1000,
+        hs in proptest::collection::vec((known_name(), arbitrary_bytes()), 0..8),
+        body in proptest::option::of(arbitrary_bytes()),
+        now in wall_clock(),
+    ) {
+        let mut map = http::HeaderMap::new();
+        let mut pairs = Vec::new();
+        for (name, value) in hs {
+            let (Ok(n), Ok(v)) = (
+                http::HeaderName::from_bytes(&name),
+                http::HeaderValue::from_bytes(&value),
+            ) else {
+                continue;
+            };
+            map.append(n, v);
+            pairs.push((name, value));
+        }
+        let c = Classifier::new();
+        prop_assert_eq!(
+            c.outcome(status, &map, body.as_deref(), now),
+            c.outcome(status, &pairs, body.as_deref(), now)
+        );
+        let mut builder = http::Response::builder().status(status);
+        for (n, v) in &map {
+            builder = builder.header(n, v);
+        }
+        let response = builder.body(body.clone().unwrap_or_default()).unwrap();
+        prop_assert_eq!(
+            c.outcome_response(&response, now),
+            c.outcome(status, &pairs, Some(body.as_deref().unwrap_or_default()), now)
+        );
+    }
+}

@@ -83,6 +83,15 @@ pub trait HeaderSource {
     /// The value of the first header called `name` (ASCII case-insensitive),
     /// as raw bytes.
     fn header(&self, name: &str) -> Option<&[u8]>;
+
+    /// Every value of the headers called `name`, in order. Structured
+    /// fields (`RateLimit`, `RateLimit-Policy`) may be split over several
+    /// field lines and are read through this. The provided method returns
+    /// at most the first value; implementations that can hold repeated
+    /// headers override it.
+    fn header_values(&self, name: &str) -> Vec<&[u8]> {
+        self.header(name).into_iter().collect()
+    }
 }
 
 impl<K: AsRef<[u8]>, V: AsRef<[u8]>> HeaderSource for [(K, V)] {
@@ -91,11 +100,20 @@ impl<K: AsRef<[u8]>, V: AsRef<[u8]>> HeaderSource for [(K, V)] {
             .find(|(k, _)| k.as_ref().eq_ignore_ascii_case(name.as_bytes()))
             .map(|(_, v)| v.as_ref())
     }
+    fn header_values(&self, name: &str) -> Vec<&[u8]> {
+        self.iter()
+            .filter(|(k, _)| k.as_ref().eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v.as_ref())
+            .collect()
+    }
 }
 
 impl<K: AsRef<[u8]>, V: AsRef<[u8]>, const N: usize> HeaderSource for [(K, V); N] {
     fn header(&self, name: &str) -> Option<&[u8]> {
         HeaderSource::header(&self[..], name)
+    }
+    fn header_values(&self, name: &str) -> Vec<&[u8]> {
+        HeaderSource::header_values(&self[..], name)
     }
 }
 
@@ -103,11 +121,17 @@ impl<K: AsRef<[u8]>, V: AsRef<[u8]>> HeaderSource for Vec<(K, V)> {
     fn header(&self, name: &str) -> Option<&[u8]> {
         HeaderSource::header(&self[..], name)
     }
+    fn header_values(&self, name: &str) -> Vec<&[u8]> {
+        HeaderSource::header_values(&self[..], name)
+    }
 }
 
 impl<T: HeaderSource + ?Sized> HeaderSource for &T {
     fn header(&self, name: &str) -> Option<&[u8]> {
         (**self).header(name)
+    }
+    fn header_values(&self, name: &str) -> Vec<&[u8]> {
+        (**self).header_values(name)
     }
 }
 
@@ -115,6 +139,12 @@ impl<T: HeaderSource + ?Sized> HeaderSource for &T {
 impl HeaderSource for http::HeaderMap {
     fn header(&self, name: &str) -> Option<&[u8]> {
         http::HeaderMap::get(self, name).map(http::HeaderValue::as_bytes)
+    }
+    fn header_values(&self, name: &str) -> Vec<&[u8]> {
+        self.get_all(name)
+            .iter()
+            .map(http::HeaderValue::as_bytes)
+            .collect()
     }
 }
 
@@ -423,14 +453,17 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
 /// longest reset. Its limit comes from the policy of the same name, or from
 /// the only policy when there is just one.
 fn structured_hints<H: HeaderSource + ?Sized>(headers: &H) -> ServerHints {
-    let items = headers
-        .header("ratelimit")
-        .map(parse_rate_limit_field)
-        .unwrap_or_default();
-    let policies = headers
-        .header("ratelimit-policy")
-        .map(parse_rate_limit_policy_field)
-        .unwrap_or_default();
+    // Repeated field lines of a structured field form one list.
+    let items: Vec<RateLimitItem> = headers
+        .header_values("ratelimit")
+        .into_iter()
+        .flat_map(parse_rate_limit_field)
+        .collect();
+    let policies: Vec<RateLimitPolicy> = headers
+        .header_values("ratelimit-policy")
+        .into_iter()
+        .flat_map(parse_rate_limit_policy_field)
+        .collect();
     let tightest = items.iter().min_by(|a, b| {
         let ra = a.remaining.unwrap_or(u64::MAX);
         let rb = b.remaining.unwrap_or(u64::MAX);
@@ -1082,6 +1115,20 @@ mod tests {
     }
 
     #[test]
+    fn structured_fields_split_over_several_lines() {
+        let h = [
+            ("RateLimit-Policy", r#""burst";q=100;w=60"#),
+            ("RateLimit", r#""burst";r=50;t=30"#),
+            ("RateLimit-Policy", r#""daily";q=1000;w=86400"#),
+            ("RateLimit", r#""daily";r=10;t=3600"#),
+        ];
+        let hints = parse_hints(&h, at(0));
+        assert_eq!(hints.remaining, Some(10));
+        assert_eq!(hints.limit, Some(1000));
+        assert_eq!(hints.reset_after, Some(Duration::from_secs(3600)));
+    }
+
+    #[test]
     fn structured_fields_of_draft_07() {
         let h = [
             ("RateLimit", "limit=10, remaining=3, reset=7"),
@@ -1143,5 +1190,19 @@ mod tests {
         let hints = parse_hints(&map, at(0));
         assert_eq!(hints.retry_after, Some(Duration::from_secs(7)));
         assert_eq!(hints.remaining, Some(3));
+
+        let mut map = http::HeaderMap::new();
+        map.append(
+            "ratelimit",
+            http::HeaderValue::from_static(r#""a";r=9;t=1"#),
+        );
+        map.append(
+            "ratelimit",
+            http::HeaderValue::from_static(r#""b";r=2;t=8"#),
+        );
+        assert_eq!(map.header_values("RateLimit").len(), 2);
+        let hints = parse_hints(&map, at(0));
+        assert_eq!(hints.remaining, Some(2));
+        assert_eq!(hints.reset_after, Some(Duration::from_secs(8)));
     }
 }
