@@ -8,7 +8,7 @@
 //! | `429 Too Many Requests` | everyone | [`Signal::Throttled`] |
 //! | `503` **with** `Retry-After` / `x-amz-retry-after` | overloaded servers, S3 | `Throttled` (without one: [`Signal::ServerError`]) |
 //! | `403` + JSON error reason `rateLimitExceeded` / `userRateLimitExceeded` (or `RATE_LIMIT_EXCEEDED`, status `RESOURCE_EXHAUSTED`) | Google APIs | `Throttled` |
-//! | `403` + `retry-after`, or `x-ratelimit-remaining: 0`, or a body about a secondary / exceeded rate limit | GitHub | `Throttled` |
+//! | `403` + `retry-after`, or `x-ratelimit-remaining: 0` (or zero remaining in any rate-limit header), or a body about a secondary / exceeded rate limit | GitHub | `Throttled` |
 //! | `200` + a GraphQL error of type `RATE_LIMITED` | GitHub GraphQL | `Throttled` (can be switched off) |
 //! | `grpc-status: 8` / `RESOURCE_EXHAUSTED` | gRPC | `Throttled` |
 //! | error code `ThrottlingException`, `SlowDown`, … (from `x-amzn-ErrorType`, JSON `__type` / `code`, or XML `<Code>`) | AWS | `Throttled` |
@@ -413,7 +413,8 @@ fn google_rate_limited(body: Option<&[u8]>) -> bool {
 }
 
 /// GitHub's 403s: a secondary limit (with `retry-after`, or the message), or
-/// the primary limit exhausted (`x-ratelimit-remaining: 0`).
+/// the primary limit exhausted (`x-ratelimit-remaining: 0`, or the same from
+/// any other rate-limit header family).
 fn github_rate_limited(r: &ResponseView<'_>) -> bool {
     const MESSAGES: [&[u8]; 3] = [
         b"secondary rate limit",
@@ -423,10 +424,9 @@ fn github_rate_limited(r: &ResponseView<'_>) -> bool {
     r.headers
         .header("retry-after")
         .is_some_and(|v| !trim(v).is_empty())
-        || r.headers
-            .header("x-ratelimit-remaining")
-            .and_then(headers::parse_u64)
-            == Some(0)
+        // Any header family that reports nothing left; the wall-clock time
+        // does not affect `remaining`.
+        || parse_hints(r.headers, SystemTime::UNIX_EPOCH).remaining == Some(0)
         || r.body.is_some_and(|b| {
             MESSAGES
                 .iter()
@@ -767,6 +767,14 @@ mod tests {
             ("x-ratelimit-remaining", "4999"),
         ];
         assert_eq!(classify(403, &plenty, None), Signal::Failure);
+        assert_eq!(
+            classify(403, &[("RateLimit-Remaining", "0")], None),
+            Signal::Throttled
+        );
+        assert_eq!(
+            classify(403, &[("RateLimit", r#""d";r=0;t=9"#)], None),
+            Signal::Throttled
+        );
         let secondary = br#"{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again.","documentation_url":"https://docs.github.com/rest/overview/resources-in-the-rest-api#secondary-rate-limits"}"#;
         assert_eq!(classify(403, &NONE, Some(secondary)), Signal::Throttled);
         let primary_body = br#"{"message":"API rate limit exceeded for 192.0.2.1. (But here's the good news: Authenticated requests get a higher rate limit.)"}"#;

@@ -234,7 +234,7 @@ pub fn parse_delta_seconds(value: &[u8]) -> Option<Duration> {
 /// * ANSI C `asctime()`: `Sun Nov  6 08:49:37 1994`.
 ///
 /// The weekday is optional and not cross-checked; the zone must be `GMT` or
-/// `UTC` when present. Years run 1970–9999; anything else is `None`.
+/// `UTC` (any case) when present. Years run 1970–9999; anything else is `None`.
 ///
 /// This is hand-written rather than taken from a crate: it is about a hundred
 /// lines, has no dependency, and is covered by the same no-panic property
@@ -270,7 +270,8 @@ pub fn parse_http_date(value: &[u8]) -> Option<SystemTime> {
         let time = tokens.next()?;
         match tokens.next() {
             None => {}
-            Some(zone) if zone == b"GMT" || zone == b"UTC" => {}
+            Some(zone)
+                if zone.eq_ignore_ascii_case(b"GMT") || zone.eq_ignore_ascii_case(b"UTC") => {}
             Some(_) => return None,
         }
         if tokens.next().is_some() {
@@ -921,6 +922,7 @@ mod tests {
         assert_eq!(parse_http_date(b"Sun, 06 Nov 1994 08:49:37 GMT"), expected);
         assert_eq!(parse_http_date(b"Sunday, 06-Nov-94 08:49:37 GMT"), expected);
         assert_eq!(parse_http_date(b"Sun Nov  6 08:49:37 1994"), expected);
+        assert_eq!(parse_http_date(b"Sun, 06 Nov 1994 08:49:37 gmt"), expected);
         // MDN's example.
         assert_eq!(
             parse_http_date(b"Wed, 21 Oct 2015 07:28:00 GMT"),
