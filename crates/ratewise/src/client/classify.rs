@@ -916,6 +916,16 @@ mod tests {
     }
 
     #[test]
+    fn classifier_is_shareable_between_tasks() {
+        fn assert_send_sync<T: Send + Sync + Clone + 'static>(_: &T) {}
+        let c = Classifier::new().with_throttle_predicate(|r| r.status == 418);
+        assert_send_sync(&c);
+        let for_task = c.clone();
+        let handle = std::thread::spawn(move || for_task.classify(418, &NONE, None));
+        assert_eq!(handle.join().ok(), Some(Signal::Throttled));
+    }
+
+    #[test]
     fn user_predicate_is_consulted_first() {
         let c = Classifier::new().with_throttle_predicate(|r| {
             r.body.is_some_and(|b| b.windows(5).any(|w| w == b"quota"))
