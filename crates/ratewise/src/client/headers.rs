@@ -14,6 +14,11 @@
 //! | `RateLimit` (IETF drafts ≥ 07, structured field) | `"policy";r=<remaining>;t=<reset>` | count, delta-seconds |
 //! | `RateLimit-Policy` (IETF drafts ≥ 07, structured field) | `"policy";q=<quota>;w=<window>` | count, seconds |
 //!
+//! Both `*-Reset` headers are told apart by magnitude: a value of at least
+//! 10⁹ (September 2001 as epoch seconds; no window is 31 years long) is an
+//! epoch instant, in milliseconds from 10¹² on; anything smaller is
+//! delta-seconds. A reset instant already past reads as zero.
+//!
 //! [`parse_hints`] reads all of them from any [`HeaderSource`] and returns one
 //! [`ServerHints`]. The single-header parsers ([`parse_retry_after`],
 //! [`parse_http_date`], [`parse_delta_seconds`], [`parse_rate_limit_field`],
