@@ -38,6 +38,7 @@
 //! |---|---|---|---|
 //! | [`Gcra`] | one atomic word, lock-free | up to `burst` | yes |
 //! | [`TokenBucket`] | balance + time | up to `burst` | yes |
+//! | [`LeakyMeter`] | level + time | up to `burst` | yes |
 //!
 //! Answers are [`Decision`]s that carry their evidence — limit, remaining,
 //! reset and retry-after — so a server can write `RateLimit-*` and
@@ -55,15 +56,19 @@ pub mod client;
 pub mod decision;
 pub mod error;
 pub mod gcra;
+pub mod leaky_meter;
 pub mod limiter;
 pub mod quota;
 mod sync;
+#[cfg(test)]
+mod test_support;
 pub mod time;
 pub mod token_bucket;
 
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError, ReserveError};
 pub use gcra::Gcra;
+pub use leaky_meter::LeakyMeter;
 pub use limiter::{RateLimiter, Reservation};
 pub use quota::Quota;
 pub use time::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
