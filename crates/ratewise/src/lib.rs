@@ -39,6 +39,7 @@
 //! | [`Gcra`] | one atomic word, lock-free | up to `burst` | yes |
 //! | [`TokenBucket`] | balance + time | up to `burst` | yes |
 //! | [`LeakyMeter`] | level + time | up to `burst` | yes |
+//! | [`LeakyQueue`] | one departure time | never at the output (admitted requests are delayed) | yes |
 //!
 //! Answers are [`Decision`]s that carry their evidence — limit, remaining,
 //! reset and retry-after — so a server can write `RateLimit-*` and
@@ -57,6 +58,7 @@ pub mod decision;
 pub mod error;
 pub mod gcra;
 pub mod leaky_meter;
+pub mod leaky_queue;
 pub mod limiter;
 pub mod quota;
 mod sync;
@@ -69,6 +71,7 @@ pub use decision::Decision;
 pub use error::{CheckError, QuotaError, ReserveError};
 pub use gcra::Gcra;
 pub use leaky_meter::LeakyMeter;
+pub use leaky_queue::LeakyQueue;
 pub use limiter::{RateLimiter, Reservation};
 pub use quota::Quota;
 pub use time::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
