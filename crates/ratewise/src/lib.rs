@@ -40,6 +40,7 @@
 //! | [`TokenBucket`] | balance + time | up to `burst` | yes |
 //! | [`LeakyMeter`] | level + time | up to `burst` | yes |
 //! | [`LeakyQueue`] | one departure time | never at the output (admitted requests are delayed) | yes |
+//! | [`FixedWindow`] | window index + count | up to `2·burst` across a boundary | no |
 //!
 //! Answers are [`Decision`]s that carry their evidence — limit, remaining,
 //! reset and retry-after — so a server can write `RateLimit-*` and
@@ -56,6 +57,7 @@
 pub mod client;
 pub mod decision;
 pub mod error;
+pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_meter;
 pub mod leaky_queue;
@@ -69,6 +71,7 @@ pub mod token_bucket;
 
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError, ReserveError};
+pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use leaky_meter::LeakyMeter;
 pub use leaky_queue::LeakyQueue;
