@@ -245,12 +245,10 @@ impl<C: Clock> RateLimiter for FixedWindow<C> {
     }
 
     fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
-        if now > reservation.act_at {
-            return 0;
-        }
         let mut s = self.lock();
         s.last = s.last.max(now.as_nanos());
-        if reservation.mark != s.index {
+        // Past its act time (on the limiter's clock) it may have been used.
+        if s.last > reservation.act_at.as_nanos() || reservation.mark != s.index {
             return 0;
         }
         let back = reservation.cost.min(s.count);

@@ -236,11 +236,12 @@ impl<C: Clock> RateLimiter for LeakyQueue<C> {
     }
 
     fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
-        if now > reservation.act_at {
-            return 0;
-        }
         let mut s = self.lock();
         s.last = s.last.max(now.as_nanos());
+        // Past its act time (on the queue's clock) it may have been used.
+        if s.last > reservation.act_at.as_nanos() {
+            return 0;
+        }
         // Only the last request in the queue can leave without leaving a hole
         // that a newcomer would fill out of order.
         if s.tail != reservation.mark || reservation.mark < reservation.cost {

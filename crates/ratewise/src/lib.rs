@@ -41,6 +41,7 @@
 //! | [`LeakyMeter`] | level + time | up to `burst` | yes |
 //! | [`LeakyQueue`] | one departure time | never at the output (admitted requests are delayed) | yes |
 //! | [`FixedWindow`] | window index + count | up to `2·burst` across a boundary | no |
+//! | [`SlidingWindowCounter`] | window index + two counts | up to `burst`, estimated | no (estimate) |
 //!
 //! Answers are [`Decision`]s that carry their evidence — limit, remaining,
 //! reset and retry-after — so a server can write `RateLimit-*` and
@@ -63,6 +64,7 @@ pub mod leaky_meter;
 pub mod leaky_queue;
 pub mod limiter;
 pub mod quota;
+pub mod sliding_window_counter;
 mod sync;
 #[cfg(test)]
 mod test_support;
@@ -77,5 +79,6 @@ pub use leaky_meter::LeakyMeter;
 pub use leaky_queue::LeakyQueue;
 pub use limiter::{RateLimiter, Reservation};
 pub use quota::Quota;
+pub use sliding_window_counter::SlidingWindowCounter;
 pub use time::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
 pub use token_bucket::TokenBucket;
