@@ -42,6 +42,7 @@
 //! | [`LeakyQueue`] | one departure time | never at the output (admitted requests are delayed) | yes |
 //! | [`FixedWindow`] | window index + count | up to `2·burst` across a boundary | no |
 //! | [`SlidingWindowCounter`] | window index + two counts | up to `burst`, estimated | no (estimate) |
+//! | [`SlidingWindowLog`] | up to `burst` timestamps | up to `burst` in any window | yes |
 //!
 //! Answers are [`Decision`]s that carry their evidence — limit, remaining,
 //! reset and retry-after — so a server can write `RateLimit-*` and
@@ -65,6 +66,7 @@ pub mod leaky_queue;
 pub mod limiter;
 pub mod quota;
 pub mod sliding_window_counter;
+pub mod sliding_window_log;
 mod sync;
 #[cfg(test)]
 mod test_support;
@@ -80,5 +82,6 @@ pub use leaky_queue::LeakyQueue;
 pub use limiter::{RateLimiter, Reservation};
 pub use quota::Quota;
 pub use sliding_window_counter::SlidingWindowCounter;
+pub use sliding_window_log::SlidingWindowLog;
 pub use time::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
 pub use token_bucket::TokenBucket;
