@@ -399,6 +399,22 @@ mod tests {
         assert!(l.peek_at(4, ms(1600)).unwrap().allowed);
     }
 
+    proptest::proptest! {
+        /// Exact retry_after, denials change nothing, and at most
+        /// `b·(⌈D/W⌉ + 1)` units are admitted within any span of `D` ns
+        /// (a span meets at most `⌈D/W⌉ + 1` windows).
+        #[test]
+        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
+            let q = Quota::from_parts(i, b).unwrap();
+            let w = i * b;
+            crate::test_support::check_workload(
+                || FixedWindow::with_clock(q, ManualClock::new()),
+                &ops,
+                |span| b * (span.div_ceil(w) + 1),
+            );
+        }
+    }
+
     #[test]
     fn is_send_sync() {
         fn assert_send_sync<T: Send + Sync>() {}

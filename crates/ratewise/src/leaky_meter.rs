@@ -373,6 +373,20 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Exact retry_after, denials change nothing, and at most
+        /// `b + ⌊D/I⌋` units are admitted within any span of `D` ns.
+        #[test]
+        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
+            let q = Quota::from_parts(i, b).unwrap();
+            crate::test_support::check_workload(
+                || LeakyMeter::with_clock(q, ManualClock::new()),
+                &ops,
+                |span| b + span / i,
+            );
+        }
+    }
+
     #[test]
     fn is_send_sync() {
         fn assert_send_sync<T: Send + Sync>() {}

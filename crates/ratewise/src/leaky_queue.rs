@@ -404,6 +404,32 @@ mod tests {
         assert!(!l.check_at(1, ms(0)).unwrap().allowed);
     }
 
+    proptest::proptest! {
+        /// Exact retry_after, denials change nothing, at most `b + ⌊D/I⌋`
+        /// units admitted within any span of `D` ns; departures are spaced
+        /// by the previous weight and no admitted request waits more than
+        /// `(b − n)·I`.
+        #[test]
+        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
+            let q = Quota::from_parts(i, b).unwrap();
+            let admitted = crate::test_support::check_workload(
+                || LeakyQueue::with_clock(q, ManualClock::new()),
+                &ops,
+                |span| b + span / i,
+            );
+            let mut prev: Option<(u64, u64)> = None;
+            for (t, n, d) in admitted {
+                let delay = u64::try_from(d.delay.as_nanos()).unwrap();
+                proptest::prop_assert!(delay <= (b - n) * i);
+                let departure = t + delay;
+                if let Some((pd, pn)) = prev {
+                    proptest::prop_assert!(departure >= pd + pn * i);
+                }
+                prev = Some((departure, n));
+            }
+        }
+    }
+
     #[test]
     fn is_send_sync() {
         fn assert_send_sync<T: Send + Sync>() {}

@@ -471,6 +471,22 @@ mod tests {
         assert!(!l.peek_at(1, ms(1500)).unwrap().allowed);
     }
 
+    proptest::proptest! {
+        /// Exact retry_after, denials change nothing, and at most
+        /// `b + ⌊D/I⌋` units are admitted within any span of `D` ns: the
+        /// estimate falls by at most `b/W = 1/I` per nanosecond, across
+        /// boundaries too, so it is a leaky bucket's level in disguise.
+        #[test]
+        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
+            let q = Quota::from_parts(i, b).unwrap();
+            crate::test_support::check_workload(
+                || SlidingWindowCounter::with_clock(q, ManualClock::new()),
+                &ops,
+                |span| b + span / i,
+            );
+        }
+    }
+
     #[test]
     fn is_send_sync() {
         fn assert_send_sync<T: Send + Sync>() {}

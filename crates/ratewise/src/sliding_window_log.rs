@@ -473,6 +473,23 @@ mod tests {
         assert!(l.check_at(5, ms(500)).unwrap().allowed);
     }
 
+    proptest::proptest! {
+        /// Exact retry_after, denials change nothing, and at most
+        /// `b·⌈(D + 1)/W⌉` units are admitted within any span of `D` ns (at
+        /// most `b` in each of the `⌈(D + 1)/W⌉` windows `(t − W, t]` that
+        /// cover it).
+        #[test]
+        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
+            let q = Quota::from_parts(i, b).unwrap();
+            let w = i * b;
+            crate::test_support::check_workload(
+                || SlidingWindowLog::with_clock(q, ManualClock::new()),
+                &ops,
+                |span| b * (span + 1).div_ceil(w),
+            );
+        }
+    }
+
     #[test]
     fn is_send_sync() {
         fn assert_send_sync<T: Send + Sync>() {}

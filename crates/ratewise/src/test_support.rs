@@ -44,3 +44,83 @@ pub(crate) fn assert_retry_exact<L: RateLimiter>(l: &L, n: u64, now: Timestamp) 
     assert!(ok.allowed, "denied at now + retry_after ({at})");
     at
 }
+
+/// A random workload for property tests: a quota's raw parts and a list of
+/// `(time step, weight)` checks, scaled to the quota so that every regime
+/// (idle, saturated, window boundaries) is reached.
+pub(crate) fn workload() -> impl proptest::strategy::Strategy<Value = (u64, u64, Vec<(u64, u64)>)> {
+    use proptest::prelude::*;
+    (1u64..=40, 1u64..=8).prop_flat_map(|(interval, burst)| {
+        let window = interval * burst;
+        let step = prop_oneof![
+            3 => Just(0u64),
+            4 => 0..=interval,
+            2 => 0..=3 * window,
+        ];
+        let ops = proptest::collection::vec((step, 1..=burst), 1..80);
+        (Just(interval), Just(burst), ops)
+    })
+}
+
+/// Runs `ops` (time steps and weights) through a limiter from `make` and
+/// checks, for every request:
+///
+/// * a denial changes nothing (an immediate peek answers the same);
+/// * a denial's `retry_after` is exact: on a replica that saw the same
+///   history, the request is still denied 1 ns before `now + retry_after`
+///   and admitted at it;
+/// * for every two admissions, the weight admitted between them (inclusive)
+///   is at most `bound(span)`.
+///
+/// Returns the admissions as `(time, weight, decision)`.
+pub(crate) fn check_workload<L: RateLimiter>(
+    make: impl Fn() -> L,
+    ops: &[(u64, u64)],
+    bound: impl Fn(u64) -> u64,
+) -> Vec<(u64, u64, crate::Decision)> {
+    let l = make();
+    let mut t = 0u64;
+    let mut admitted = Vec::new();
+    for (k, &(dt, n)) in ops.iter().enumerate() {
+        t += dt;
+        let now = Timestamp::from_nanos(t);
+        let d = l.check_at(n, now).unwrap();
+        if d.allowed {
+            admitted.push((t, n, d));
+            continue;
+        }
+        assert_eq!(l.peek_at(n, now).unwrap(), d, "a denial changed the state");
+        let retry = d.retry_after.expect("a denial carries retry_after");
+        assert!(retry > Duration::ZERO);
+        let replica = make();
+        let mut u = 0u64;
+        for &(dt, n) in &ops[..k] {
+            u += dt;
+            let _ = replica.check_at(n, Timestamp::from_nanos(u));
+        }
+        let at = now + retry;
+        let early = replica
+            .check_at(n, Timestamp::from_nanos(at.as_nanos() - 1))
+            .unwrap();
+        assert!(!early.allowed, "admitted 1 ns before retry_after");
+        assert!(
+            replica.check_at(n, at).unwrap().allowed,
+            "denied at retry_after"
+        );
+    }
+    for (i, &(ti, _, _)) in admitted.iter().enumerate() {
+        let mut sum = 0;
+        for &(tj, nj, _) in &admitted[i..] {
+            // Times never decrease, so this prefix is the weight admitted in
+            // [ti, tj] once `j` is the last admission at `tj`.
+            sum += nj;
+            assert!(
+                sum <= bound(tj - ti),
+                "{sum} admitted within {} ns, bound {}",
+                tj - ti,
+                bound(tj - ti)
+            );
+        }
+    }
+    admitted
+}
