@@ -106,7 +106,7 @@ impl State {
             t
         } else {
             // The next window is empty, and `n ≤ burst`.
-            self.start(t / self.window() + 1)
+            self.start((t / self.window()).saturating_add(1))
         }
     }
 
@@ -121,7 +121,7 @@ impl State {
 
     fn decision(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
         let t = now.max(self.start(self.index));
-        let end = self.start(t / self.window() + 1);
+        let end = self.start((t / self.window()).saturating_add(1));
         Decision {
             allowed: retry_at.is_none(),
             limit: self.quota.burst(),
@@ -412,6 +412,17 @@ mod tests {
                 &ops,
                 |span| b * (span.div_ceil(w) + 1),
             );
+        }
+    }
+
+    #[test]
+    fn extreme_times_do_not_panic() {
+        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
+            let q = Quota::from_parts(i, b).unwrap();
+            for n in [1, b] {
+                let l = FixedWindow::with_clock(q, ManualClock::new());
+                crate::test_support::exercise_extremes(&l, n);
+            }
         }
     }
 

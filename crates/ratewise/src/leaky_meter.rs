@@ -152,8 +152,8 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
         let debt = s.level.saturating_sub(s.capacity());
         let used = (s.level - debt) * new_e;
         let used = used.div_ceil(old_e).min(u128::from(quota.window_nanos()));
-        let debt = (debt * new_e).div_ceil(old_e);
-        s.level = used + debt;
+        let debt = debt.saturating_mul(new_e).div_ceil(old_e);
+        s.level = used.saturating_add(debt);
         s.quota = quota;
     }
 
@@ -165,7 +165,7 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
         match s.wait_for(cost) {
             0 => {
                 s.level += cost;
-                s.ledger += cost;
+                s.ledger = s.ledger.saturating_add(cost);
                 Ok(s.decision(true, None))
             }
             wait => Ok(s.decision(false, Some(wait))),
@@ -202,8 +202,8 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
                 max_wait,
             });
         }
-        s.level += u128::from(cost);
-        s.ledger += u128::from(cost);
+        s.level = s.level.saturating_add(u128::from(cost));
+        s.ledger = s.ledger.saturating_add(u128::from(cost));
         let mark = clamp_u64(s.ledger);
         // Measured from the meter's own latest time, which is `now` unless
         // the caller's clock ran backwards.
@@ -384,6 +384,17 @@ mod tests {
                 &ops,
                 |span| b + span / i,
             );
+        }
+    }
+
+    #[test]
+    fn extreme_times_do_not_panic() {
+        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
+            let q = Quota::from_parts(i, b).unwrap();
+            for n in [1, b] {
+                let l = LeakyMeter::with_clock(q, ManualClock::new());
+                crate::test_support::exercise_extremes(&l, n);
+            }
         }
     }
 

@@ -124,3 +124,34 @@ pub(crate) fn check_workload<L: RateLimiter>(
     }
     admitted
 }
+
+/// Drives a limiter near the end of time with the given weight: nothing
+/// may panic or overflow, and answers stay well-formed.
+pub(crate) fn exercise_extremes<L: RateLimiter>(l: &L, n: u64) {
+    let times = [
+        0,
+        u64::MAX / 2,
+        u64::MAX - 3,
+        u64::MAX - 1,
+        u64::MAX,
+        5, // backwards
+        u64::MAX,
+    ];
+    for t in times {
+        let now = Timestamp::from_nanos(t);
+        for _ in 0..3 {
+            let d = l.check_at(n, now).unwrap();
+            assert!(d.remaining <= d.limit);
+            let _ = l.peek_at(n, now).unwrap();
+            if let Ok(r) = l.reserve_within_at(n, now, Duration::MAX) {
+                let _ = l.cancel_at(&r, now);
+                let _ = l.cancel_at(&r, now);
+            }
+            let r = l.reserve_within_at(n, now, Duration::ZERO);
+            if let Ok(r) = r {
+                let _ = l.cancel_at(&r, Timestamp::MAX);
+            }
+        }
+        l.set_quota_at(l.quota(), now);
+    }
+}
