@@ -40,9 +40,9 @@
 //! | [`TokenBucket`] | balance + time | up to `burst` | yes |
 //! | [`LeakyMeter`] | level + time | up to `burst` | yes |
 //! | [`LeakyQueue`] | one departure time | never at the output (admitted requests are delayed) | yes |
-//! | [`FixedWindow`] | window index + count | up to `2·burst` across a boundary | no |
-//! | [`SlidingWindowCounter`] | window index + two counts | up to `burst`, estimated | no (estimate) |
-//! | [`SlidingWindowLog`] | up to `burst` timestamps | up to `burst` in any window | yes |
+//! | [`FixedWindow`] | window index + count | up to `2·burst` across a boundary | per window only |
+//! | [`SlidingWindowCounter`] | window index + two counts | up to `burst` | no (trailing count is estimated) |
+//! | [`SlidingWindowLog`] | up to `burst` timestamps, 16 B each | at most `burst` in any window | yes |
 //!
 //! Answers are [`Decision`]s that carry their evidence — limit, remaining,
 //! reset and retry-after — so a server can write `RateLimit-*` and
