@@ -163,13 +163,18 @@ impl State {
         self.prune(at);
     }
 
-    fn decision(&self, caller_now: u64, retry_at: Option<u64>) -> Decision {
+    fn decision(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
         let w = self.quota.window_nanos();
         let empty_at = self.newest().map_or(caller_now, |at| at.saturating_add(w));
         Decision {
             allowed: retry_at.is_none(),
             limit: self.quota.burst(),
-            remaining: self.quota.burst().saturating_sub(self.total),
+            // Nothing is available before the floor (see `floor`).
+            remaining: if now < self.floor {
+                0
+            } else {
+                self.quota.burst().saturating_sub(self.total)
+            },
             reset_after: Duration::from_nanos(empty_at.saturating_sub(caller_now)),
             retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
             delay: Duration::ZERO,
@@ -242,10 +247,10 @@ impl<C: Clock> RateLimiter for SlidingWindowLog<C> {
         let (now, t0) = s.settle(caller);
         let at = s.earliest(n, t0);
         if at > now {
-            return Ok(s.decision(caller, Some(at)));
+            return Ok(s.decision(caller, now, Some(at)));
         }
         s.push(n, now);
-        Ok(s.decision(caller, None))
+        Ok(s.decision(caller, now, None))
     }
 
     fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
@@ -255,7 +260,7 @@ impl<C: Clock> RateLimiter for SlidingWindowLog<C> {
         // Pruning expired entries is not consuming.
         let (now, t0) = s.settle(caller);
         let at = s.earliest(n, t0);
-        Ok(s.decision(caller, (at > now).then_some(at)))
+        Ok(s.decision(caller, now, (at > now).then_some(at)))
     }
 
     fn reserve_within_at(
@@ -418,8 +423,9 @@ mod tests {
         // Before the reservation's time checks are denied, and told when
         // they pass; at 1.3 s the window (0.3 s, 1.3 s] holds only `r`.
         let d = l.peek_at(1, ms(500)).unwrap();
-        assert_eq!((d.allowed, d.remaining), (false, 5));
+        assert_eq!((d.allowed, d.remaining), (false, 0));
         assert_eq!(assert_retry_exact(&l, 1, ms(500)), ms(1300));
+        assert_eq!(l.peek_at(1, ms(1300)).unwrap().remaining, 4);
 
         let l = swl(10, 10);
         assert_eq!(admitted(&l, 4, 1, ms(0)), 4);
