@@ -441,6 +441,56 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// With reservations and cancellations mixed in, the departures of
+        /// what acts stay spaced by the preceding weight: cancelling never
+        /// lets a newcomer depart inside another request's slot.
+        #[test]
+        fn prop_output_never_bursts((i, b, ops) in crate::test_support::mixed_workload()) {
+            let l = LeakyQueue::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
+            // For the queue, a request acts at its departure.
+            let mut departures = Vec::new();
+            let mut t = 0u64;
+            let mut reservations = Vec::new();
+            for &(dt, kind, n) in &ops {
+                t += dt;
+                let now = Timestamp::from_nanos(t);
+                match kind {
+                    0 => {
+                        let d = l.check_at(n, now).unwrap();
+                        if d.allowed {
+                            departures.push(Some((t + u64::try_from(d.delay.as_nanos()).unwrap(), n)));
+                        }
+                    }
+                    1 | 2 => {
+                        let max_wait = if kind == 1 { Duration::MAX } else { Duration::from_nanos(n * 3) };
+                        if let Ok(r) = l.reserve_within_at(n, now, max_wait) {
+                            reservations.push((departures.len(), r));
+                            departures.push(Some((r.act_at().as_nanos(), n)));
+                        }
+                    }
+                    _ => {
+                        if reservations.is_empty() {
+                            continue;
+                        }
+                        let k = (n as usize) % reservations.len();
+                        let (slot, r) = reservations.swap_remove(k);
+                        let back = l.cancel_at(&r, now);
+                        if r.act_at() >= now {
+                            proptest::prop_assert!(back == 0 || back == r.weight());
+                            departures[slot] = None;
+                        }
+                    }
+                }
+            }
+            let mut departures: Vec<_> = departures.into_iter().flatten().collect();
+            departures.sort_unstable();
+            for w in departures.windows(2) {
+                proptest::prop_assert!(w[1].0 >= w[0].0 + w[0].1 * i, "{:?}", w);
+            }
+        }
+    }
+
     #[test]
     fn is_send_sync() {
         fn assert_send_sync<T: Send + Sync>() {}

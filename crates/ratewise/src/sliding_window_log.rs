@@ -507,6 +507,18 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// With reservations and cancellations mixed in, what acts (checks
+        /// admitted, reservations at their act time, minus those cancelled
+        /// in time) still respects the same span bound.
+        #[test]
+        fn prop_reservations_keep_the_bound((i, b, ops) in crate::test_support::mixed_workload()) {
+            let l = SlidingWindowLog::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
+            let acts = crate::test_support::run_mixed(&l, &ops);
+            crate::test_support::assert_span_bound(&acts, |span| b * (span + 1).div_ceil(i * b));
+        }
+    }
+
     #[test]
     fn is_send_sync() {
         fn assert_send_sync<T: Send + Sync>() {}

@@ -155,3 +155,90 @@ pub(crate) fn exercise_extremes<L: RateLimiter>(l: &L, n: u64) {
         l.set_quota_at(l.quota(), now);
     }
 }
+
+/// A random workload mixing checks (kind 0), reservations with an unbounded
+/// (kind 1) or short (kind 2) wait, and cancellations (kind 3, of an earlier
+/// reservation chosen by the weight field).
+pub(crate) fn mixed_workload(
+) -> impl proptest::strategy::Strategy<Value = (u64, u64, Vec<(u64, u8, u64)>)> {
+    use proptest::prelude::*;
+    (1u64..=40, 1u64..=8).prop_flat_map(|(interval, burst)| {
+        let window = interval * burst;
+        let step = prop_oneof![
+            3 => Just(0u64),
+            4 => 0..=interval,
+            2 => 0..=3 * window,
+        ];
+        let ops = proptest::collection::vec((step, 0u8..4, 1..=burst), 1..80);
+        (Just(interval), Just(burst), ops)
+    })
+}
+
+/// Runs a [`mixed_workload`] and returns what will act: `(act time, weight)`
+/// of every admitted check and every reservation not cancelled, in the order
+/// they were granted. Checks that cancelling never returns more than the
+/// reservation's weight, and that nothing can be cancelled after its act
+/// time.
+pub(crate) fn run_mixed<L: RateLimiter>(l: &L, ops: &[(u64, u8, u64)]) -> Vec<(u64, u64)> {
+    let mut t = 0u64;
+    let mut acts: Vec<Option<(u64, u64)>> = Vec::new();
+    let mut reservations: Vec<(usize, crate::Reservation)> = Vec::new();
+    for &(dt, kind, n) in ops {
+        t += dt;
+        let now = Timestamp::from_nanos(t);
+        match kind {
+            0 => {
+                if l.check_at(n, now).unwrap().allowed {
+                    acts.push(Some((t, n)));
+                }
+            }
+            1 | 2 => {
+                let max_wait = if kind == 1 {
+                    Duration::MAX
+                } else {
+                    Duration::from_nanos(n * 3)
+                };
+                if let Ok(r) = l.reserve_within_at(n, now, max_wait) {
+                    assert!(r.act_at() >= now);
+                    reservations.push((acts.len(), r));
+                    acts.push(Some((r.act_at().as_nanos(), n)));
+                }
+            }
+            _ => {
+                if reservations.is_empty() {
+                    continue;
+                }
+                let k = (n as usize) % reservations.len();
+                let (slot, r) = reservations.swap_remove(k);
+                let back = l.cancel_at(&r, now);
+                assert!(back <= r.weight());
+                if r.act_at() >= now {
+                    // Not yet due: the caller will not act.
+                    acts[slot] = None;
+                } else {
+                    assert_eq!(back, 0, "cancelled after its act time");
+                }
+            }
+        }
+    }
+    acts.into_iter().flatten().collect()
+}
+
+/// Asserts that the weight of `acts` within any span of `D` ns is at most
+/// `bound(D)`.
+pub(crate) fn assert_span_bound(acts: &[(u64, u64)], bound: impl Fn(u64) -> u64) {
+    let mut acts = acts.to_vec();
+    acts.sort_unstable();
+    for i in 0..acts.len() {
+        let mut sum = 0;
+        for &(tj, nj) in &acts[i..] {
+            sum += nj;
+            let span = tj - acts[i].0;
+            assert!(
+                sum <= bound(span),
+                "{sum} act within {span} ns, bound {}",
+                bound(span)
+            );
+        }
+    }
+}
