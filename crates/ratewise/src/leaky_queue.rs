@@ -26,7 +26,8 @@
 //! ```
 //!
 //! departs at `max(tail, now)`, and moves `tail` to `departure + n·interval`.
-//! Hence every admitted request waits at most `(burst − n)·interval`. An
+//! Hence every request admitted by a check waits at most
+//! `(burst − n)·interval` (a reservation may wait longer, see below). An
 //! overflowing request is denied, changes nothing, and is told
 //! `retry_after` = when enough work has drained for it to fit.
 //!
