@@ -33,10 +33,12 @@
 //!
 //! # Re-configuration
 //!
-//! [`RateLimiter::set_quota_at`] carries the latest window's count (if that
-//! window is current or in the future) into the window of the new length
-//! that contains the old window's start, capped at the new burst. Counts of
-//! earlier windows are forgotten, as they are at every boundary.
+//! [`RateLimiter::set_quota_at`] keeps the latest window's *free room* (if
+//! that window is current or in the future), capped at the new burst, in the
+//! window of the new length that contains the old window's start — the rule
+//! every algorithm follows (the token bucket's tokens). Keeping the count
+//! instead would let a burst lowered and raised again hand out capacity.
+//! Counts of earlier windows are forgotten, as they are at every boundary.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -186,10 +188,13 @@ impl<C: Clock> RateLimiter for FixedWindow<C> {
         } else {
             0
         };
+        // Keep the free room, not the count: capping the count at a smaller
+        // burst and then raising the burst again would hand out capacity.
+        let free = s.quota.burst().saturating_sub(used);
         s.quota = quota;
         let w = quota.window_nanos();
         s.index = (now / w).max(old_start / w);
-        s.count = used.min(quota.burst());
+        s.count = quota.burst() - free.min(quota.burst());
     }
 
     fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
@@ -377,10 +382,11 @@ mod tests {
     }
 
     #[test]
-    fn set_quota_keeps_the_count() {
+    fn set_quota_keeps_the_free_room() {
         let l = fixed(10, 10);
         assert_eq!(admitted(&l, 6, 1, ms(1500)), 6);
-        // 20 per 2 s window: window [0, 2 s) holds the 6.
+        // 20 per 2 s window, in window [0, 2 s): the 4 free units stay 4 (a
+        // larger burst hands nothing out by itself, as in the token bucket).
         l.set_quota_at(
             Quota::per_second(10).unwrap().with_burst(20).unwrap(),
             ms(1500),
@@ -388,15 +394,21 @@ mod tests {
         let d = l.peek_at(1, ms(1500)).unwrap();
         assert_eq!(
             (d.remaining, d.reset_after),
-            (14, Duration::from_millis(500))
+            (4, Duration::from_millis(500))
         );
-        // Down to a burst of 4: all used.
+        // Down to a burst of 2: the free room is capped at 2...
         l.set_quota_at(
-            Quota::per_second(10).unwrap().with_burst(4).unwrap(),
+            Quota::per_second(10).unwrap().with_burst(2).unwrap(),
+            ms(1500),
+        );
+        assert_eq!(admitted(&l, 5, 1, ms(1500)), 2);
+        // ...and back up to 20: nothing more until the window turns.
+        l.set_quota_at(
+            Quota::per_second(10).unwrap().with_burst(20).unwrap(),
             ms(1500),
         );
         assert!(!l.peek_at(1, ms(1500)).unwrap().allowed);
-        assert!(l.peek_at(4, ms(1600)).unwrap().allowed);
+        assert!(l.peek_at(20, ms(2000)).unwrap().allowed);
     }
 
     proptest::proptest! {

@@ -24,8 +24,9 @@
 //! * A `now` earlier than the latest time seen drains nothing.
 //!
 //! **Re-configuring** with [`RateLimiter::set_quota_at`] keeps the number of
-//! units in the bucket (the level is re-scaled to the new interval) and caps
-//! it at the new capacity, so what was used stays used.
+//! *free* units (capacity − level, re-scaled to the new interval and rounded
+//! towards less room), capped at the new capacity, exactly as the token
+//! bucket keeps its tokens; a debt from reservations stays a debt.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -144,16 +145,18 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
     fn set_quota_at(&self, quota: Quota, now: Timestamp) {
         let mut s = self.lock();
         s.drain(now.as_nanos());
-        // Keep the number of units in the bucket: re-scale the level to the
-        // new interval (rounding up, never in the caller's favour), then cap
-        // it so that at most the new capacity counts as used, plus any debt.
-        let old_e = u128::from(s.quota.emission_nanos());
-        let new_e = u128::from(quota.emission_nanos());
-        let debt = s.level.saturating_sub(s.capacity());
-        let used = (s.level - debt) * new_e;
-        let used = used.div_ceil(old_e).min(u128::from(quota.window_nanos()));
-        let debt = debt.saturating_mul(new_e).div_ceil(old_e);
-        s.level = used.saturating_add(debt);
+        // Keep the number of *free* units (capacity − level), as the token
+        // bucket keeps its tokens: re-scale to the new interval rounding
+        // towards less room, cap at the new capacity, and keep any debt.
+        // Preserving the level instead would hand out capacity when a burst
+        // is lowered and raised again.
+        let old_e = i128::from(s.quota.emission_nanos());
+        let new_e = i128::from(quota.emission_nanos());
+        let new_cap = i128::from(quota.window_nanos());
+        let free = i128::try_from(s.capacity()).unwrap_or(i128::MAX)
+            - i128::try_from(s.level).unwrap_or(i128::MAX);
+        let free = free.saturating_mul(new_e).div_euclid(old_e).min(new_cap);
+        s.level = u128::try_from(new_cap - free).unwrap_or(u128::MAX);
         s.quota = quota;
     }
 
@@ -355,15 +358,23 @@ mod tests {
     }
 
     #[test]
-    fn set_quota_keeps_used_units() {
+    fn set_quota_keeps_free_units() {
         let m = meter(10, 10);
         assert_eq!(admitted(&m, 6, 1, ms(0)), 6);
         m.set_quota_at(Quota::per_second(1).unwrap().with_burst(10).unwrap(), ms(0));
         assert_eq!(m.peek_at(1, ms(0)).unwrap().remaining, 4);
         // Draining at the new rate: one unit per second.
         assert_eq!(m.peek_at(1, ms(1000)).unwrap().remaining, 5);
+        // A smaller capacity caps the free units...
         m.set_quota_at(
             Quota::per_second(1).unwrap().with_burst(3).unwrap(),
+            ms(1000),
+        );
+        assert_eq!(m.peek_at(1, ms(1000)).unwrap().remaining, 3);
+        assert_eq!(admitted(&m, 5, 1, ms(1000)), 3);
+        // ...and raising it again hands nothing out by itself.
+        m.set_quota_at(
+            Quota::per_second(1).unwrap().with_burst(10).unwrap(),
             ms(1000),
         );
         assert_eq!(m.peek_at(1, ms(1000)).unwrap().remaining, 0);

@@ -39,9 +39,12 @@
 //!
 //! # Re-configuration
 //!
-//! [`RateLimiter::set_quota_at`] keeps the used units: the current estimate,
-//! rounded up, becomes the count of the current window of the new length
-//! (capped at the new burst), with an empty previous window.
+//! [`RateLimiter::set_quota_at`] keeps the free room: `burst − ⌈estimate⌉`
+//! units, capped at the new burst, stay free in the current window of the
+//! new length (whose count is set accordingly, with an empty previous
+//! window). This is the rule every algorithm follows (the token bucket's
+//! tokens); keeping the count would let a burst lowered and raised again
+//! hand out capacity.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -237,11 +240,14 @@ impl<C: Clock> RateLimiter for SlidingWindowCounter<C> {
         s.last = s.last.max(now.as_nanos());
         let t = s.last.max(s.start(s.index));
         let w = u128::from(s.window());
-        let used = s.weighted(0, t).div_ceil(w);
+        let used = u64::try_from(s.weighted(0, t).div_ceil(w)).unwrap_or(u64::MAX);
+        // Keep the free room, not the count: capping the count at a smaller
+        // burst and then raising the burst again would hand out capacity.
+        let free = s.quota.burst().saturating_sub(used);
         s.quota = quota;
         s.index = t / quota.window_nanos();
         s.prev = 0;
-        s.cur = u64::try_from(used).unwrap_or(u64::MAX).min(quota.burst());
+        s.cur = quota.burst() - free.min(quota.burst());
     }
 
     fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
@@ -455,17 +461,25 @@ mod tests {
     }
 
     #[test]
-    fn set_quota_keeps_used_units() {
+    fn set_quota_keeps_free_units() {
         let l = swc(10, 10);
         assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
-        // At 1.5 s five are counted; they carry over to the new quota.
+        // At 1.5 s five are counted, five free; a larger burst keeps five
+        // free (it hands nothing out by itself, as in the token bucket).
         l.set_quota_at(
             Quota::per_second(10).unwrap().with_burst(20).unwrap(),
             ms(1500),
         );
-        assert_eq!(l.peek_at(1, ms(1500)).unwrap().remaining, 15);
+        assert_eq!(l.peek_at(1, ms(1500)).unwrap().remaining, 5);
+        // A smaller burst caps the free room...
         l.set_quota_at(
             Quota::per_second(10).unwrap().with_burst(3).unwrap(),
+            ms(1500),
+        );
+        assert_eq!(admitted(&l, 5, 1, ms(1500)), 3);
+        // ...and raising it again gives nothing back.
+        l.set_quota_at(
+            Quota::per_second(10).unwrap().with_burst(20).unwrap(),
             ms(1500),
         );
         assert!(!l.peek_at(1, ms(1500)).unwrap().allowed);
