@@ -1,0 +1,683 @@
+//! The sans-IO state machines behind [`Debouncer`](super::Debouncer),
+//! [`EventThrottle`](super::EventThrottle) and [`Coalescer`](super::Coalescer).
+//!
+//! Each machine is told the time. Its inputs are "a call with this value at
+//! `now`" and "your timer fired at `now`"; its outputs are "fire this value
+//! now" (a returned `Option`/batch) and "arm the timer for `t`"
+//! ([`deadline`](DebounceCore::deadline) after every input). Nothing here
+//! sleeps, spawns or reads a clock, so the machines run unchanged under a
+//! tokio driver, a stream adapter, a simulator or a table test.
+//!
+//! A driver that may be late (its timer fired after a call at the same or a
+//! later instant was already processed) calls `settle(now)` before `call`:
+//! it completes whatever the timer owed, so the outcome never depends on
+//! which of two simultaneous events a scheduler happened to run first.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::time::Duration;
+
+use crate::time::Timestamp;
+
+// ---------------------------------------------------------------------------
+// Debounce
+// ---------------------------------------------------------------------------
+
+/// How a debouncer behaves. Built with [`DebounceConfig::new`] (trailing edge
+/// only) and adjusted with the chained setters.
+///
+/// `leading` is *silence-based*, as in lodash: calls during the quiet period
+/// are dropped and extend it, and the next leading fire needs `wait` of
+/// silence. A minimum-interval gate is an
+/// [`EventThrottleConfig`] with the trailing edge disabled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DebounceConfig {
+    wait: Duration,
+    leading: bool,
+    trailing: bool,
+    max_wait: Option<Duration>,
+}
+
+impl DebounceConfig {
+    /// A trailing-edge debouncer: fire the last value once `wait` has passed
+    /// since the last call. A zero `wait` defers to the driver's next tick
+    /// (it never fires inside the call).
+    pub const fn new(wait: Duration) -> Self {
+        DebounceConfig {
+            wait,
+            leading: false,
+            trailing: true,
+            max_wait: None,
+        }
+    }
+
+    /// Fire on the leading edge: the first call of a burst fires at once.
+    pub const fn leading(mut self, on: bool) -> Self {
+        self.leading = on;
+        self
+    }
+
+    /// Fire on the trailing edge (on by default). With both edges on, the
+    /// trailing fire happens only if there was more than one call in the
+    /// burst.
+    pub const fn trailing(mut self, on: bool) -> Self {
+        self.trailing = on;
+        self
+    }
+
+    /// Never hold a value back longer than `max_wait` under a continuous
+    /// stream of calls. Values below `wait` are raised to `wait`.
+    pub const fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// The quiet period.
+    pub const fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// The effective max-wait (already raised to at least `wait`), if set.
+    pub fn effective_max_wait(&self) -> Option<Duration> {
+        self.max_wait.map(|m| m.max(self.wait))
+    }
+
+    /// Whether the leading edge fires.
+    pub const fn is_leading(&self) -> bool {
+        self.leading
+    }
+
+    /// Whether the trailing edge fires.
+    pub const fn is_trailing(&self) -> bool {
+        self.trailing
+    }
+}
+
+/// The debounce state machine (lodash's model, told the time).
+///
+/// Invariants:
+/// * the held value is taken out *before* it is returned for firing, so a
+///   panicking action cannot leave a value to be delivered twice;
+/// * [`deadline`](Self::deadline) is `Some` exactly while lodash's single
+///   timer would be armed, and it is the exact time of the next
+///   decision: `min(last_call + wait, last_fire + max_wait)`;
+/// * a `now` earlier than the last call (a clock going backwards) is an
+///   edge, never a panic; durations saturate at zero.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::debounce::{DebounceConfig, DebounceCore};
+/// use ratewise::Timestamp;
+///
+/// let ms = |n| Timestamp::from_nanos(n * 1_000_000);
+/// let mut d = DebounceCore::new(DebounceConfig::new(Duration::from_millis(100)));
+/// assert_eq!(d.call(ms(0), "a"), None);
+/// assert_eq!(d.call(ms(50), "b"), None);
+/// assert_eq!(d.deadline(), Some(ms(150))); // arm the timer for 150 ms
+/// assert_eq!(d.on_timer(ms(150)), Some("b")); // the last value wins
+/// assert_eq!(d.deadline(), None);
+/// ```
+#[derive(Clone, Debug)]
+pub struct DebounceCore<T> {
+    wait: Duration,
+    max_wait: Option<Duration>,
+    leading: bool,
+    trailing: bool,
+    last_call: Option<Timestamp>,
+    last_invoke: Timestamp,
+    value: Option<T>,
+    armed: bool,
+}
+
+impl<T> DebounceCore<T> {
+    /// An idle machine.
+    pub fn new(config: DebounceConfig) -> Self {
+        DebounceCore {
+            wait: config.wait,
+            max_wait: config.effective_max_wait(),
+            leading: config.leading,
+            trailing: config.trailing,
+            last_call: None,
+            last_invoke: Timestamp::ZERO,
+            value: None,
+            armed: false,
+        }
+    }
+
+    fn should_invoke(&self, now: Timestamp) -> bool {
+        let Some(last_call) = self.last_call else {
+            return true;
+        };
+        now < last_call
+            || now - last_call >= self.wait
+            || self.max_wait.is_some_and(|m| now - self.last_invoke >= m)
+    }
+
+    fn invoke(&mut self, now: Timestamp) -> Option<T> {
+        self.last_invoke = now;
+        self.value.take()
+    }
+
+    fn trailing_edge(&mut self, now: Timestamp) -> Option<T> {
+        self.armed = false;
+        if self.trailing && self.value.is_some() {
+            return self.invoke(now);
+        }
+        self.value = None;
+        None
+    }
+
+    /// A call with `value` at `now`. Returns the value to fire at once
+    /// (a leading edge, or a max-wait fire reached by a late driver).
+    pub fn call(&mut self, now: Timestamp, value: T) -> Option<T> {
+        let invoking = self.should_invoke(now);
+        self.value = Some(value);
+        self.last_call = Some(now);
+        if invoking {
+            if !self.armed {
+                // Leading edge: start the max-wait window even when the
+                // leading edge does not fire.
+                self.last_invoke = now;
+                self.armed = true;
+                return if self.leading { self.invoke(now) } else { None };
+            }
+            if self.max_wait.is_some() && (self.leading || self.trailing) {
+                // The timer is late and max-wait is due: fire now and keep
+                // the timer armed (lodash's "tight loop" branch).
+                return self.invoke(now);
+            }
+        }
+        self.armed = true;
+        None
+    }
+
+    /// Completes what a timer due at or before `now` owed, for a driver that
+    /// is about to process a call at `now`. With `wait == 0` a timer due
+    /// exactly at `now` is left alone, so calls in the same tick coalesce.
+    pub fn settle(&mut self, now: Timestamp) -> Option<T> {
+        match self.deadline() {
+            Some(d) if d < now || (d == now && !self.wait.is_zero()) => self.on_timer(d),
+            _ => None,
+        }
+    }
+
+    /// The timer fired at `now`. Returns the value to fire, if the trailing
+    /// edge is due; otherwise [`deadline`](Self::deadline) says when to
+    /// look again (an early wake-up is harmless).
+    pub fn on_timer(&mut self, now: Timestamp) -> Option<T> {
+        if self.armed && self.should_invoke(now) {
+            self.trailing_edge(now)
+        } else {
+            None
+        }
+    }
+
+    /// When the driver's timer must fire next, or `None` for no timer.
+    pub fn deadline(&self) -> Option<Timestamp> {
+        if !self.armed {
+            return None;
+        }
+        let last_call = self.last_call?;
+        let quiet = last_call + self.wait;
+        Some(match self.max_wait {
+            Some(m) => quiet.min(self.last_invoke + m),
+            None => quiet,
+        })
+    }
+
+    /// Runs the trailing edge now if one is scheduled, returning its value;
+    /// afterwards no trailing fire follows. A no-op (returning `None`) when
+    /// nothing is pending, including in leading-only mode.
+    pub fn flush(&mut self, now: Timestamp) -> Option<T> {
+        if self.is_pending() {
+            self.trailing_edge(now)
+        } else {
+            None
+        }
+    }
+
+    /// Drops the pending value and forgets all history: the next call
+    /// behaves like the very first one.
+    pub fn cancel(&mut self) {
+        self.armed = false;
+        self.last_call = None;
+        self.last_invoke = Timestamp::ZERO;
+        self.value = None;
+    }
+
+    /// True iff a trailing fire is scheduled: a value is held, the trailing
+    /// edge is enabled and the timer is armed. (Unlike lodash's `pending()`,
+    /// this is false in leading-only mode, where a flush would do nothing.)
+    pub fn is_pending(&self) -> bool {
+        self.armed && self.trailing && self.value.is_some()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Event throttle
+// ---------------------------------------------------------------------------
+
+/// How an event throttle behaves: [`EventThrottleConfig::new`] fires on both
+/// edges; the setters turn either off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventThrottleConfig {
+    wait: Duration,
+    leading: bool,
+    trailing: bool,
+}
+
+impl EventThrottleConfig {
+    /// At most one action per `wait`, with leading and trailing edges. A zero
+    /// `wait` lets every call through.
+    pub const fn new(wait: Duration) -> Self {
+        EventThrottleConfig {
+            wait,
+            leading: true,
+            trailing: true,
+        }
+    }
+
+    /// Fire the first call of a window at once (on by default).
+    pub const fn leading(mut self, on: bool) -> Self {
+        self.leading = on;
+        self
+    }
+
+    /// Fire the latest value held back during a window when the window ends
+    /// (on by default). Off, this is a minimum-interval gate.
+    pub const fn trailing(mut self, on: bool) -> Self {
+        self.trailing = on;
+        self
+    }
+
+    /// The minimum spacing between two fires.
+    pub const fn wait(&self) -> Duration {
+        self.wait
+    }
+}
+
+/// The event-throttle state machine, with RxJS 7 semantics: every fire,
+/// leading or trailing, opens a window of `wait` during which nothing else
+/// fires, so **two fires are never closer than `wait`** (lodash's throttle
+/// can fire twice in a row; this one cannot).
+///
+/// Invariants: a window is open iff `window_end > now`; a value is held only
+/// if the trailing edge is on; a held value implies an open window, and the
+/// deadline is that window's end.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::debounce::{EventThrottleConfig, EventThrottleCore};
+/// use ratewise::Timestamp;
+///
+/// let ms = |n| Timestamp::from_nanos(n * 1_000_000);
+/// let mut t = EventThrottleCore::new(EventThrottleConfig::new(Duration::from_millis(100)));
+/// assert_eq!(t.call(ms(0), 1), Some(1)); // leading edge
+/// assert_eq!(t.call(ms(10), 2), None);
+/// assert_eq!(t.call(ms(20), 3), None);
+/// assert_eq!(t.deadline(), Some(ms(100)));
+/// assert_eq!(t.on_timer(ms(100)), Some(3)); // trailing, and a new window
+/// assert_eq!(t.call(ms(150), 4), None); // held until 200, not fired at once
+/// assert_eq!(t.deadline(), Some(ms(200)));
+/// ```
+#[derive(Clone, Debug)]
+pub struct EventThrottleCore<T> {
+    wait: Duration,
+    leading: bool,
+    trailing: bool,
+    window_end: Option<Timestamp>,
+    value: Option<T>,
+}
+
+impl<T> EventThrottleCore<T> {
+    /// An idle throttle.
+    pub fn new(config: EventThrottleConfig) -> Self {
+        EventThrottleCore {
+            wait: config.wait,
+            leading: config.leading,
+            trailing: config.trailing,
+            window_end: None,
+            value: None,
+        }
+    }
+
+    /// Closes a window that ended at or before `now`, firing the held value
+    /// (which opens the next window at `now`).
+    fn expire(&mut self, now: Timestamp) -> Option<T> {
+        match self.window_end {
+            Some(end) if end <= now => {
+                self.window_end = None;
+                let v = self.value.take()?;
+                self.window_end = Some(now + self.wait);
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+
+    /// A call with `value` at `now`; returns the value to fire at once.
+    pub fn call(&mut self, now: Timestamp, value: T) -> Option<T> {
+        let late = self.expire(now);
+        if self.window_end.is_some() {
+            if self.trailing {
+                self.value = Some(value);
+            }
+            return late;
+        }
+        if !self.leading && !self.trailing {
+            return None;
+        }
+        self.window_end = Some(now + self.wait);
+        if self.leading {
+            Some(value)
+        } else {
+            self.value = Some(value);
+            None
+        }
+    }
+
+    /// Completes what a timer due at or before `now` owed.
+    pub fn settle(&mut self, now: Timestamp) -> Option<T> {
+        self.expire(now)
+    }
+
+    /// The timer fired at `now`; returns the trailing value if its window
+    /// has ended.
+    pub fn on_timer(&mut self, now: Timestamp) -> Option<T> {
+        self.expire(now)
+    }
+
+    /// When the driver's timer must fire next: the end of the window, while a
+    /// trailing value is held. An open window with nothing held needs no
+    /// timer (the next call checks it).
+    pub fn deadline(&self) -> Option<Timestamp> {
+        self.value.as_ref().and(self.window_end)
+    }
+
+    /// Fires the held value now, opening a fresh window from `now`. A no-op
+    /// when nothing is held.
+    pub fn flush(&mut self, now: Timestamp) -> Option<T> {
+        let v = self.value.take()?;
+        self.window_end = Some(now + self.wait);
+        Some(v)
+    }
+
+    /// Drops the held value and closes the window: the next call behaves
+    /// like the first.
+    pub fn cancel(&mut self) {
+        self.window_end = None;
+        self.value = None;
+    }
+
+    /// True iff a trailing fire is scheduled.
+    pub fn is_pending(&self) -> bool {
+        self.value.is_some()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Coalesce
+// ---------------------------------------------------------------------------
+
+/// When a key's batch becomes due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CoalesceWindow {
+    /// Due `max_wait` after the batch's **first** item; later items do not
+    /// extend it (Kafka's `linger.ms`, tokio's `chunks_timeout`). The
+    /// default.
+    FromFirst {
+        /// The batch's lifetime.
+        max_wait: Duration,
+    },
+    /// Due after `quiet` without a new item for the key, but never later
+    /// than `max_wait` after its first item.
+    QuietPeriod {
+        /// The silence that closes a batch.
+        quiet: Duration,
+        /// The cap on a batch's lifetime.
+        max_wait: Duration,
+    },
+}
+
+/// How a coalescer batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoalesceConfig {
+    window: CoalesceWindow,
+    max_batch: u64,
+}
+
+impl CoalesceConfig {
+    /// Batches of at most `max_batch` items, due `max_wait` after their first
+    /// item. Fails if `max_batch` is zero.
+    pub fn new(max_wait: Duration, max_batch: u64) -> Result<Self, super::DebounceError> {
+        CoalesceConfig::with_window(CoalesceWindow::FromFirst { max_wait }, max_batch)
+    }
+
+    /// Batches of at most `max_batch` weight units with an explicit window.
+    /// Fails if `max_batch` is zero.
+    pub fn with_window(
+        window: CoalesceWindow,
+        max_batch: u64,
+    ) -> Result<Self, super::DebounceError> {
+        if max_batch == 0 {
+            return Err(super::DebounceError::ZeroBatch);
+        }
+        Ok(CoalesceConfig { window, max_batch })
+    }
+
+    /// The window.
+    pub const fn window(&self) -> CoalesceWindow {
+        self.window
+    }
+
+    /// The hard cap on a batch (items, or weight units with
+    /// [`CoalesceCore::push_weighted`]).
+    pub const fn max_batch(&self) -> u64 {
+        self.max_batch
+    }
+}
+
+/// A closed batch: every item pushed for `key` since the previous batch, in
+/// arrival order. Never empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch<K, V> {
+    /// The key the items were pushed under.
+    pub key: K,
+    /// The items, oldest first.
+    pub items: Vec<V>,
+    /// Their total weight (the item count unless pushed with weights).
+    pub weight: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Open<V> {
+    items: Vec<V>,
+    weight: u64,
+    opened: Timestamp,
+    last: Timestamp,
+    seq: u64,
+}
+
+/// The per-key batching state machine.
+///
+/// Invariants: an open batch is never empty and never heavier than
+/// `max_batch` (an item that would overflow it closes it first; an item
+/// that alone reaches the cap is a batch of its own, closed at once); items
+/// keep arrival order; keys never affect one another's windows. Batches
+/// closed together are reported oldest first.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::debounce::{CoalesceConfig, CoalesceCore};
+/// use ratewise::Timestamp;
+///
+/// let ms = |n| Timestamp::from_nanos(n * 1_000_000);
+/// let mut c = CoalesceCore::new(CoalesceConfig::new(Duration::from_millis(100), 3)?);
+/// let mut out = Vec::new();
+/// c.push(ms(0), "k", 1, &mut out);
+/// c.push(ms(10), "k", 2, &mut out);
+/// c.push(ms(20), "k", 3, &mut out); // reaches the cap: closed at once
+/// assert_eq!(out.pop().map(|b| b.items), Some(vec![1, 2, 3]));
+/// c.push(ms(30), "k", 4, &mut out);
+/// assert_eq!(c.deadline(), Some(ms(130))); // a fresh window
+/// # Ok::<(), ratewise::debounce::DebounceError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct CoalesceCore<K, V> {
+    config: CoalesceConfig,
+    open: HashMap<K, Open<V>>,
+    /// A lower bound on the earliest due time (never later than the truth).
+    earliest: Option<Timestamp>,
+    seq: u64,
+}
+
+impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
+    /// No open batches.
+    pub fn new(config: CoalesceConfig) -> Self {
+        CoalesceCore {
+            config,
+            open: HashMap::new(),
+            earliest: None,
+            seq: 0,
+        }
+    }
+
+    fn due(&self, b: &Open<V>) -> Timestamp {
+        match self.config.window {
+            CoalesceWindow::FromFirst { max_wait } => b.opened + max_wait,
+            CoalesceWindow::QuietPeriod { quiet, max_wait } => {
+                (b.last + quiet).min(b.opened + max_wait)
+            }
+        }
+    }
+
+    fn close(key: K, b: Open<V>) -> Batch<K, V> {
+        Batch {
+            key,
+            items: b.items,
+            weight: b.weight,
+        }
+    }
+
+    /// Pushes `value` (weight 1) for `key` at `now`; closed batches are
+    /// appended to `out`.
+    pub fn push(&mut self, now: Timestamp, key: K, value: V, out: &mut impl Extend<Batch<K, V>>) {
+        self.push_weighted(now, key, value, 1, out);
+    }
+
+    /// Pushes `value` weighing `weight` (0 counts as 1) for `key` at `now`.
+    /// An item that would take the batch over `max_batch` closes the batch
+    /// first; an item that alone reaches `max_batch` is closed at once as a
+    /// batch of its own.
+    pub fn push_weighted(
+        &mut self,
+        now: Timestamp,
+        key: K,
+        value: V,
+        weight: u64,
+        out: &mut impl Extend<Batch<K, V>>,
+    ) {
+        let weight = weight.max(1);
+        let cap = self.config.max_batch;
+        if let Some(b) = self.open.get(&key) {
+            if b.weight.saturating_add(weight) > cap {
+                if let Some((k, b)) = self.open.remove_entry(&key) {
+                    out.extend(Some(Self::close(k, b)));
+                }
+            }
+        }
+        if let Some(b) = self.open.get_mut(&key) {
+            b.items.push(value);
+            b.weight += weight;
+            b.last = now;
+            if b.weight >= cap {
+                if let Some((k, b)) = self.open.remove_entry(&key) {
+                    out.extend(Some(Self::close(k, b)));
+                }
+            }
+            return;
+        }
+        if weight >= cap {
+            out.extend(Some(Batch {
+                key,
+                items: vec![value],
+                weight,
+            }));
+            return;
+        }
+        let mut items = Vec::with_capacity(usize::try_from(cap.min(16)).unwrap_or(16));
+        items.push(value);
+        self.seq += 1;
+        let b = Open {
+            items,
+            weight,
+            opened: now,
+            last: now,
+            seq: self.seq,
+        };
+        let due = self.due(&b);
+        self.earliest = Some(self.earliest.map_or(due, |e| e.min(due)));
+        self.open.insert(key, b);
+    }
+
+    /// Closes every batch due at or before `now` (a late driver's catch-up
+    /// before a push at `now`).
+    pub fn settle(&mut self, now: Timestamp, out: &mut impl Extend<Batch<K, V>>) {
+        if self.earliest.is_some_and(|e| e <= now) {
+            self.on_timer(now, out);
+        }
+    }
+
+    /// The timer fired at `now`: closes every batch due by then, oldest
+    /// first, and recomputes the deadline.
+    pub fn on_timer(&mut self, now: Timestamp, out: &mut impl Extend<Batch<K, V>>) {
+        let mut due: Vec<(Timestamp, u64, K)> = Vec::new();
+        let mut earliest: Option<Timestamp> = None;
+        for (k, b) in &self.open {
+            let d = self.due(b);
+            if d <= now {
+                due.push((d, b.seq, k.clone()));
+            } else {
+                earliest = Some(earliest.map_or(d, |e| e.min(d)));
+            }
+        }
+        self.earliest = earliest;
+        due.sort_by_key(|(d, s, _)| (*d, *s));
+        for (_, _, k) in due {
+            if let Some((k, b)) = self.open.remove_entry(&k) {
+                out.extend(Some(Self::close(k, b)));
+            }
+        }
+    }
+
+    /// When the driver's timer must fire next. It may be early (after a
+    /// batch closed on its cap, or a quiet-period extension), never late.
+    pub fn deadline(&self) -> Option<Timestamp> {
+        self.earliest
+    }
+
+    /// Closes every open batch now, oldest first (flush and drain).
+    pub fn drain(&mut self, out: &mut impl Extend<Batch<K, V>>) {
+        let mut all: Vec<(K, Open<V>)> = self.open.drain().collect();
+        all.sort_by_key(|(_, b)| b.seq);
+        out.extend(all.into_iter().map(|(k, b)| Self::close(k, b)));
+        self.earliest = None;
+    }
+
+    /// Drops every open batch.
+    pub fn clear(&mut self) {
+        self.open.clear();
+        self.earliest = None;
+    }
+
+    /// The number of keys with an open batch.
+    pub fn open_batches(&self) -> usize {
+        self.open.len()
+    }
+
+    /// True iff some batch is waiting for its window.
+    pub fn is_pending(&self) -> bool {
+        !self.open.is_empty()
+    }
+}
