@@ -109,7 +109,7 @@ impl DebounceConfig {
 /// use ratewise::debounce::{DebounceConfig, DebounceCore};
 /// use ratewise::Timestamp;
 ///
-/// let ms = |n| Timestamp::from_nanos(n * 1_000_000);
+/// let ms = |n: u64| Timestamp::from_nanos(n * 1_000_000);
 /// let mut d = DebounceCore::new(DebounceConfig::new(Duration::from_millis(100)));
 /// assert_eq!(d.call(ms(0), "a"), None);
 /// assert_eq!(d.call(ms(50), "b"), None);
@@ -310,7 +310,7 @@ impl EventThrottleConfig {
 /// use ratewise::debounce::{EventThrottleConfig, EventThrottleCore};
 /// use ratewise::Timestamp;
 ///
-/// let ms = |n| Timestamp::from_nanos(n * 1_000_000);
+/// let ms = |n: u64| Timestamp::from_nanos(n * 1_000_000);
 /// let mut t = EventThrottleCore::new(EventThrottleConfig::new(Duration::from_millis(100)));
 /// assert_eq!(t.call(ms(0), 1), Some(1)); // leading edge
 /// assert_eq!(t.call(ms(10), 2), None);
@@ -512,7 +512,7 @@ struct Open<V> {
 /// use ratewise::debounce::{CoalesceConfig, CoalesceCore};
 /// use ratewise::Timestamp;
 ///
-/// let ms = |n| Timestamp::from_nanos(n * 1_000_000);
+/// let ms = |n: u64| Timestamp::from_nanos(n * 1_000_000);
 /// let mut c = CoalesceCore::new(CoalesceConfig::new(Duration::from_millis(100), 3)?);
 /// let mut out = Vec::new();
 /// c.push(ms(0), "k", 1, &mut out);
@@ -552,6 +552,16 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
         }
     }
 
+    /// Removes `key`'s open batch (it reached the cap) and reports it.
+    fn close_full(&mut self, key: &K, out: &mut impl Extend<Batch<K, V>>) {
+        if let Some((k, b)) = self.open.remove_entry(key) {
+            out.extend(Some(Self::close(k, b)));
+        }
+        if self.open.is_empty() {
+            self.earliest = None;
+        }
+    }
+
     fn close(key: K, b: Open<V>) -> Batch<K, V> {
         Batch {
             key,
@@ -582,9 +592,7 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
         let cap = self.config.max_batch;
         if let Some(b) = self.open.get(&key) {
             if b.weight.saturating_add(weight) > cap {
-                if let Some((k, b)) = self.open.remove_entry(&key) {
-                    out.extend(Some(Self::close(k, b)));
-                }
+                self.close_full(&key, out);
             }
         }
         if let Some(b) = self.open.get_mut(&key) {
@@ -592,9 +600,7 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
             b.weight += weight;
             b.last = now;
             if b.weight >= cap {
-                if let Some((k, b)) = self.open.remove_entry(&key) {
-                    out.extend(Some(Self::close(k, b)));
-                }
+                self.close_full(&key, out);
             }
             return;
         }
@@ -617,7 +623,10 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
             seq: self.seq,
         };
         let due = self.due(&b);
-        self.earliest = Some(self.earliest.map_or(due, |e| e.min(due)));
+        self.earliest = match self.earliest {
+            Some(e) if !self.open.is_empty() => Some(e.min(due)),
+            _ => Some(due),
+        };
         self.open.insert(key, b);
     }
 
@@ -679,5 +688,303 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
     /// True iff some batch is waiting for its window.
     pub fn is_pending(&self) -> bool {
         !self.open.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ts(n: u64) -> Timestamp {
+        Timestamp::from_nanos(n)
+    }
+
+    fn ns(n: u64) -> Duration {
+        Duration::from_nanos(n)
+    }
+
+    /// Plays `calls` (sorted `(time, value)`) through a debounce core with a
+    /// punctual timer; returns the fires as `(time, value)`.
+    fn play_debounce(config: DebounceConfig, calls: &[(u64, usize)]) -> Vec<(u64, usize)> {
+        strip(play_debounce_fed(config, calls))
+    }
+
+    fn strip(fires: Vec<(u64, usize, Option<usize>)>) -> Vec<(u64, usize)> {
+        fires.into_iter().map(|(t, v, _)| (t, v)).collect()
+    }
+
+    /// As [`play_debounce`], also giving with each fire the last call fed to
+    /// the machine before it fired.
+    fn play_debounce_fed(
+        config: DebounceConfig,
+        calls: &[(u64, usize)],
+    ) -> Vec<(u64, usize, Option<usize>)> {
+        let mut core = DebounceCore::new(config);
+        let mut fires = Vec::new();
+        let mut fed = None;
+        let due = |d: Timestamp, t: u64| {
+            d.as_nanos() < t || (d.as_nanos() == t && !config.wait().is_zero())
+        };
+        for &(t, v) in calls {
+            let mut guard = 0;
+            while let Some(d) = core.deadline().filter(|d| due(*d, t)) {
+                fires.extend(core.on_timer(d).map(|x| (d.as_nanos(), x, fed)));
+                guard += 1;
+                assert!(guard < 10, "timer did not make progress");
+            }
+            fed = Some(v);
+            fires.extend(core.call(ts(t), v).map(|x| (t, x, fed)));
+        }
+        let mut guard = 0;
+        while let Some(d) = core.deadline() {
+            fires.extend(core.on_timer(d).map(|x| (d.as_nanos(), x, fed)));
+            guard += 1;
+            assert!(guard < 10, "timer did not make progress");
+        }
+        fires
+    }
+
+    fn play_throttle(
+        config: EventThrottleConfig,
+        calls: &[(u64, usize)],
+    ) -> Vec<(u64, usize, Option<usize>)> {
+        let mut core = EventThrottleCore::new(config);
+        let mut fires = Vec::new();
+        let mut fed = None;
+        for &(t, v) in calls {
+            // A timer due at `t` fires before the call at `t`, as the
+            // driver's `settle` makes it.
+            while let Some(d) = core.deadline().filter(|d| d.as_nanos() <= t) {
+                fires.extend(core.on_timer(d).map(|x| (d.as_nanos(), x, fed)));
+            }
+            fed = Some(v);
+            fires.extend(core.call(ts(t), v).map(|x| (t, x, fed)));
+        }
+        while let Some(d) = core.deadline() {
+            fires.extend(core.on_timer(d).map(|x| (d.as_nanos(), x, fed)));
+        }
+        fires
+    }
+
+    /// Sorted call times from gaps; the value of call `i` is `i`.
+    fn calls_from(gaps: &[u64]) -> Vec<(u64, usize)> {
+        let mut t = 0;
+        gaps.iter()
+            .enumerate()
+            .map(|(i, g)| {
+                t += g;
+                (t, i)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn leading_debounce_is_silence_based() {
+        let cfg = DebounceConfig::new(ns(100)).leading(true).trailing(false);
+        let fires = play_debounce(cfg, &[(0, 0), (50, 1), (120, 2), (260, 3)]);
+        assert_eq!(fires, vec![(0, 0), (260, 3)]);
+    }
+
+    #[test]
+    fn max_wait_is_clamped_up_to_wait() {
+        let cfg = DebounceConfig::new(ns(100)).max_wait(ns(10));
+        assert_eq!(cfg.effective_max_wait(), Some(ns(100)));
+        assert_eq!(DebounceConfig::new(ns(5)).effective_max_wait(), None);
+    }
+
+    #[test]
+    fn coalescer_rejects_zero_batch_and_never_oversizes() {
+        assert_eq!(
+            CoalesceConfig::new(ns(10), 0),
+            Err(super::super::DebounceError::ZeroBatch)
+        );
+        let mut c = CoalesceCore::new(CoalesceConfig::new(ns(100), 5).expect("valid"));
+        let mut out = Vec::new();
+        c.push_weighted(ts(0), 'a', 1, 3, &mut out);
+        c.push_weighted(ts(1), 'a', 2, 3, &mut out); // 6 > 5: closes [1] first
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].items, vec![1]);
+        c.push_weighted(ts(2), 'a', 3, 0, &mut out); // zero weight counts as 1
+        c.drain(&mut out);
+        assert_eq!(out[1].items, vec![2, 3]);
+        assert_eq!(out[1].weight, 4);
+        assert!(!c.is_pending());
+    }
+
+    #[test]
+    fn quiet_period_is_capped_by_max_wait() {
+        let window = CoalesceWindow::QuietPeriod {
+            quiet: ns(10),
+            max_wait: ns(25),
+        };
+        let mut c = CoalesceCore::new(CoalesceConfig::with_window(window, 100).expect("valid"));
+        let mut out = Vec::new();
+        for t in [0, 8, 16, 24] {
+            c.settle(ts(t), &mut out);
+            c.push(ts(t), 'k', t, &mut out);
+        }
+        c.settle(ts(25), &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].items, vec![0, 8, 16, 24]);
+        assert_eq!(c.open_batches(), 0);
+    }
+
+    proptest! {
+        /// Trailing-only, no max-wait: exactly one fire per burst (calls
+        /// closer than `wait`), with the burst's last value, at last + wait.
+        #[test]
+        fn trailing_debounce_matches_the_burst_model(
+            wait in 0u64..60,
+            gaps in proptest::collection::vec(0u64..100, 1..60),
+        ) {
+            let calls = calls_from(&gaps);
+            let fires = play_debounce(DebounceConfig::new(ns(wait)), &calls);
+            let mut model = Vec::new();
+            for (i, &(t, v)) in calls.iter().enumerate() {
+                let next = calls.get(i + 1).map(|c| c.0);
+                let burst_ends = match next {
+                    None => true,
+                    Some(n) if wait == 0 => n > t,
+                    Some(n) => n - t >= wait,
+                };
+                if burst_ends {
+                    model.push((t + wait, v));
+                }
+            }
+            prop_assert_eq!(fires, model);
+        }
+
+        /// Any edges and max-wait: last-value semantics, no duplicates, the
+        /// final value delivered when trailing, max-wait honoured, and with
+        /// the leading edge off two fires are never closer than `wait`.
+        #[test]
+        fn debounce_invariants(
+            wait in 1u64..60,
+            max_wait in proptest::option::of(0u64..150),
+            leading in any::<bool>(),
+            trailing in any::<bool>(),
+            gaps in proptest::collection::vec(0u64..80, 1..80),
+        ) {
+            let calls = calls_from(&gaps);
+            let mut cfg = DebounceConfig::new(ns(wait)).leading(leading).trailing(trailing);
+            if let Some(m) = max_wait {
+                cfg = cfg.max_wait(ns(m));
+            }
+            let fed = play_debounce_fed(cfg, &calls);
+            // A fire always carries the latest value fed to the machine.
+            for &(_, v, last) in &fed {
+                prop_assert_eq!(Some(v), last, "a fire did not carry the latest value");
+            }
+            let fires = strip(fed);
+            prop_assert!(fires.len() <= calls.len());
+            if !leading && !trailing {
+                prop_assert!(fires.is_empty());
+            }
+            for w in fires.windows(2) {
+                prop_assert!(w[0].1 < w[1].1, "a value fired twice or out of order");
+                if !leading {
+                    prop_assert!(w[1].0 - w[0].0 >= wait, "fires closer than wait");
+                }
+            }
+            if trailing {
+                prop_assert_eq!(fires.last().map(|f| f.1), Some(calls.len() - 1));
+                if let Some(m) = cfg.effective_max_wait() {
+                    let m = u64::try_from(m.as_nanos()).unwrap_or(u64::MAX);
+                    for &(t, v) in &calls {
+                        prop_assert!(
+                            fires.iter().any(|&(ft, fv)| fv >= v && ft <= t + m),
+                            "value {} held longer than max_wait", v
+                        );
+                    }
+                }
+            }
+        }
+
+        /// The event throttle: never two fires closer than `wait`, each fire
+        /// the latest value, the final value delivered when trailing.
+        #[test]
+        fn throttle_spacing_and_last_value(
+            wait in 0u64..60,
+            leading in any::<bool>(),
+            trailing in any::<bool>(),
+            gaps in proptest::collection::vec(0u64..80, 1..80),
+        ) {
+            let calls = calls_from(&gaps);
+            let cfg = EventThrottleConfig::new(ns(wait)).leading(leading).trailing(trailing);
+            let fed = play_throttle(cfg, &calls);
+            for &(_, v, last) in &fed {
+                prop_assert_eq!(Some(v), last, "a fire did not carry the latest value");
+            }
+            let fires = strip(fed);
+            if !leading && !trailing {
+                prop_assert!(fires.is_empty());
+            }
+            for w in fires.windows(2) {
+                prop_assert!(w[1].0 - w[0].0 >= wait, "fires closer than wait: {:?}", w);
+                prop_assert!(w[0].1 < w[1].1);
+            }
+            if trailing {
+                prop_assert_eq!(fires.last().map(|f| f.1), Some(calls.len() - 1));
+            }
+        }
+
+        /// The coalescer: every item exactly once, in order per key, in
+        /// batches that are never empty, never over the cap (unless a single
+        /// heavy item), and never older than the window.
+        #[test]
+        fn coalescer_batches_are_complete_ordered_and_bounded(
+            cap in 1u64..8,
+            max_wait in 1u64..100,
+            quiet in proptest::option::of(1u64..50),
+            pushes in proptest::collection::vec((0u64..40, 0u8..3, 1u64..5), 1..100),
+        ) {
+            let window = match quiet {
+                None => CoalesceWindow::FromFirst { max_wait: ns(max_wait) },
+                Some(q) => CoalesceWindow::QuietPeriod { quiet: ns(q), max_wait: ns(max_wait) },
+            };
+            let mut core = CoalesceCore::new(CoalesceConfig::with_window(window, cap).expect("valid"));
+            let mut out: Vec<(u64, Batch<u8, (usize, u64, u64)>)> = Vec::new();
+            let mut t = 0;
+            let mut buf = Vec::new();
+            for (i, &(gap, key, weight)) in pushes.iter().enumerate() {
+                t += gap;
+                while let Some(d) = core.deadline().filter(|d| d.as_nanos() < t) {
+                    core.on_timer(d, &mut buf);
+                    out.extend(buf.drain(..).map(|b| (d.as_nanos(), b)));
+                }
+                core.push_weighted(ts(t), key, (i, t, weight), weight, &mut buf);
+                out.extend(buf.drain(..).map(|b| (t, b)));
+            }
+            while let Some(d) = core.deadline() {
+                core.on_timer(d, &mut buf);
+                out.extend(buf.drain(..).map(|b| (d.as_nanos(), b)));
+            }
+            let mut seen = Vec::new();
+            for (closed, b) in &out {
+                prop_assert!(!b.items.is_empty());
+                let w: u64 = b.items.iter().map(|it| it.2).sum();
+                prop_assert_eq!(w, b.weight);
+                prop_assert!(w <= cap || b.items.len() == 1, "oversized batch");
+                prop_assert!(b.items.iter().all(|it| pushes[it.0].1 == b.key));
+                let first = b.items[0].1;
+                prop_assert!(*closed <= first + max_wait, "batch outlived its window");
+                for w in b.items.windows(2) {
+                    prop_assert!(w[0].0 < w[1].0);
+                }
+                seen.extend(b.items.iter().map(|it| it.0));
+            }
+            seen.sort_unstable();
+            prop_assert_eq!(seen, (0..pushes.len()).collect::<Vec<_>>());
+            // Per key, batches come out in arrival order.
+            for key in 0u8..3 {
+                let order: Vec<usize> = out
+                    .iter()
+                    .filter(|(_, b)| b.key == key)
+                    .flat_map(|(_, b)| b.items.iter().map(|it| it.0))
+                    .collect();
+                prop_assert!(order.windows(2).all(|w| w[0] < w[1]));
+            }
+        }
     }
 }
