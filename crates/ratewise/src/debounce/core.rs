@@ -696,6 +696,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A closed batch of `(push index, push time, weight)` items.
+    type TestBatch = Batch<u8, (usize, u64, u64)>;
+
     fn ts(n: u64) -> Timestamp {
         Timestamp::from_nanos(n)
     }
@@ -944,7 +947,7 @@ mod tests {
                 Some(q) => CoalesceWindow::QuietPeriod { quiet: ns(q), max_wait: ns(max_wait) },
             };
             let mut core = CoalesceCore::new(CoalesceConfig::with_window(window, cap).expect("valid"));
-            let mut out: Vec<(u64, Batch<u8, (usize, u64, u64)>)> = Vec::new();
+            let mut out: Vec<(u64, TestBatch)> = Vec::new();
             let mut t = 0;
             let mut buf = Vec::new();
             for (i, &(gap, key, weight)) in pushes.iter().enumerate() {
