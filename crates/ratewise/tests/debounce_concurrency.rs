@@ -12,6 +12,9 @@ use ratewise::debounce::{
 use tokio::time::{sleep_until, Instant};
 
 const TASKS: u32 = 8;
+
+/// A key and its batch of `(task, i)` items.
+type KeyedBatch = (u32, Vec<(u32, u32)>);
 const CALLS: u32 = 2_000;
 
 /// Real threads, real contention. The wait is an hour, so no timer fires
@@ -111,7 +114,7 @@ fn concurrent_pushes_lose_no_item() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let got: Arc<Mutex<Vec<(u32, Vec<(u32, u32)>)>>> = Arc::new(Mutex::new(Vec::new()));
+        let got: Arc<Mutex<Vec<KeyedBatch>>> = Arc::new(Mutex::new(Vec::new()));
         let g = Arc::clone(&got);
         let c = Coalescer::new(
             CoalesceConfig::new(Duration::from_secs(3600), 37).expect("valid"),
