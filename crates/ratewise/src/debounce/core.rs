@@ -1,5 +1,5 @@
-//! The sans-IO state machines behind [`Debouncer`](super::Debouncer),
-//! [`EventThrottle`](super::EventThrottle) and [`Coalescer`](super::Coalescer).
+//! The sans-IO state machines behind the `Debouncer`, `EventThrottle` and
+//! `Coalescer` drivers (feature `tokio`) and the stream adapters.
 //!
 //! Each machine is told the time. Its inputs are "a call with this value at
 //! `now`" and "your timer fired at `now`"; its outputs are "fire this value

@@ -3,9 +3,9 @@
 //!
 //! | primitive | fires | sans-IO core |
 //! |---|---|---|
-//! | [`Debouncer`] | the **last** value, once `wait` of silence follows a burst (trailing, default), and/or the first value at once (leading); `max_wait` caps the delay | [`DebounceCore`] |
-//! | [`EventThrottle`] | at most one value per `wait`, first and/or latest; **never two fires closer than `wait`** | [`EventThrottleCore`] |
-//! | [`Coalescer`] | every value, batched per key: a batch closes `max_wait` after its first item (or after a quiet period, as an option), or at once at `max_batch` | [`CoalesceCore`] |
+//! | `Debouncer` | the **last** value, once `wait` of silence follows a burst (trailing, default), and/or the first value at once (leading); `max_wait` caps the delay | [`DebounceCore`] |
+//! | `EventThrottle` | at most one value per `wait`, first and/or latest; **never two fires closer than `wait`** | [`EventThrottleCore`] |
+//! | `Coalescer` | every value, batched per key: a batch closes `max_wait` after its first item (or after a quiet period, as an option), or at once at `max_batch` | [`CoalesceCore`] |
 //!
 //! # Why it is built this way
 //!
@@ -22,7 +22,7 @@
 //! explicit:
 //! * **leading debounce is silence-based** (lodash): calls during the quiet
 //!   period are dropped and extend it. A minimum-interval gate is an
-//!   [`EventThrottle`] with the trailing edge off.
+//!   `EventThrottle` with the trailing edge off.
 //! * **the event throttle guarantees spacing** (RxJS 7): a trailing fire
 //!   opens a new window, so a call just after it waits; lodash's throttle
 //!   can fire twice in quick succession and this one cannot.
@@ -102,6 +102,11 @@
 //! # #[cfg(not(feature = "tokio"))]
 //! # fn main() {}
 //! ```
+//!
+//! A `flush` or `stop` that the action reaches *through another task* it
+//! awaits cannot be told apart from an outside caller and will wait for the
+//! action that awaits it: call them from the action itself, or do not await
+//! that task.
 
 mod core;
 #[cfg(feature = "tokio")]
