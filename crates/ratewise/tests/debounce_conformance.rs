@@ -533,6 +533,24 @@ async fn c26_throttle_actions_never_closer_than_wait() {
     }
 }
 
+/// C26 where the actions *start*: a slow first action delays the next start,
+/// and the one after that still waits `wait` from there.
+#[tokio::test(start_paused = true)]
+async fn c26_spacing_holds_between_action_starts_after_a_slow_action() {
+    let start = Instant::now();
+    let log = new_log();
+    let l = Arc::clone(&log);
+    let t = EventThrottle::new(throttle100(), move |v: u64| {
+        push(&l, v, start);
+        sleep(ms(if v == 0 { 190 } else { 0 }))
+    })
+    .expect("inside a runtime");
+    drive_throttle(&t, start, [0, 50, 100, 150, 200]).await;
+    at(start, 2000).await;
+    let fires = snapshot(&log);
+    assert_eq!(fires, vec![(0, 0), (50, 190), (150, 290), (200, 390)]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn c27_throttle_zero_wait_runs_every_call() {
     let start = Instant::now();

@@ -52,25 +52,25 @@ tokio::task_local! {
 /// What the generic worker needs from a state machine.
 pub(crate) trait Machine: Send + 'static {
     type Out: Send + 'static;
-    fn settle(&mut self, now: Timestamp, out: &mut VecDeque<Self::Out>);
-    fn on_timer(&mut self, now: Timestamp, out: &mut VecDeque<Self::Out>);
+    fn settle(&mut self, now: Timestamp, out: &mut Ready<Self::Out>);
+    fn on_timer(&mut self, now: Timestamp, out: &mut Ready<Self::Out>);
     fn deadline(&self) -> Option<Timestamp>;
-    fn flush(&mut self, now: Timestamp, out: &mut VecDeque<Self::Out>);
+    fn flush(&mut self, now: Timestamp, out: &mut Ready<Self::Out>);
     fn clear(&mut self);
 }
 
 impl<T: Send + 'static> Machine for DebounceCore<T> {
     type Out = T;
-    fn settle(&mut self, now: Timestamp, out: &mut VecDeque<T>) {
+    fn settle(&mut self, now: Timestamp, out: &mut Ready<T>) {
         out.extend(DebounceCore::settle(self, now));
     }
-    fn on_timer(&mut self, now: Timestamp, out: &mut VecDeque<T>) {
+    fn on_timer(&mut self, now: Timestamp, out: &mut Ready<T>) {
         out.extend(DebounceCore::on_timer(self, now));
     }
     fn deadline(&self) -> Option<Timestamp> {
         DebounceCore::deadline(self)
     }
-    fn flush(&mut self, now: Timestamp, out: &mut VecDeque<T>) {
+    fn flush(&mut self, now: Timestamp, out: &mut Ready<T>) {
         out.extend(DebounceCore::flush(self, now));
     }
     fn clear(&mut self) {
@@ -80,16 +80,16 @@ impl<T: Send + 'static> Machine for DebounceCore<T> {
 
 impl<T: Send + 'static> Machine for EventThrottleCore<T> {
     type Out = T;
-    fn settle(&mut self, now: Timestamp, out: &mut VecDeque<T>) {
+    fn settle(&mut self, now: Timestamp, out: &mut Ready<T>) {
         out.extend(EventThrottleCore::settle(self, now));
     }
-    fn on_timer(&mut self, now: Timestamp, out: &mut VecDeque<T>) {
+    fn on_timer(&mut self, now: Timestamp, out: &mut Ready<T>) {
         out.extend(EventThrottleCore::on_timer(self, now));
     }
     fn deadline(&self) -> Option<Timestamp> {
         EventThrottleCore::deadline(self)
     }
-    fn flush(&mut self, now: Timestamp, out: &mut VecDeque<T>) {
+    fn flush(&mut self, now: Timestamp, out: &mut Ready<T>) {
         out.extend(EventThrottleCore::flush(self, now));
     }
     fn clear(&mut self) {
@@ -103,16 +103,16 @@ where
     V: Send + 'static,
 {
     type Out = Batch<K, V>;
-    fn settle(&mut self, now: Timestamp, out: &mut VecDeque<Batch<K, V>>) {
+    fn settle(&mut self, now: Timestamp, out: &mut Ready<Batch<K, V>>) {
         CoalesceCore::settle(self, now, out);
     }
-    fn on_timer(&mut self, now: Timestamp, out: &mut VecDeque<Batch<K, V>>) {
+    fn on_timer(&mut self, now: Timestamp, out: &mut Ready<Batch<K, V>>) {
         CoalesceCore::on_timer(self, now, out);
     }
     fn deadline(&self) -> Option<Timestamp> {
         CoalesceCore::deadline(self)
     }
-    fn flush(&mut self, _now: Timestamp, out: &mut VecDeque<Batch<K, V>>) {
+    fn flush(&mut self, _now: Timestamp, out: &mut Ready<Batch<K, V>>) {
         self.drain(out);
     }
     fn clear(&mut self) {
@@ -120,10 +120,32 @@ where
     }
 }
 
+/// Fires decided but not yet started, oldest first, each marked with
+/// whether it must respect the primitive's minimum spacing (fires decided by
+/// calls and timers do; explicit flushes and drains do not).
+pub(crate) struct Ready<O> {
+    items: VecDeque<(O, bool)>,
+    spaced: bool,
+}
+
+impl<O> Ready<O> {
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+}
+
+impl<O> Extend<O> for Ready<O> {
+    fn extend<I: IntoIterator<Item = O>>(&mut self, iter: I) {
+        let spaced = self.spaced;
+        self.items.extend(iter.into_iter().map(|o| (o, spaced)));
+    }
+}
+
 struct State<M: Machine> {
     machine: M,
-    /// Fires decided but not yet started, oldest first.
-    ready: VecDeque<M::Out>,
+    ready: Ready<M::Out>,
+    /// When the last action started.
+    last_start: Option<Timestamp>,
     worker: bool,
     /// The deadline the worker is sleeping towards, if it is sleeping.
     sleeping_until: Option<Timestamp>,
@@ -138,6 +160,8 @@ struct Shared<M: Machine> {
     wake: Notify,
     progress: Notify,
     origin: Instant,
+    /// The least time between the starts of two spaced actions.
+    spacing: Duration,
     handle: Handle,
     action: ActionFn<M::Out>,
     on_panic: Option<PanicHook>,
@@ -147,6 +171,7 @@ struct Shared<M: Machine> {
 impl<M: Machine> Shared<M> {
     fn new(
         machine: M,
+        spacing: Duration,
         action: ActionFn<M::Out>,
         on_panic: Option<PanicHook>,
     ) -> Result<Arc<Self>, DebounceError> {
@@ -154,7 +179,11 @@ impl<M: Machine> Shared<M> {
         Ok(Arc::new(Shared {
             state: Mutex::new(State {
                 machine,
-                ready: VecDeque::new(),
+                ready: Ready {
+                    items: VecDeque::new(),
+                    spaced: true,
+                },
+                last_start: None,
                 worker: false,
                 sleeping_until: None,
                 stopped: false,
@@ -164,6 +193,7 @@ impl<M: Machine> Shared<M> {
             wake: Notify::new(),
             progress: Notify::new(),
             origin: Instant::now(),
+            spacing,
             handle,
             action,
             on_panic,
@@ -195,7 +225,7 @@ impl<M: Machine> Shared<M> {
     /// Returns `None`, without calling `f`, once stopped.
     fn update<R>(
         self: &Arc<Self>,
-        f: impl FnOnce(&mut M, Timestamp, &mut VecDeque<M::Out>) -> R,
+        f: impl FnOnce(&mut M, Timestamp, &mut Ready<M::Out>) -> R,
     ) -> Option<R> {
         let now = self.now();
         let mut st = self.lock();
@@ -225,6 +255,24 @@ impl<M: Machine> Shared<M> {
                 self.wake.notify_one();
             }
         }
+    }
+
+    /// Drops what the machine holds and forgets history, including when the
+    /// last action started (so a following leading fire is not spaced).
+    fn cancel(self: &Arc<Self>) {
+        let now = self.now();
+        let mut st = self.lock();
+        let st = &mut *st;
+        if st.stopped {
+            return;
+        }
+        let before = st.ready.len();
+        st.machine.settle(now, &mut st.ready);
+        st.enqueued += (st.ready.len() - before) as u64;
+        st.machine.clear();
+        st.last_start = None;
+        let queued = st.ready.len() > before;
+        self.kick(st, queued);
     }
 
     /// Waits until every fire queued so far has finished.
@@ -267,7 +315,9 @@ impl<M: Machine> Shared<M> {
             let st = &mut *st;
             let before = st.ready.len();
             st.machine.settle(now, &mut st.ready);
+            st.ready.spaced = false;
             st.machine.flush(now, &mut st.ready);
+            st.ready.spaced = true;
             let queued = st.ready.len() - before;
             st.enqueued += queued as u64;
             self.kick(st, queued > 0);
@@ -298,13 +348,15 @@ impl<M: Machine> Shared<M> {
                 match mode {
                     StopMode::Drain => {
                         st.machine.settle(now, &mut st.ready);
+                        st.ready.spaced = false;
                         st.machine.flush(now, &mut st.ready);
+                        st.ready.spaced = true;
                         st.enqueued += (st.ready.len() - before) as u64;
                     }
                     StopMode::Abort => {
                         st.machine.clear();
                         st.finished += st.ready.len() as u64;
-                        st.ready.clear();
+                        st.ready.items.clear();
                     }
                 }
                 st.machine.clear();
@@ -324,7 +376,7 @@ impl<M: Machine> Shared<M> {
         }
         let undelivered: Vec<M::Out> = {
             let mut st = self.lock();
-            let taken: Vec<M::Out> = st.ready.drain(..).collect();
+            let taken: Vec<M::Out> = st.ready.items.drain(..).map(|(o, _)| o).collect();
             st.finished += taken.len() as u64;
             taken
         };
@@ -349,18 +401,45 @@ async fn worker<M: Machine>(shared: Arc<Shared<M>>) {
             let mut st = shared.lock();
             let st = &mut *st;
             st.sleeping_until = None;
-            if st.ready.is_empty() && st.machine.deadline().is_some_and(|d| d <= now) {
+            if st.machine.deadline().is_some_and(|d| d <= now) {
+                let before = st.ready.len();
                 st.machine.on_timer(now, &mut st.ready);
-                st.enqueued += st.ready.len() as u64;
+                st.enqueued += (st.ready.len() - before) as u64;
             }
-            if let Some(item) = st.ready.pop_front() {
-                Next::Run(item)
-            } else if let Some(d) = st.machine.deadline() {
-                st.sleeping_until = Some(d);
-                Next::Sleep(d)
-            } else {
-                st.worker = false;
-                return;
+            let spacing = shared.spacing;
+            let front_at = st
+                .ready
+                .items
+                .front()
+                .map(|(_, spaced)| match st.last_start {
+                    Some(last) if *spaced => last + spacing,
+                    _ => now,
+                });
+            match front_at {
+                Some(at) if at <= now => match st.ready.items.pop_front() {
+                    Some((item, _)) => {
+                        st.last_start = Some(now);
+                        Next::Run(item)
+                    }
+                    None => continue,
+                },
+                Some(at) => {
+                    // Too soon after the last action: wait, but keep the
+                    // machine's own timer too.
+                    let d = st.machine.deadline().map_or(at, |d| d.min(at));
+                    st.sleeping_until = Some(d);
+                    Next::Sleep(d)
+                }
+                None => match st.machine.deadline() {
+                    Some(d) => {
+                        st.sleeping_until = Some(d);
+                        Next::Sleep(d)
+                    }
+                    None => {
+                        st.worker = false;
+                        return;
+                    }
+                },
             }
         };
         match next {
@@ -510,7 +589,12 @@ impl<T: Send + 'static> Debouncer<T> {
         Fut: Future<Output = ()> + Send + 'static,
     {
         Ok(Debouncer {
-            shared: Shared::new(DebounceCore::new(config), boxed(action), hook)?,
+            shared: Shared::new(
+                DebounceCore::new(config),
+                Duration::ZERO,
+                boxed(action),
+                hook,
+            )?,
         })
     }
 
@@ -529,7 +613,7 @@ impl<T: Send + 'static> Debouncer<T> {
 
     /// Drops the pending value; the next call behaves like the first.
     pub fn cancel(&self) {
-        let _ = self.shared.update(|m, _, _| m.cancel());
+        self.shared.cancel();
     }
 
     /// True iff a trailing fire is scheduled (false in leading-only mode).
@@ -545,9 +629,11 @@ impl<T: Send + 'static> Debouncer<T> {
 ///
 /// Named to stay apart from the client-side request throttle in
 /// [`client`](crate::client): this one thins a stream of *events*.
-/// [`EventThrottleCore`] is the state machine. The spacing is between fire
-/// decisions; actions run one after another on the worker, so a slow action
-/// can only push the next one later, never earlier.
+/// [`EventThrottleCore`] is the state machine. The spacing is also enforced
+/// where the actions *start*: if a slow action delays the start of the next
+/// fire, the one after it still waits until `wait` after that start. Only
+/// an explicit [`flush`](Self::flush) or a draining [`stop`](Self::stop)
+/// skips the wait (they deliver now by definition).
 pub struct EventThrottle<T: Send + 'static> {
     shared: Arc<Shared<EventThrottleCore<T>>>,
 }
@@ -594,7 +680,12 @@ impl<T: Send + 'static> EventThrottle<T> {
         Fut: Future<Output = ()> + Send + 'static,
     {
         Ok(EventThrottle {
-            shared: Shared::new(EventThrottleCore::new(config), boxed(action), hook)?,
+            shared: Shared::new(
+                EventThrottleCore::new(config),
+                config.wait(),
+                boxed(action),
+                hook,
+            )?,
         })
     }
 
@@ -612,7 +703,7 @@ impl<T: Send + 'static> EventThrottle<T> {
     /// Drops the held value and closes the window: the next call behaves
     /// like the first (a leading fire happens at once).
     pub fn cancel(&self) {
-        let _ = self.shared.update(|m, _, _| m.cancel());
+        self.shared.cancel();
     }
 
     /// True iff a trailing fire is scheduled.
@@ -685,7 +776,7 @@ where
     {
         let action = boxed(move |b: Batch<K, V>| action(b.key, b.items));
         Ok(Coalescer {
-            shared: Shared::new(CoalesceCore::new(config), action, hook)?,
+            shared: Shared::new(CoalesceCore::new(config), Duration::ZERO, action, hook)?,
         })
     }
 
