@@ -442,6 +442,24 @@ async fn c19_backwards_clock_is_an_edge_and_durations_saturate() {
     assert_eq!(th.deadline(), None);
 }
 
+/// C19 in the driver: a wait too long for any clock neither panics nor
+/// fires; flush still delivers.
+#[tokio::test(start_paused = true)]
+async fn c19_huge_durations_saturate_in_the_driver() {
+    let start = Instant::now();
+    let log = new_log();
+    let d = debouncer(DebounceConfig::new(Duration::MAX), &log, start);
+    let t = throttle(EventThrottleConfig::new(Duration::MAX), &log, start);
+    d.call(1).expect("not stopped");
+    t.call(2).expect("not stopped");
+    t.call(3).expect("not stopped");
+    at(start, 100_000).await;
+    assert_eq!(snapshot(&log), vec![(2, 0)]);
+    assert_eq!(d.flush().await, FlushOutcome::Delivered);
+    assert_eq!(t.flush().await, FlushOutcome::Delivered);
+    assert_eq!(snapshot(&log), vec![(2, 0), (1, 100_000), (3, 100_000)]);
+}
+
 // ---------------------------------------------------------------- throttle
 
 #[tokio::test(start_paused = true)]

@@ -44,6 +44,10 @@ type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 type ActionFn<O> = Box<dyn Fn(O) -> BoxFuture + Send + Sync + 'static>;
 type PanicHook = Box<dyn Fn(ActionPanic) + Send + Sync + 'static>;
 
+/// Where a deadline that does not fit in an `Instant` is parked (as tokio
+/// does for its own "never").
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
 tokio::task_local! {
     /// The address of the primitive whose action the current task is running.
     static RUNNING_ACTION_OF: usize;
@@ -146,6 +150,11 @@ struct State<M: Machine> {
     ready: Ready<M::Out>,
     /// When the last action started.
     last_start: Option<Timestamp>,
+    /// The latest time handed to the machine. Callers read the clock before
+    /// taking the lock, so under contention a reading can be older than one
+    /// already used; it is raised to this, so the machine never sees time
+    /// run backwards (which it would treat as an edge).
+    last_now: Timestamp,
     worker: bool,
     /// The deadline the worker is sleeping towards, if it is sleeping.
     sleeping_until: Option<Timestamp>,
@@ -184,6 +193,7 @@ impl<M: Machine> Shared<M> {
                     spaced: true,
                 },
                 last_start: None,
+                last_now: Timestamp::ZERO,
                 worker: false,
                 sleeping_until: None,
                 stopped: false,
@@ -211,6 +221,20 @@ impl<M: Machine> Shared<M> {
         Timestamp::from_duration(Instant::now().saturating_duration_since(self.origin))
     }
 
+    /// `read`, raised to the latest time already handed to the machine.
+    fn monotonic(st: &mut State<M>, read: Timestamp) -> Timestamp {
+        st.last_now = st.last_now.max(read);
+        st.last_now
+    }
+
+    /// The tokio instant of machine time `t` (far in the future if `t` is
+    /// not representable).
+    fn instant_of(&self, t: Timestamp) -> Instant {
+        self.origin
+            .checked_add(t.as_duration())
+            .unwrap_or_else(|| Instant::now() + FAR_FUTURE)
+    }
+
     fn id(self: &Arc<Self>) -> usize {
         Arc::as_ptr(self) as *const () as usize
     }
@@ -227,12 +251,13 @@ impl<M: Machine> Shared<M> {
         self: &Arc<Self>,
         f: impl FnOnce(&mut M, Timestamp, &mut Ready<M::Out>) -> R,
     ) -> Option<R> {
-        let now = self.now();
+        let read = self.now();
         let mut st = self.lock();
         let st = &mut *st;
         if st.stopped {
             return None;
         }
+        let now = Self::monotonic(st, read);
         let before = st.ready.len();
         st.machine.settle(now, &mut st.ready);
         let r = f(&mut st.machine, now, &mut st.ready);
@@ -260,12 +285,13 @@ impl<M: Machine> Shared<M> {
     /// Drops what the machine holds and forgets history, including when the
     /// last action started (so a following leading fire is not spaced).
     fn cancel(self: &Arc<Self>) {
-        let now = self.now();
+        let read = self.now();
         let mut st = self.lock();
         let st = &mut *st;
         if st.stopped {
             return;
         }
+        let now = Self::monotonic(st, read);
         let before = st.ready.len();
         st.machine.settle(now, &mut st.ready);
         st.enqueued += (st.ready.len() - before) as u64;
@@ -310,9 +336,10 @@ impl<M: Machine> Shared<M> {
 
     async fn flush(self: &Arc<Self>) -> FlushOutcome {
         let (queued, target) = {
-            let now = self.now();
+            let read = self.now();
             let mut st = self.lock();
             let st = &mut *st;
+            let now = Self::monotonic(st, read);
             let before = st.ready.len();
             st.machine.settle(now, &mut st.ready);
             st.ready.spaced = false;
@@ -339,9 +366,10 @@ impl<M: Machine> Shared<M> {
         timeout: Duration,
     ) -> Result<StopOutcome, StopError<M::Out>> {
         let target = {
-            let now = self.now();
+            let read = self.now();
             let mut st = self.lock();
             let st = &mut *st;
+            let now = Self::monotonic(st, read);
             if !st.stopped {
                 st.stopped = true;
                 let before = st.ready.len();
@@ -397,9 +425,10 @@ enum Next<O> {
 async fn worker<M: Machine>(shared: Arc<Shared<M>>) {
     loop {
         let next = {
-            let now = shared.now();
+            let read = shared.now();
             let mut st = shared.lock();
             let st = &mut *st;
+            let now = Shared::monotonic(st, read);
             st.sleeping_until = None;
             if st.machine.deadline().is_some_and(|d| d <= now) {
                 let before = st.ready.len();
@@ -449,7 +478,7 @@ async fn worker<M: Machine>(shared: Arc<Shared<M>>) {
                 shared.progress.notify_waiters();
             }
             Next::Sleep(d) => {
-                let at = shared.origin + d.as_duration();
+                let at = shared.instant_of(d);
                 let mut sleep = pin!(tokio::time::sleep_until(at));
                 let mut woken = pin!(shared.wake.notified());
                 std::future::poll_fn(|cx| {

@@ -57,6 +57,9 @@ use crate::time::Timestamp;
 /// so an always-ready upstream cannot starve other tasks.
 const BUDGET: u32 = 64;
 
+/// Where a deadline that does not fit in an `Instant` is parked.
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
 trait StreamCore {
     type In;
     type Out;
@@ -176,7 +179,11 @@ impl<S: Stream<Item = M::In>, M: StreamCore> Adapter<S, M> {
             match self.core.deadline() {
                 Some(d) if d <= now => self.core.on_timer(now, &mut self.out),
                 Some(d) => {
-                    self.sleep.as_mut().reset(self.origin + d.as_duration());
+                    let at = self
+                        .origin
+                        .checked_add(d.as_duration())
+                        .unwrap_or_else(|| Instant::now() + FAR_FUTURE);
+                    self.sleep.as_mut().reset(at);
                     if self.sleep.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
                     }
