@@ -51,12 +51,15 @@
 //!
 //! # Features
 //!
-//! * `tokio` — async drivers (`until_ready`, deadlines).
+//! * `tokio` — async drivers (`until_ready`, deadlines; the [`debounce`]
+//!   handles).
+//! * `stream` — `Stream` adapters (`debounce::stream`).
 //! * `http` — classification of `http` crate responses for client throttling.
 
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod debounce;
 pub mod decision;
 pub mod error;
 pub mod fixed_window;
