@@ -105,9 +105,11 @@ pub trait RateLimiter: Send + Sync {
     /// The current quota.
     fn quota(&self) -> Quota;
 
-    /// Replaces the quota on a live limiter. Capacity already used stays used
-    /// (as in `x/time/rate`'s `SetLimit`/`SetBurst`): the number of available
-    /// units is preserved, capped at the new burst.
+    /// Replaces the quota on a live limiter. Re-configuration never hands
+    /// out capacity by itself: the number of available units is preserved,
+    /// capped at the new burst (the rule of `x/time/rate`'s
+    /// `SetLimit`/`SetBurst`). The [leaky queue](crate::LeakyQueue) instead
+    /// keeps its scheduled departures and its latency bound (see its docs).
     fn set_quota_at(&self, quota: Quota, now: Timestamp);
 
     /// Admits a request of weight `n` at `now` if capacity allows, consuming
