@@ -73,7 +73,7 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::keyed::{KeyedError, KeyedLimiter};
+use crate::keyed::{KeyState, KeyedError, KeyedLimiter};
 use crate::limiter::{RateLimiter, Reservation};
 use crate::striped::{AdmissionStats, StripedCounter};
 use crate::time::{Clock, Timestamp};
@@ -129,7 +129,7 @@ impl<Req, K, L, C, S> Level<Req> for Keyed<Req, K, L, C, S>
 where
     Req: ?Sized,
     K: std::hash::Hash + Eq + Clone + Send + Sync,
-    L: RateLimiter,
+    L: KeyState,
     C: Clock,
     S: std::hash::BuildHasher + Clone + Send + Sync,
 {
@@ -240,7 +240,7 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
     ) -> Self
     where
         K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
-        L: RateLimiter + 'static,
+        L: KeyState + 'static,
         C: Clock + 'static,
         S: std::hash::BuildHasher + Clone + Send + Sync + 'static,
     {

@@ -61,15 +61,21 @@
 //! has seen, padded), the key's hash (8 bytes) and an 8-byte index slot plus
 //! one control byte in the hash index.
 //! [`KeyedLimiter::estimated_bytes_per_key`] computes this for a given `K`
-//! and `L`: 82 bytes for `u64` keys and the default `Gcra<NoClock>` (whose
-//! state is 40 bytes), with the index at its maximum load; a table that has
+//! and `L`: 66 bytes for `u64` keys and the default [`GcraState`] (24
+//! bytes), with the index at its maximum load; a table that has
 //! just doubled uses up to about twice that. Preallocated shards hold the
 //! cap from the start. The `keyed_flood` example measures the resident
 //! memory of the whole process.
 //!
-//! Per-key limiters are built by a factory from a [`Quota`]. They are always
-//! told the time, so they need no clock of their own: the default factory
-//! builds [`Gcra`]s on [`NoClock`], a clock of size zero.
+//! # Per-key state
+//!
+//! Per-key limiters are built by a factory from a [`Quota`] and implement
+//! [`KeyState`]. Every [`RateLimiter`] is a `KeyState` (build them on
+//! [`NoClock`], a clock of size zero: the keyed limiter always tells them the
+//! time). The default is [`GcraState`]: the same GCRA as [`Gcra`](crate::Gcra),
+//! answer for answer (a property test compares them), but as plain fields
+//! mutated under the shard lock — no atomics inside a lock that already
+//! serialises access, and 24 bytes instead of 40.
 //!
 //! ```
 //! use std::time::Duration;
@@ -109,8 +115,8 @@ use indexmap::IndexMap;
 
 use crate::decision::Decision;
 use crate::error::{CheckError, ReserveError};
-use crate::gcra::{Gcra, QuotaCell};
-use crate::limiter::{RateLimiter, Reservation};
+use crate::gcra::QuotaCell;
+use crate::limiter::{validate_weight, RateLimiter, Reservation};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -175,6 +181,192 @@ impl From<ReserveError> for KeyedError {
     }
 }
 
+/// The state kept for one key: what a [`KeyedLimiter`] needs from a per-key
+/// limiter. Methods take `&mut self` because the keyed limiter only touches
+/// a key's state under its shard's lock.
+///
+/// Every [`RateLimiter`] implements it; [`GcraState`] is an atomics-free
+/// GCRA for the common case.
+pub trait KeyState: Send {
+    /// The current quota.
+    fn quota(&self) -> Quota;
+    /// Replaces the quota; see [`RateLimiter::set_quota_at`].
+    fn set_quota_at(&mut self, quota: Quota, now: Timestamp);
+    /// See [`RateLimiter::check_at`].
+    ///
+    /// # Errors
+    /// As [`RateLimiter::check_at`].
+    fn check_at(&mut self, n: u64, now: Timestamp) -> Result<Decision, CheckError>;
+    /// See [`RateLimiter::peek_at`].
+    ///
+    /// # Errors
+    /// As [`RateLimiter::peek_at`].
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError>;
+    /// See [`RateLimiter::reserve_within_at`].
+    ///
+    /// # Errors
+    /// As [`RateLimiter::reserve_within_at`].
+    fn reserve_within_at(
+        &mut self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError>;
+    /// See [`RateLimiter::cancel_at`].
+    fn cancel_at(&mut self, reservation: &Reservation, now: Timestamp) -> u64;
+}
+
+impl<L: RateLimiter> KeyState for L {
+    fn quota(&self) -> Quota {
+        RateLimiter::quota(self)
+    }
+    fn set_quota_at(&mut self, quota: Quota, now: Timestamp) {
+        RateLimiter::set_quota_at(self, quota, now)
+    }
+    #[inline]
+    fn check_at(&mut self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        RateLimiter::check_at(self, n, now)
+    }
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        RateLimiter::peek_at(self, n, now)
+    }
+    fn reserve_within_at(
+        &mut self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        RateLimiter::reserve_within_at(self, n, now, max_wait)
+    }
+    fn cancel_at(&mut self, reservation: &Reservation, now: Timestamp) -> u64 {
+        RateLimiter::cancel_at(self, reservation, now)
+    }
+}
+
+/// GCRA as plain fields, for use under a lock: the default per-key state of
+/// a [`KeyedLimiter`]. It answers exactly as [`Gcra`](crate::Gcra) does for
+/// the same calls (see that type for the algorithm); it is not shareable on
+/// its own (`&mut self`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcraState {
+    /// Theoretical arrival time in nanoseconds: when the limiter is full.
+    tat: u64,
+    quota: Quota,
+}
+
+impl GcraState {
+    /// A state at full capacity.
+    pub fn new(quota: Quota) -> Self {
+        GcraState { tat: 0, quota }
+    }
+
+    #[inline]
+    fn decision(&self, allowed: bool, now: u64, tat: u64, retry: Option<u64>) -> Decision {
+        let q = self.quota;
+        let ahead = tat.saturating_sub(now);
+        Decision {
+            allowed,
+            limit: q.burst(),
+            remaining: q.window_nanos().saturating_sub(ahead) / q.emission_nanos(),
+            reset_after: Duration::from_nanos(ahead),
+            retry_after: retry.map(Duration::from_nanos),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+impl KeyState for GcraState {
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn set_quota_at(&mut self, quota: Quota, now: Timestamp) {
+        let now = now.as_nanos();
+        let old = self.quota;
+        let ahead = u128::from(self.tat.saturating_sub(now));
+        let old_e = u128::from(old.emission_nanos());
+        let new_e = u128::from(quota.emission_nanos());
+        let debt_new = ahead * new_e / old_e;
+        let shift = i128::from(quota.burst()) - i128::from(old.burst());
+        let new_ahead =
+            (i128::try_from(debt_new).unwrap_or(i128::MAX) + shift * new_e as i128).max(0);
+        self.tat = now.saturating_add(u64::try_from(new_ahead).unwrap_or(u64::MAX));
+        self.quota = quota;
+    }
+
+    #[inline]
+    fn check_at(&mut self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let now = now.as_nanos();
+        let q = self.quota;
+        validate_weight(n, q.burst())?;
+        let base = self.tat.max(now);
+        let new_tat = base.saturating_add(n * q.emission_nanos());
+        let ahead = new_tat.saturating_sub(now);
+        if ahead > q.window_nanos() {
+            return Ok(self.decision(false, now, base, Some(ahead - q.window_nanos())));
+        }
+        self.tat = new_tat;
+        Ok(self.decision(true, now, new_tat, None))
+    }
+
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let now = now.as_nanos();
+        let q = self.quota;
+        validate_weight(n, q.burst())?;
+        let base = self.tat.max(now);
+        let ahead = base
+            .saturating_add(n * q.emission_nanos())
+            .saturating_sub(now);
+        let retry = (ahead > q.window_nanos()).then(|| ahead - q.window_nanos());
+        Ok(self.decision(retry.is_none(), now, base, retry))
+    }
+
+    fn reserve_within_at(
+        &mut self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        let now_ns = now.as_nanos();
+        let q = self.quota;
+        validate_weight(n, q.burst())?;
+        let cost = n * q.emission_nanos();
+        let new_tat = self.tat.max(now_ns).saturating_add(cost);
+        let wait = new_tat
+            .saturating_sub(now_ns)
+            .saturating_sub(q.window_nanos());
+        if wait > crate::time::duration_to_nanos_saturating(max_wait) {
+            return Err(ReserveError::WouldWaitTooLong {
+                wait: Duration::from_nanos(wait),
+                max_wait,
+            });
+        }
+        self.tat = new_tat;
+        Ok(Reservation::new(
+            n,
+            now,
+            Timestamp::from_nanos(now_ns.saturating_add(wait)),
+            new_tat,
+            cost,
+        ))
+    }
+
+    fn cancel_at(&mut self, reservation: &Reservation, now: Timestamp) -> u64 {
+        if now > reservation.act_at() {
+            return 0;
+        }
+        let tat = self.tat;
+        let later = tat.saturating_sub(reservation.mark());
+        let restore = reservation.cost().saturating_sub(later);
+        if restore == 0 {
+            return 0;
+        }
+        let new_tat = tat.saturating_sub(restore).max(now.as_nanos().min(tat));
+        self.tat = new_tat;
+        (tat - new_tat) / self.quota.emission_nanos()
+    }
+}
+
 type Factory<L> = Box<dyn Fn(Quota) -> L + Send + Sync>;
 
 struct Entry<L> {
@@ -195,9 +387,10 @@ struct Shard<K, L, S> {
 
 /// A rate limiter per key. See the [module docs](self).
 ///
-/// `K` is the key, `L` the per-key limiter (any [`RateLimiter`]), `C` the
+/// `K` is the key, `L` the per-key state (any [`KeyState`]: [`GcraState`]
+/// by default, or any [`RateLimiter`]), `C` the
 /// clock used by the convenience methods without `_at`, `S` the hasher.
-pub struct KeyedLimiter<K, L = Gcra<NoClock>, C = MonotonicClock, S = RandomState> {
+pub struct KeyedLimiter<K, L = GcraState, C = MonotonicClock, S = RandomState> {
     shards: Box<[CachePadded<Mutex<Shard<K, L, S>>>]>,
     shard_mask: usize,
     per_shard_cap: usize,
@@ -228,13 +421,13 @@ impl<K> KeyedLimiter<K> {
     /// Starts configuring a keyed limiter whose keys get `quota` by default,
     /// with GCRA per key, the production clock and a randomly seeded hasher.
     /// Defaults: at most 100 000 keys, 4 × CPUs shards, no preallocation.
-    pub fn builder(quota: Quota) -> KeyedBuilder<Gcra<NoClock>, MonotonicClock, RandomState> {
+    pub fn builder(quota: Quota) -> KeyedBuilder<GcraState, MonotonicClock, RandomState> {
         KeyedBuilder {
             quota,
             max_keys: 100_000,
             shards: std::thread::available_parallelism().map_or(4, usize::from) * 4,
             preallocate: false,
-            factory: Box::new(|q| Gcra::with_clock(q, NoClock)),
+            factory: Box::new(GcraState::new),
             clock: MonotonicClock::new(),
             hasher: RandomState::new(),
         }
@@ -266,7 +459,7 @@ impl<L, C, S> KeyedBuilder<L, C, S> {
     /// whenever a key is first seen or seen again after eviction). The
     /// limiters must start at full capacity for eviction to be exact; a
     /// limiter that starts empty only makes eviction stricter.
-    pub fn limiter<L2: RateLimiter>(
+    pub fn limiter<L2: KeyState>(
         self,
         factory: impl Fn(Quota) -> L2 + Send + Sync + 'static,
     ) -> KeyedBuilder<L2, C, S> {
@@ -312,7 +505,7 @@ impl<L, C, S> KeyedBuilder<L, C, S> {
     pub fn build<K>(self) -> KeyedLimiter<K, L, C, S>
     where
         K: Hash + Eq + Clone,
-        L: RateLimiter,
+        L: KeyState,
         C: Clock,
         S: BuildHasher + Clone,
     {
@@ -362,7 +555,7 @@ fn full_at(now: u64, reset_after: Duration) -> u64 {
 impl<K, L, C, S> KeyedLimiter<K, L, C, S>
 where
     K: Hash + Eq + Clone,
-    L: RateLimiter,
+    L: KeyState,
     C: Clock,
     S: BuildHasher + Clone,
 {
@@ -917,9 +1110,43 @@ mod tests {
         assert_eq!(k.evictions(), 1000);
     }
 
+    proptest::proptest! {
+        /// `GcraState` answers exactly as `Gcra` for every call.
+        #[test]
+        fn gcra_state_is_gcra(ops in proptest::collection::vec((0u8..5, 1u64..6, 0u64..300, 1u64..12), 1..200)) {
+            let q0 = Quota::per_second(10).unwrap().with_burst(5).unwrap();
+            let a = crate::Gcra::with_clock(q0, NoClock);
+            let mut b = GcraState::new(q0);
+            let mut now = 0;
+            let mut held: Vec<Reservation> = Vec::new();
+            for (op, n, dt, burst) in ops {
+                now += dt;
+                let t = ms(now);
+                match op {
+                    0 => proptest::prop_assert_eq!(RateLimiter::check_at(&a, n, t), KeyState::check_at(&mut b, n, t)),
+                    1 => proptest::prop_assert_eq!(RateLimiter::peek_at(&a, n, t), KeyState::peek_at(&b, n, t)),
+                    2 => {
+                        let w = Duration::from_millis(dt);
+                        let (ra, rb) = (RateLimiter::reserve_within_at(&a, n, t, w), KeyState::reserve_within_at(&mut b, n, t, w));
+                        proptest::prop_assert_eq!(ra.clone(), rb);
+                        if let Ok(r) = ra { held.push(r); }
+                    }
+                    3 => if let Some(r) = held.pop() {
+                        proptest::prop_assert_eq!(RateLimiter::cancel_at(&a, &r, t), KeyState::cancel_at(&mut b, &r, t));
+                    },
+                    _ => {
+                        let q = Quota::per_second(1 + n * 3).unwrap().with_burst(burst).unwrap();
+                        RateLimiter::set_quota_at(&a, q, t);
+                        KeyState::set_quota_at(&mut b, q, t);
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn bytes_per_key_is_what_the_docs_say() {
-        assert_eq!(std::mem::size_of::<Gcra<NoClock>>(), 40);
-        assert_eq!(KeyedLimiter::<u64>::estimated_bytes_per_key(), 82);
+        assert_eq!(std::mem::size_of::<GcraState>(), 24);
+        assert_eq!(KeyedLimiter::<u64>::estimated_bytes_per_key(), 66);
     }
 }
