@@ -7,6 +7,10 @@
 //! (`quanta`) and hasher (`RandomState`) on both sides; 1 and 2 threads.
 //! Throughput is reported as checks per second over all threads.
 //!
+//! A second pair repeats the comparison with `foldhash`'s seeded hasher on
+//! both sides, to show how much of a check is SipHash (the hasher is a
+//! builder option on both libraries).
+//!
 //! ```text
 //! cargo bench -p ratewise --bench keyed
 //! ```
@@ -52,10 +56,20 @@ fn bench(c: &mut Criterion) {
     let theirs = governor::RateLimiter::dashmap(governor::Quota::per_second(
         NonZeroU32::new(1000).expect("non-zero"),
     ));
-    // Warm both tables with every hot key.
+    let ours_fold = KeyedLimiter::<u64>::builder(Quota::per_second(1000).expect("valid quota"))
+        .max_keys(100_000)
+        .hasher(foldhash::fast::RandomState::default())
+        .build();
+    let theirs_fold = governor::RateLimiter::dashmap_with_hasher(
+        governor::Quota::per_second(NonZeroU32::new(1000).expect("non-zero")),
+        foldhash::fast::RandomState::default(),
+    );
+    // Warm every table with every hot key.
     for k in 0..HOT_KEYS {
         let _ = ours.check(&k, 1);
         let _ = theirs.check_key(&k);
+        let _ = ours_fold.check(&k, 1);
+        let _ = theirs_fold.check_key(&k);
     }
 
     for threads in [1u64, 2] {
@@ -70,6 +84,18 @@ fn bench(c: &mut Criterion) {
         });
         g.bench_function("governor_dashmap", |b| {
             b.iter_custom(|iters| run_threads(threads, iters, &|k| theirs.check_key(k).is_ok()))
+        });
+        g.bench_function("ratewise_keyed_foldhash", |b| {
+            b.iter_custom(|iters| {
+                run_threads(threads, iters, &|k| {
+                    ours_fold.check(k, 1).map(|d| d.allowed).unwrap_or(false)
+                })
+            })
+        });
+        g.bench_function("governor_dashmap_foldhash", |b| {
+            b.iter_custom(|iters| {
+                run_threads(threads, iters, &|k| theirs_fold.check_key(k).is_ok())
+            })
         });
         g.finish();
     }

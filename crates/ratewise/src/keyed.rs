@@ -367,6 +367,8 @@ impl KeyState for GcraState {
     }
 }
 
+type PaddedShard<K, L, S> = CachePadded<Mutex<Shard<K, L, S>>>;
+
 type Factory<L> = Box<dyn Fn(Quota) -> L + Send + Sync>;
 
 struct Entry<L> {
@@ -391,7 +393,7 @@ struct Shard<K, L, S> {
 /// by default, or any [`RateLimiter`]), `C` the
 /// clock used by the convenience methods without `_at`, `S` the hasher.
 pub struct KeyedLimiter<K, L = GcraState, C = MonotonicClock, S = RandomState> {
-    shards: Box<[CachePadded<Mutex<Shard<K, L, S>>>]>,
+    shards: Box<[PaddedShard<K, L, S>]>,
     shard_mask: usize,
     per_shard_cap: usize,
     max_keys: usize,
