@@ -519,6 +519,33 @@ mod tests {
     }
 
     #[test]
+    fn a_full_keyed_level_refuses_and_charges_nothing_elsewhere() {
+        let q = Quota::per_second(10).unwrap();
+        let h = Hierarchy::<Req>::new()
+            .global("global", Gcra::with_clock(q, NoClock))
+            .keyed(
+                "user",
+                KeyedLimiter::<u32>::builder(q).max_keys(1).build(),
+                |r: &Req| &r.user,
+            );
+        let r = |user| Req { user, endpoint: 0 };
+        assert!(h.check_at(&r(1), 3, ms(0)).unwrap().allowed);
+        // User 2 looks fine when peeked, but there is no room to track it:
+        // the commit refuses, and the global level gets its 3 units back.
+        let d = h.check_at(&r(2), 3, ms(0)).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.refused_by.as_deref(), Some("user"));
+        assert_eq!(d.retry_after, Some(Duration::from_millis(300)));
+        assert_eq!(
+            h.peek_level_at(0, &r(2), 1, ms(0))
+                .unwrap()
+                .unwrap()
+                .remaining,
+            7
+        );
+    }
+
+    #[test]
     fn empty_hierarchy_admits() {
         let h = Hierarchy::<Req>::new();
         assert!(h.is_empty());
