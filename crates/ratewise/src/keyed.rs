@@ -409,7 +409,8 @@ pub struct KeyedLimiter<K, L = GcraState, C = MonotonicClock, S = RandomState> {
 }
 
 /// Configures a [`KeyedLimiter`]; from [`KeyedLimiter::builder`].
-pub struct KeyedBuilder<L, C, S> {
+pub struct KeyedBuilder<K, L, C, S> {
+    key: std::marker::PhantomData<fn() -> K>,
     quota: Quota,
     max_keys: usize,
     shards: usize,
@@ -423,8 +424,9 @@ impl<K> KeyedLimiter<K> {
     /// Starts configuring a keyed limiter whose keys get `quota` by default,
     /// with GCRA per key, the production clock and a randomly seeded hasher.
     /// Defaults: at most 100 000 keys, 4 × CPUs shards, no preallocation.
-    pub fn builder(quota: Quota) -> KeyedBuilder<GcraState, MonotonicClock, RandomState> {
+    pub fn builder(quota: Quota) -> KeyedBuilder<K, GcraState, MonotonicClock, RandomState> {
         KeyedBuilder {
+            key: std::marker::PhantomData,
             quota,
             max_keys: 100_000,
             shards: std::thread::available_parallelism().map_or(4, usize::from) * 4,
@@ -436,7 +438,7 @@ impl<K> KeyedLimiter<K> {
     }
 }
 
-impl<L, C, S> KeyedBuilder<L, C, S> {
+impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
     /// The most keys tracked at once (at least 1). The shard count is
     /// lowered if needed so that every shard can hold at least one key.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
@@ -464,8 +466,9 @@ impl<L, C, S> KeyedBuilder<L, C, S> {
     pub fn limiter<L2: KeyState>(
         self,
         factory: impl Fn(Quota) -> L2 + Send + Sync + 'static,
-    ) -> KeyedBuilder<L2, C, S> {
+    ) -> KeyedBuilder<K, L2, C, S> {
         KeyedBuilder {
+            key: std::marker::PhantomData,
             quota: self.quota,
             max_keys: self.max_keys,
             shards: self.shards,
@@ -477,8 +480,9 @@ impl<L, C, S> KeyedBuilder<L, C, S> {
     }
 
     /// The clock read by the convenience methods (`check`, `peek`).
-    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<L, C2, S> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<K, L, C2, S> {
         KeyedBuilder {
+            key: std::marker::PhantomData,
             quota: self.quota,
             max_keys: self.max_keys,
             shards: self.shards,
@@ -491,8 +495,9 @@ impl<L, C, S> KeyedBuilder<L, C, S> {
 
     /// The hasher. Keys usually come from outside, so keep it randomly
     /// seeded (as `RandomState` is) or an attacker can crowd one shard.
-    pub fn hasher<S2: BuildHasher + Clone>(self, hasher: S2) -> KeyedBuilder<L, C, S2> {
+    pub fn hasher<S2: BuildHasher + Clone>(self, hasher: S2) -> KeyedBuilder<K, L, C, S2> {
         KeyedBuilder {
+            key: std::marker::PhantomData,
             quota: self.quota,
             max_keys: self.max_keys,
             shards: self.shards,
@@ -504,7 +509,7 @@ impl<L, C, S> KeyedBuilder<L, C, S> {
     }
 
     /// Builds the limiter.
-    pub fn build<K>(self) -> KeyedLimiter<K, L, C, S>
+    pub fn build(self) -> KeyedLimiter<K, L, C, S>
     where
         K: Hash + Eq + Clone,
         L: KeyState,

@@ -173,6 +173,8 @@ impl<L: RateLimiter, C: Clock> ShardedLimiter<L, C> {
             }
         }
         self.stats.denied.add(1);
+        // `best` is always set: there is at least one shard, and every
+        // shard either admitted (returned above) or produced a denial.
         best.ok_or(CheckError::ZeroWeight)
     }
 
