@@ -46,8 +46,10 @@ use crate::time::{Clock, MonotonicClock, Timestamp};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Gcra<C = MonotonicClock> {
-    /// Theoretical arrival time, nanoseconds on the clock's scale.
-    tat: AtomicU64,
+    /// Theoretical arrival time, nanoseconds on the clock's scale. Alone on
+    /// its cache line: under contention this line bounces between cores, and
+    /// the read-mostly quota and clock must not bounce with it.
+    tat: CacheAligned<AtomicU64>,
     config: QuotaCell,
     clock: C,
 }
@@ -63,7 +65,7 @@ impl<C: Clock> Gcra<C> {
     /// A limiter on `clock`, starting with its full burst.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Gcra {
-            tat: AtomicU64::new(0),
+            tat: CacheAligned(AtomicU64::new(0)),
             config: QuotaCell::new(quota),
             clock,
         }
@@ -74,7 +76,7 @@ impl<C: Clock> Gcra<C> {
     pub fn empty_with_clock(quota: Quota, clock: C) -> Self {
         let now = clock.now().as_nanos();
         Gcra {
-            tat: AtomicU64::new(now.saturating_add(quota.window_nanos())),
+            tat: CacheAligned(AtomicU64::new(now.saturating_add(quota.window_nanos()))),
             config: QuotaCell::new(quota),
             clock,
         }
@@ -97,7 +99,7 @@ impl<C: Clock> Gcra<C> {
         Decision {
             allowed,
             limit: q.burst(),
-            remaining: tau.saturating_sub(ahead) / q.emission_nanos(),
+            remaining: q.units_in(tau.saturating_sub(ahead)),
             reset_after: Duration::from_nanos(ahead),
             retry_after: retry_after.map(Duration::from_nanos),
             delay: Duration::ZERO,
@@ -269,6 +271,18 @@ impl<C> std::fmt::Debug for Gcra<C> {
     }
 }
 
+/// Keeps its contents on a cache line of their own (128 bytes covers the
+/// adjacent-line prefetcher of current x86 parts).
+#[repr(align(128))]
+struct CacheAligned<T>(T);
+
+impl<T> std::ops::Deref for CacheAligned<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// A quota readable without locks while another thread replaces it: a
 /// sequence lock over two words. Writers are serialised by a mutex (they are
 /// rare); readers retry while a write is in progress.
@@ -276,15 +290,18 @@ pub(crate) struct QuotaCell {
     seq: AtomicU64,
     emission: AtomicU64,
     burst: AtomicU64,
+    reciprocal: AtomicU64,
     writer: std::sync::Mutex<()>,
 }
 
 impl QuotaCell {
     pub(crate) fn new(q: Quota) -> Self {
+        let (e, b, r) = q.raw_parts();
         QuotaCell {
             seq: AtomicU64::new(0),
-            emission: AtomicU64::new(q.emission_nanos()),
-            burst: AtomicU64::new(q.burst()),
+            emission: AtomicU64::new(e),
+            burst: AtomicU64::new(b),
+            reciprocal: AtomicU64::new(r),
             writer: std::sync::Mutex::new(()),
         }
     }
@@ -295,14 +312,13 @@ impl QuotaCell {
             let s1 = self.seq.load(Ordering::Acquire);
             let e = self.emission.load(Ordering::Relaxed);
             let b = self.burst.load(Ordering::Relaxed);
+            let r = self.reciprocal.load(Ordering::Relaxed);
             fence(Ordering::Acquire);
             let s2 = self.seq.load(Ordering::Relaxed);
             if s1 == s2 && s1 % 2 == 0 {
-                // Both words were written together by `store`, which only
+                // The words were written together by `store`, which only
                 // writes quotas that passed validation.
-                if let Ok(q) = Quota::from_parts(e, b) {
-                    return q;
-                }
+                return Quota::from_raw_parts(e, b, r);
             }
             std::hint::spin_loop();
         }
@@ -315,16 +331,19 @@ impl QuotaCell {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let s = self.seq.load(Ordering::Relaxed);
-        let old = Quota::from_parts(
+        let old = Quota::from_raw_parts(
             self.emission.load(Ordering::Relaxed),
             self.burst.load(Ordering::Relaxed),
+            self.reciprocal.load(Ordering::Relaxed),
         );
+        let (e, b, r) = q.raw_parts();
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
-        self.emission.store(q.emission_nanos(), Ordering::Relaxed);
-        self.burst.store(q.burst(), Ordering::Relaxed);
+        self.emission.store(e, Ordering::Relaxed);
+        self.burst.store(b, Ordering::Relaxed);
+        self.reciprocal.store(r, Ordering::Relaxed);
         self.seq.store(s.wrapping_add(2), Ordering::Release);
-        old.unwrap_or(q)
+        old
     }
 }
 

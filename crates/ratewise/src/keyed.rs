@@ -61,7 +61,7 @@
 //! has seen, padded), the key's hash (8 bytes) and an 8-byte index slot plus
 //! one control byte in the hash index.
 //! [`KeyedLimiter::estimated_bytes_per_key`] computes this for a given `K`
-//! and `L`: 66 bytes for `u64` keys and the default [`GcraState`] (24
+//! and `L`: 74 bytes for `u64` keys and the default [`GcraState`] (32
 //! bytes), with the index at its maximum load; a table that has
 //! just doubled uses up to about twice that. Preallocated shards hold the
 //! cap from the start. The `keyed_flood` example measures the resident
@@ -75,7 +75,9 @@
 //! time). The default is [`GcraState`]: the same GCRA as [`Gcra`](crate::Gcra),
 //! answer for answer (a property test compares them), but as plain fields
 //! mutated under the shard lock — no atomics inside a lock that already
-//! serialises access, and 24 bytes instead of 40.
+//! serialises access, and 32 bytes instead of the 256 of a `Gcra` (whose
+//! arrival time has a cache line to itself, right for one shared limiter
+//! and wasteful for a million per-key ones).
 //!
 //! ```
 //! use std::time::Duration;
@@ -267,7 +269,7 @@ impl GcraState {
         Decision {
             allowed,
             limit: q.burst(),
-            remaining: q.window_nanos().saturating_sub(ahead) / q.emission_nanos(),
+            remaining: q.units_in(q.window_nanos().saturating_sub(ahead)),
             reset_after: Duration::from_nanos(ahead),
             retry_after: retry.map(Duration::from_nanos),
             delay: Duration::ZERO,
@@ -1153,7 +1155,8 @@ mod tests {
 
     #[test]
     fn bytes_per_key_is_what_the_docs_say() {
-        assert_eq!(std::mem::size_of::<GcraState>(), 24);
-        assert_eq!(KeyedLimiter::<u64>::estimated_bytes_per_key(), 66);
+        assert_eq!(std::mem::size_of::<GcraState>(), 32);
+        assert_eq!(std::mem::size_of::<crate::Gcra<NoClock>>(), 256);
+        assert_eq!(KeyedLimiter::<u64>::estimated_bytes_per_key(), 74);
     }
 }
