@@ -26,7 +26,11 @@
 //!   `reset_after == 0`. A key created afresh later starts at full capacity
 //!   too, so forgetting it changes nothing: **eviction never lets a key
 //!   exceed its quota** (a property test checks this against a model that
-//!   never forgets). Such a key is also exactly one that has been idle
+//!   never forgets). This holds for times that never run backwards; if a
+//!   caller later passes a `now` earlier than the eviction, a re-created
+//!   key may admit up to the units its old state still owed at that
+//!   earlier instant — at most one burst. Such a key is also exactly one
+//!   that has been idle
 //!   longer than its refill time, so this one rule is both the time-based
 //!   expiry and the capacity eviction.
 //! * **Bounded work, no pauses.** Every insert of a new key first examines
