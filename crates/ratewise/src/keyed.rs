@@ -1158,6 +1158,34 @@ mod tests {
     }
 
     #[test]
+    fn threads_sharing_keys_get_exactly_each_burst() {
+        // Time stands still: every key admits exactly its burst in total,
+        // however the threads interleave, and the cap is never exceeded.
+        let k = KeyedLimiter::<u64>::builder(Quota::per_second(25).unwrap())
+            .max_keys(64)
+            .shards(4)
+            .build();
+        let admitted: u64 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let k = &k;
+                    s.spawn(move || {
+                        (0..4000u64)
+                            .filter(|i| {
+                                let key = (i * 7 + t) % 40;
+                                matches!(k.check_at(&key, 1, ms(5)), Ok(d) if d.allowed)
+                            })
+                            .count() as u64
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, 40 * 25);
+        assert!(k.len() <= 64);
+    }
+
+    #[test]
     fn bytes_per_key_is_what_the_docs_say() {
         assert_eq!(std::mem::size_of::<GcraState>(), 32);
         assert_eq!(std::mem::size_of::<crate::Gcra<NoClock>>(), 256);
