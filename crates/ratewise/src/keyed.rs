@@ -1,0 +1,1194 @@
+//! [`KeyedLimiter`]: one limiter per key (user, API key, IP address), with
+//! memory that an attacker cannot exhaust.
+//!
+//! # Why it is built this way
+//!
+//! A per-key limiter that creates state on first use and never forgets it
+//! grows by one entry for every distinct key it has ever seen; ten million
+//! spoofed keys are ten million entries. This one bounds its size and still
+//! limits every key it tracks exactly:
+//!
+//! * **Sharded map.** Keys are spread by hash over N shards, each a
+//!   `Mutex<IndexMap>` on its own cache line. Checks on keys in different
+//!   shards never touch the same lock; with the default 4 × CPUs shards, two
+//!   threads meet on a lock about once in that many checks. (A sharded
+//!   `Mutex<IndexMap>` was chosen over a concurrent map crate because the
+//!   eviction scan below needs a cursor into each shard, which an
+//!   `IndexMap`'s dense entry vector gives in O(1); the benchmark
+//!   `benches/keyed.rs` compares the result with `governor`'s
+//!   `DashMap`-based store.)
+//! * **A hard cap on keys.** Each shard holds at most `max_keys / shards`
+//!   keys, so the whole limiter holds at most `max_keys`. The hash is
+//!   randomly seeded (`RandomState` by default), so an attacker cannot aim
+//!   keys at one shard.
+//! * **Only rested keys are evicted.** A key may be dropped only when its
+//!   limiter is back at full capacity: `peek_at(1, now)` reports
+//!   `reset_after == 0`. A key created afresh later starts at full capacity
+//!   too, so forgetting it changes nothing: **eviction never lets a key
+//!   exceed its quota** (a property test checks this against a model that
+//!   never forgets). This holds for times that never run backwards; if a
+//!   caller later passes a `now` earlier than the eviction, a re-created
+//!   key may admit up to the units its old state still owed at that
+//!   earlier instant — at most one burst. Such a key is also exactly one
+//!   that has been idle
+//!   longer than its refill time, so this one rule is both the time-based
+//!   expiry and the capacity eviction.
+//! * **Bounded work, no pauses.** Every insert of a new key first examines
+//!   [`SWEEP_PER_INSERT`] entries from a per-shard cursor and drops the
+//!   rested ones (time-based expiry, amortised over inserts); when the
+//!   shard is full it examines up to [`SCAN_WHEN_FULL`] more to make room.
+//!   [`KeyedLimiter::maintain`] does the same sweep on demand with a budget
+//!   the caller chooses. No operation ever walks a whole shard.
+//! * **Full means "no", not "forget someone".** When a shard is full and
+//!   none of the examined keys is rested, the request of the *new* key is
+//!   refused with [`KeyedError::Full`] (carrying an estimate of when room
+//!   will appear); keys already tracked keep being limited exactly. This is
+//!   the strict choice: under a flood faster than keys refill, new keys are
+//!   refused rather than letting an attacker push a legitimate, partly used
+//!   key out of the table and reset its allowance. Size `max_keys` so that
+//!   `arrival rate of new keys × refill time` fits.
+//!
+//! # Quotas
+//!
+//! Every key uses the default quota unless it has an override
+//! ([`KeyedLimiter::set_key_quota_at`], e.g. a premium API key). Overrides
+//! are kept apart from the limiter table, so they survive eviction; they are
+//! meant for keys an operator names, not for every key seen. Changing the
+//! default quota ([`KeyedLimiter::set_default_quota`]) is O(1): each tracked
+//! key picks up the new quota at its next use (with the usual
+//! [`RateLimiter::set_quota_at`] rule that available units are preserved).
+//!
+//! # Memory
+//!
+//! Per tracked key the table stores the key, the per-key limiter, 16 bytes
+//! of bookkeeping (when the key will be rested, and the quota generation it
+//! has seen, padded), the key's hash (8 bytes) and an 8-byte index slot plus
+//! one control byte in the hash index.
+//! [`KeyedLimiter::estimated_bytes_per_key`] computes this for a given `K`
+//! and `L`: 74 bytes for `u64` keys and the default [`GcraState`] (32
+//! bytes), with the index at its maximum load; a table that has
+//! just doubled uses up to about twice that. Preallocated shards hold the
+//! cap from the start. The `keyed_flood` example measures the resident
+//! memory of the whole process.
+//!
+//! # Per-key state
+//!
+//! Per-key limiters are built by a factory from a [`Quota`] and implement
+//! [`KeyState`]. Every [`RateLimiter`] is a `KeyState` (build them on
+//! [`NoClock`], a clock of size zero: the keyed limiter always tells them the
+//! time). The default is [`GcraState`]: the same GCRA as [`Gcra`](crate::Gcra),
+//! answer for answer (a property test compares them), but as plain fields
+//! mutated under the shard lock — no atomics inside a lock that already
+//! serialises access, and 32 bytes instead of the 256 of a `Gcra` (whose
+//! arrival time has a cache line to itself, right for one shared limiter
+//! and wasteful for a million per-key ones).
+//!
+//! ```
+//! use std::time::Duration;
+//! use ratewise::keyed::{KeyedError, KeyedLimiter};
+//! use ratewise::{Quota, Timestamp};
+//!
+//! let per_user = KeyedLimiter::<u64>::builder(Quota::per_second(2)?)
+//!     .max_keys(1000)
+//!     .build();
+//! let t0 = Timestamp::ZERO;
+//! assert!(per_user.check_at(&7, 1, t0)?.is_allowed());
+//! assert!(per_user.check_at(&7, 1, t0)?.is_allowed());
+//! assert!(!per_user.check_at(&7, 1, t0)?.is_allowed()); // user 7 is out
+//! assert!(per_user.check_at(&8, 1, t0)?.is_allowed()); // user 8 is not
+//!
+//! // A premium user gets more.
+//! per_user.set_key_quota_at(&9, Quota::per_second(100)?, t0);
+//! assert_eq!(per_user.check_at(&9, 1, t0)?.limit, 100);
+//!
+//! // Once rested, keys are forgotten by later inserts or by `maintain`.
+//! let later = t0 + Duration::from_secs(1);
+//! per_user.maintain(later, usize::MAX);
+//! assert_eq!(per_user.len(), 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+use indexmap::map::raw_entry_v1::{RawEntryApiV1, RawEntryMut};
+use indexmap::IndexMap;
+
+use crate::decision::Decision;
+use crate::error::{CheckError, ReserveError};
+use crate::gcra::QuotaCell;
+use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::quota::Quota;
+use crate::time::{Clock, MonotonicClock, Timestamp};
+
+/// Entries examined (and dropped if rested) before each insert of a new
+/// key: the amortised, bounded work of time-based expiry.
+pub const SWEEP_PER_INSERT: usize = 2;
+
+/// Further entries examined to make room when a shard is full, before the
+/// new key is refused with [`KeyedError::Full`].
+pub const SCAN_WHEN_FULL: usize = 32;
+
+/// A clock for limiters that are only ever told the time (`*_at` methods):
+/// it takes no space and always reads [`Timestamp::ZERO`]. The per-key
+/// limiters of a [`KeyedLimiter`] use it, since the keyed limiter hands them
+/// `now` itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoClock;
+
+impl Clock for NoClock {
+    #[inline]
+    fn now(&self) -> Timestamp {
+        Timestamp::ZERO
+    }
+}
+
+/// Why a keyed operation did not produce an answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyedError {
+    /// The request itself is invalid for this key's quota.
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// A reservation would have had to wait longer than allowed; nothing
+    /// was reserved.
+    #[error("the reservation would have to wait {wait:?}, more than the allowed {max_wait:?}")]
+    WouldWaitTooLong {
+        /// How long the caller would have had to wait.
+        wait: Duration,
+        /// The most the caller was prepared to wait.
+        max_wait: Duration,
+    },
+    /// The key is not tracked yet and its shard is full of keys that are
+    /// still recovering, so it could not be added. Nothing was recorded.
+    #[error("the keyed limiter is full ({max_keys} keys, none of those examined is idle); retry after about {retry_after:?} or raise max_keys")]
+    Full {
+        /// The configured key cap.
+        max_keys: usize,
+        /// An estimate of when a slot frees up: the soonest time one of the
+        /// examined keys is back at full capacity.
+        retry_after: Duration,
+    },
+}
+
+impl From<ReserveError> for KeyedError {
+    fn from(e: ReserveError) -> Self {
+        match e {
+            ReserveError::Invalid(c) => KeyedError::Check(c),
+            ReserveError::WouldWaitTooLong { wait, max_wait } => {
+                KeyedError::WouldWaitTooLong { wait, max_wait }
+            }
+        }
+    }
+}
+
+/// The state kept for one key: what a [`KeyedLimiter`] needs from a per-key
+/// limiter. Methods take `&mut self` because the keyed limiter only touches
+/// a key's state under its shard's lock.
+///
+/// Every [`RateLimiter`] implements it; [`GcraState`] is an atomics-free
+/// GCRA for the common case.
+pub trait KeyState: Send {
+    /// The current quota.
+    fn quota(&self) -> Quota;
+    /// Replaces the quota; see [`RateLimiter::set_quota_at`].
+    fn set_quota_at(&mut self, quota: Quota, now: Timestamp);
+    /// See [`RateLimiter::check_at`].
+    ///
+    /// # Errors
+    /// As [`RateLimiter::check_at`].
+    fn check_at(&mut self, n: u64, now: Timestamp) -> Result<Decision, CheckError>;
+    /// See [`RateLimiter::peek_at`].
+    ///
+    /// # Errors
+    /// As [`RateLimiter::peek_at`].
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError>;
+    /// See [`RateLimiter::reserve_within_at`].
+    ///
+    /// # Errors
+    /// As [`RateLimiter::reserve_within_at`].
+    fn reserve_within_at(
+        &mut self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError>;
+    /// See [`RateLimiter::cancel_at`].
+    fn cancel_at(&mut self, reservation: &Reservation, now: Timestamp) -> u64;
+}
+
+impl<L: RateLimiter> KeyState for L {
+    fn quota(&self) -> Quota {
+        RateLimiter::quota(self)
+    }
+    fn set_quota_at(&mut self, quota: Quota, now: Timestamp) {
+        RateLimiter::set_quota_at(self, quota, now)
+    }
+    #[inline]
+    fn check_at(&mut self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        RateLimiter::check_at(self, n, now)
+    }
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        RateLimiter::peek_at(self, n, now)
+    }
+    fn reserve_within_at(
+        &mut self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        RateLimiter::reserve_within_at(self, n, now, max_wait)
+    }
+    fn cancel_at(&mut self, reservation: &Reservation, now: Timestamp) -> u64 {
+        RateLimiter::cancel_at(self, reservation, now)
+    }
+}
+
+/// GCRA as plain fields, for use under a lock: the default per-key state of
+/// a [`KeyedLimiter`]. It answers exactly as [`Gcra`](crate::Gcra) does for
+/// the same calls (see that type for the algorithm); it is not shareable on
+/// its own (`&mut self`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcraState {
+    /// Theoretical arrival time in nanoseconds: when the limiter is full.
+    tat: u64,
+    quota: Quota,
+}
+
+impl GcraState {
+    /// A state at full capacity.
+    pub fn new(quota: Quota) -> Self {
+        GcraState { tat: 0, quota }
+    }
+
+    #[inline]
+    fn decision(&self, allowed: bool, now: u64, tat: u64, retry: Option<u64>) -> Decision {
+        let q = self.quota;
+        let ahead = tat.saturating_sub(now);
+        Decision {
+            allowed,
+            limit: q.burst(),
+            remaining: q.units_in(q.window_nanos().saturating_sub(ahead)),
+            reset_after: Duration::from_nanos(ahead),
+            retry_after: retry.map(Duration::from_nanos),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+impl KeyState for GcraState {
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn set_quota_at(&mut self, quota: Quota, now: Timestamp) {
+        let now = now.as_nanos();
+        let old = self.quota;
+        let ahead = u128::from(self.tat.saturating_sub(now));
+        let old_e = u128::from(old.emission_nanos());
+        let new_e = u128::from(quota.emission_nanos());
+        let debt_new = ahead * new_e / old_e;
+        let shift = i128::from(quota.burst()) - i128::from(old.burst());
+        let new_ahead =
+            (i128::try_from(debt_new).unwrap_or(i128::MAX) + shift * new_e as i128).max(0);
+        self.tat = now.saturating_add(u64::try_from(new_ahead).unwrap_or(u64::MAX));
+        self.quota = quota;
+    }
+
+    #[inline]
+    fn check_at(&mut self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let now = now.as_nanos();
+        let q = self.quota;
+        validate_weight(n, q.burst())?;
+        let base = self.tat.max(now);
+        let new_tat = base.saturating_add(n * q.emission_nanos());
+        let ahead = new_tat.saturating_sub(now);
+        if ahead > q.window_nanos() {
+            return Ok(self.decision(false, now, base, Some(ahead - q.window_nanos())));
+        }
+        self.tat = new_tat;
+        Ok(self.decision(true, now, new_tat, None))
+    }
+
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let now = now.as_nanos();
+        let q = self.quota;
+        validate_weight(n, q.burst())?;
+        let base = self.tat.max(now);
+        let ahead = base
+            .saturating_add(n * q.emission_nanos())
+            .saturating_sub(now);
+        let retry = (ahead > q.window_nanos()).then(|| ahead - q.window_nanos());
+        Ok(self.decision(retry.is_none(), now, base, retry))
+    }
+
+    fn reserve_within_at(
+        &mut self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        let now_ns = now.as_nanos();
+        let q = self.quota;
+        validate_weight(n, q.burst())?;
+        let cost = n * q.emission_nanos();
+        let new_tat = self.tat.max(now_ns).saturating_add(cost);
+        let wait = new_tat
+            .saturating_sub(now_ns)
+            .saturating_sub(q.window_nanos());
+        if wait > crate::time::duration_to_nanos_saturating(max_wait) {
+            return Err(ReserveError::WouldWaitTooLong {
+                wait: Duration::from_nanos(wait),
+                max_wait,
+            });
+        }
+        self.tat = new_tat;
+        Ok(Reservation::new(
+            n,
+            now,
+            Timestamp::from_nanos(now_ns.saturating_add(wait)),
+            new_tat,
+            cost,
+        ))
+    }
+
+    fn cancel_at(&mut self, reservation: &Reservation, now: Timestamp) -> u64 {
+        if now > reservation.act_at() {
+            return 0;
+        }
+        let tat = self.tat;
+        let later = tat.saturating_sub(reservation.mark());
+        let restore = reservation.cost().saturating_sub(later);
+        if restore == 0 {
+            return 0;
+        }
+        let new_tat = tat.saturating_sub(restore).max(now.as_nanos().min(tat));
+        self.tat = new_tat;
+        (tat - new_tat) / self.quota.emission_nanos()
+    }
+}
+
+type PaddedShard<K, L, S> = CachePadded<Mutex<Shard<K, L, S>>>;
+
+type Factory<L> = Box<dyn Fn(Quota) -> L + Send + Sync>;
+
+struct Entry<L> {
+    limiter: L,
+    /// Nanoseconds: the earliest time the limiter can be back at full
+    /// capacity (from the last decision's `reset_after`). A pre-filter only;
+    /// eviction re-checks with `peek_at`.
+    full_at: u64,
+    /// The quota generation this entry's quota was resolved in.
+    generation: u32,
+}
+
+struct Shard<K, L, S> {
+    map: IndexMap<K, Entry<L>, S>,
+    /// Next index the sweep examines.
+    cursor: usize,
+}
+
+/// A rate limiter per key. See the [module docs](self).
+///
+/// `K` is the key, `L` the per-key state (any [`KeyState`]: [`GcraState`]
+/// by default, or any [`RateLimiter`]), `C` the
+/// clock used by the convenience methods without `_at`, `S` the hasher.
+pub struct KeyedLimiter<K, L = GcraState, C = MonotonicClock, S = RandomState> {
+    shards: Box<[PaddedShard<K, L, S>]>,
+    shard_mask: usize,
+    per_shard_cap: usize,
+    max_keys: usize,
+    hasher: S,
+    factory: Factory<L>,
+    default_quota: QuotaCell,
+    generation: AtomicU64,
+    overrides: RwLock<HashMap<K, Quota, S>>,
+    has_overrides: AtomicBool,
+    evictions: AtomicU64,
+    refusals: AtomicU64,
+    clock: C,
+}
+
+/// Configures a [`KeyedLimiter`]; from [`KeyedLimiter::builder`].
+pub struct KeyedBuilder<K, L, C, S> {
+    key: std::marker::PhantomData<fn() -> K>,
+    quota: Quota,
+    max_keys: usize,
+    shards: usize,
+    preallocate: bool,
+    factory: Factory<L>,
+    clock: C,
+    hasher: S,
+}
+
+impl<K> KeyedLimiter<K> {
+    /// Starts configuring a keyed limiter whose keys get `quota` by default,
+    /// with GCRA per key, the production clock and a randomly seeded hasher.
+    /// Defaults: at most 100 000 keys, 4 × CPUs shards, no preallocation.
+    pub fn builder(quota: Quota) -> KeyedBuilder<K, GcraState, MonotonicClock, RandomState> {
+        KeyedBuilder {
+            key: std::marker::PhantomData,
+            quota,
+            max_keys: 100_000,
+            shards: std::thread::available_parallelism().map_or(4, usize::from) * 4,
+            preallocate: false,
+            factory: Box::new(GcraState::new),
+            clock: MonotonicClock::new(),
+            hasher: RandomState::new(),
+        }
+    }
+}
+
+impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
+    /// The most keys tracked at once (at least 1). The shard count is
+    /// lowered if needed so that every shard can hold at least one key.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// The number of shards, rounded up to a power of two (1 to 65 536).
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// Allocate every shard at its full capacity up front: memory is then
+    /// fixed from the start and no shard ever pauses to grow.
+    pub fn preallocate(mut self, yes: bool) -> Self {
+        self.preallocate = yes;
+        self
+    }
+
+    /// Builds per-key limiters with `factory` (called with the key's quota
+    /// whenever a key is first seen or seen again after eviction). The
+    /// limiters must start at full capacity for eviction to be exact; a
+    /// limiter that starts empty only makes eviction stricter.
+    pub fn limiter<L2: KeyState>(
+        self,
+        factory: impl Fn(Quota) -> L2 + Send + Sync + 'static,
+    ) -> KeyedBuilder<K, L2, C, S> {
+        KeyedBuilder {
+            key: std::marker::PhantomData,
+            quota: self.quota,
+            max_keys: self.max_keys,
+            shards: self.shards,
+            preallocate: self.preallocate,
+            factory: Box::new(factory),
+            clock: self.clock,
+            hasher: self.hasher,
+        }
+    }
+
+    /// The clock read by the convenience methods (`check`, `peek`).
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<K, L, C2, S> {
+        KeyedBuilder {
+            key: std::marker::PhantomData,
+            quota: self.quota,
+            max_keys: self.max_keys,
+            shards: self.shards,
+            preallocate: self.preallocate,
+            factory: self.factory,
+            clock,
+            hasher: self.hasher,
+        }
+    }
+
+    /// The hasher. Keys usually come from outside, so keep it randomly
+    /// seeded (as `RandomState` is) or an attacker can crowd one shard.
+    pub fn hasher<S2: BuildHasher + Clone>(self, hasher: S2) -> KeyedBuilder<K, L, C, S2> {
+        KeyedBuilder {
+            key: std::marker::PhantomData,
+            quota: self.quota,
+            max_keys: self.max_keys,
+            shards: self.shards,
+            preallocate: self.preallocate,
+            factory: self.factory,
+            clock: self.clock,
+            hasher,
+        }
+    }
+
+    /// Builds the limiter.
+    pub fn build(self) -> KeyedLimiter<K, L, C, S>
+    where
+        K: Hash + Eq + Clone,
+        L: KeyState,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        // A power of two no larger than max_keys, so each shard holds >= 1.
+        let mut shards = self.shards.clamp(1, 1 << 16).next_power_of_two();
+        while shards > self.max_keys {
+            shards /= 2;
+        }
+        let per_shard_cap = self.max_keys / shards;
+        let shard_vec = (0..shards)
+            .map(|_| {
+                let cap = if self.preallocate { per_shard_cap } else { 0 };
+                CachePadded::new(Mutex::new(Shard {
+                    map: IndexMap::with_capacity_and_hasher(cap, self.hasher.clone()),
+                    cursor: 0,
+                }))
+            })
+            .collect();
+        KeyedLimiter {
+            shards: shard_vec,
+            shard_mask: shards - 1,
+            per_shard_cap,
+            max_keys: per_shard_cap * shards,
+            overrides: RwLock::new(HashMap::with_hasher(self.hasher.clone())),
+            hasher: self.hasher,
+            factory: self.factory,
+            default_quota: QuotaCell::new(self.quota),
+            generation: AtomicU64::new(0),
+            has_overrides: AtomicBool::new(false),
+            evictions: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
+            clock: self.clock,
+        }
+    }
+}
+
+#[inline]
+fn ts(n: u64) -> Timestamp {
+    Timestamp::from_nanos(n)
+}
+
+#[inline]
+fn full_at(now: u64, reset_after: Duration) -> u64 {
+    now.saturating_add(crate::time::duration_to_nanos_saturating(reset_after))
+}
+
+impl<K, L, C, S> KeyedLimiter<K, L, C, S>
+where
+    K: Hash + Eq + Clone,
+    L: KeyState,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    /// Admits a request of weight `n` for `key` at `now` if the key's
+    /// capacity allows; see [`RateLimiter::check_at`]. A key seen for the
+    /// first time is created at full capacity.
+    ///
+    /// # Errors
+    /// [`KeyedError::Check`] for an invalid weight; [`KeyedError::Full`]
+    /// when the key is new and there is no room for it.
+    #[inline]
+    pub fn check_at(&self, key: &K, n: u64, now: Timestamp) -> Result<Decision, KeyedError> {
+        self.with_entry(key, now, |e| {
+            let d = e.limiter.check_at(n, now)?;
+            e.full_at = full_at(now.as_nanos(), d.reset_after);
+            Ok(d)
+        })
+    }
+
+    /// [`KeyedLimiter::check_at`] at the clock's current time.
+    ///
+    /// # Errors
+    /// As [`KeyedLimiter::check_at`].
+    pub fn check(&self, key: &K, n: u64) -> Result<Decision, KeyedError> {
+        self.check_at(key, n, self.clock.now())
+    }
+
+    /// What [`KeyedLimiter::check_at`] would answer, changing nothing (an
+    /// unknown key is answered as a fresh one and not added).
+    ///
+    /// # Errors
+    /// [`CheckError`] for an invalid weight.
+    pub fn peek_at(&self, key: &K, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock_shard(hash);
+        let gen = self.current_generation();
+        if let RawEntryMut::Occupied(mut o) =
+            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
+        {
+            let e = o.get_mut();
+            if e.generation != gen {
+                self.refresh(key, e, now, gen);
+            }
+            return e.limiter.peek_at(n, now);
+        }
+        drop(shard);
+        (self.factory)(self.quota_for(key)).peek_at(n, now)
+    }
+
+    /// [`KeyedLimiter::peek_at`] at the clock's current time.
+    ///
+    /// # Errors
+    /// As [`KeyedLimiter::peek_at`].
+    pub fn peek(&self, key: &K, n: u64) -> Result<Decision, CheckError> {
+        self.peek_at(key, n, self.clock.now())
+    }
+
+    /// Reserves `n` units of `key`'s capacity for the earliest time they are
+    /// available, if that is within `max_wait`; see
+    /// [`RateLimiter::reserve_within_at`].
+    ///
+    /// # Errors
+    /// As [`KeyedLimiter::check_at`], and [`KeyedError::WouldWaitTooLong`].
+    pub fn reserve_within_at(
+        &self,
+        key: &K,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, KeyedError> {
+        self.with_entry(key, now, |e| {
+            let r = e.limiter.reserve_within_at(n, now, max_wait)?;
+            Self::note_state(e, now);
+            Ok(r)
+        })
+    }
+
+    /// Hands back a reservation made on `key`; see
+    /// [`RateLimiter::cancel_at`]. Returns the units given back (0 if the
+    /// key is no longer tracked: it was evicted, so it was rested already).
+    pub fn cancel_at(&self, key: &K, reservation: &Reservation, now: Timestamp) -> u64 {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock_shard(hash);
+        match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
+            RawEntryMut::Occupied(mut o) => {
+                let e = o.get_mut();
+                let given = e.limiter.cancel_at(reservation, now);
+                Self::note_state(e, now);
+                given
+            }
+            RawEntryMut::Vacant(_) => 0,
+        }
+    }
+
+    /// The default quota.
+    pub fn default_quota(&self) -> Quota {
+        self.default_quota.load()
+    }
+
+    /// Replaces the default quota. O(1): each tracked key without an
+    /// override switches at its next use (or when a sweep examines it),
+    /// keeping its available units as [`RateLimiter::set_quota_at`] does.
+    pub fn set_default_quota(&self, quota: Quota) {
+        self.default_quota.store(quota);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Gives `key` its own quota (kept even while the key is evicted) and
+    /// applies it at once if the key is tracked.
+    pub fn set_key_quota_at(&self, key: &K, quota: Quota, now: Timestamp) {
+        {
+            let mut o = self
+                .overrides
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            o.insert(key.clone(), quota);
+            self.has_overrides.store(true, Ordering::Release);
+        }
+        self.apply_now(key, now);
+    }
+
+    /// Removes `key`'s own quota; it goes back to the default at once.
+    pub fn clear_key_quota_at(&self, key: &K, now: Timestamp) {
+        {
+            let mut o = self
+                .overrides
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            o.remove(key);
+            self.has_overrides.store(!o.is_empty(), Ordering::Release);
+        }
+        self.apply_now(key, now);
+    }
+
+    /// The quota `key` is limited by (its override, or the default).
+    pub fn key_quota(&self, key: &K) -> Quota {
+        self.quota_for(key)
+    }
+
+    /// Sweeps up to `budget` entries per shard (from where the previous
+    /// sweep stopped), dropping those whose limiter is back at full
+    /// capacity at `now`. Each shard's lock is held only for its part of
+    /// the sweep. Returns the number of keys dropped.
+    ///
+    /// Not required for the memory bound (inserts sweep by themselves); call
+    /// it periodically to give memory back sooner after a burst of keys.
+    pub fn maintain(&self, now: Timestamp, budget: usize) -> usize {
+        let gen = self.current_generation();
+        let mut dropped = 0;
+        for shard in self.shards.iter() {
+            let mut s = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let budget = budget.min(s.map.len());
+            dropped += self.sweep(&mut s, now.as_nanos(), budget, gen, false).0;
+        }
+        dropped
+    }
+
+    /// Keys currently tracked (takes each shard's lock in turn).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).map.len())
+            .sum()
+    }
+
+    /// `true` if no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The most keys tracked at once: the configured `max_keys` rounded
+    /// down to a multiple of the shard count.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// The number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Keys dropped so far because they were rested.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
+    }
+
+    /// New keys refused so far with [`KeyedError::Full`].
+    pub fn refusals(&self) -> u64 {
+        self.refusals.load(Ordering::Relaxed)
+    }
+
+    /// The clock of the convenience methods.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The table's bytes per tracked key for this `K` and `L`, with the
+    /// hash index at its maximum load (7/8); a table that has just grown
+    /// uses up to twice the index and entry space. Heap memory owned by a
+    /// key (a `String`'s text) comes on top.
+    pub fn estimated_bytes_per_key() -> usize {
+        // indexmap: entries are (hash, key, value) in a Vec; the index is a
+        // hashbrown table of usize plus one control byte per bucket.
+        let entry = std::mem::size_of::<(usize, K, Entry<L>)>();
+        let index = (std::mem::size_of::<usize>() + 1) * 8 / 7;
+        entry + index
+    }
+
+    // ---- internals ----
+
+    #[inline]
+    fn current_generation(&self) -> u32 {
+        // Truncation is fine: a generation only needs to differ from the
+        // one an entry saw, and 2^32 quota changes between two uses of one
+        // key would at worst delay a quota change to the key's next use.
+        self.generation.load(Ordering::Acquire) as u32
+    }
+
+    #[inline]
+    fn lock_shard(&self, hash: u64) -> MutexGuard<'_, Shard<K, L, S>> {
+        // Bits 40.. are used by neither hashbrown's bucket index (low bits)
+        // nor its control byte (top 7 bits), so shard choice does not
+        // correlate with placement inside the shard.
+        let i = (hash >> 40) as usize & self.shard_mask;
+        let shard = match self.shards.get(i) {
+            Some(s) => s,
+            // Unreachable: the mask is len - 1. Stay panic-free anyway.
+            None => &self.shards[0],
+        };
+        shard.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn quota_for(&self, key: &K) -> Quota {
+        if self.has_overrides.load(Ordering::Acquire) {
+            let o = self
+                .overrides
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(q) = o.get(key) {
+                return *q;
+            }
+        }
+        self.default_quota.load()
+    }
+
+    fn note_state(e: &mut Entry<L>, now: Timestamp) {
+        e.full_at = match e.limiter.peek_at(1, now) {
+            Ok(d) => full_at(now.as_nanos(), d.reset_after),
+            // Cannot happen (burst >= 1); be conservative: never rested.
+            Err(_) => u64::MAX,
+        };
+    }
+
+    fn refresh(&self, key: &K, e: &mut Entry<L>, now: Timestamp, gen: u32) {
+        let q = self.quota_for(key);
+        if e.limiter.quota() != q {
+            e.limiter.set_quota_at(q, now);
+        }
+        e.generation = gen;
+        Self::note_state(e, now);
+    }
+
+    fn apply_now(&self, key: &K, now: Timestamp) {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock_shard(hash);
+        let gen = self.current_generation();
+        if let RawEntryMut::Occupied(mut o) =
+            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
+        {
+            self.refresh(key, o.get_mut(), now, gen);
+        }
+    }
+
+    fn is_rested(e: &Entry<L>, now: u64) -> bool {
+        e.full_at <= now
+            && matches!(e.limiter.peek_at(1, ts(now)), Ok(d) if d.reset_after.is_zero())
+    }
+
+    /// Examines up to `budget` entries from the cursor, dropping rested
+    /// ones. Returns (dropped, soonest `full_at` among those kept).
+    fn sweep(
+        &self,
+        shard: &mut Shard<K, L, S>,
+        now: u64,
+        budget: usize,
+        gen: u32,
+        stop_at_first: bool,
+    ) -> (usize, u64) {
+        let mut dropped = 0;
+        let mut soonest = u64::MAX;
+        for _ in 0..budget {
+            if shard.cursor >= shard.map.len() {
+                shard.cursor = 0;
+            }
+            let idx = shard.cursor;
+            let Some((k, e)) = shard.map.get_index_mut(idx) else {
+                break;
+            };
+            if e.generation != gen {
+                self.refresh(k, e, ts(now), gen);
+            }
+            if Self::is_rested(e, now) {
+                // The last entry moves into `idx`; the cursor stays to
+                // examine it next.
+                let _ = shard.map.swap_remove_index(idx);
+                dropped += 1;
+                if stop_at_first {
+                    break;
+                }
+            } else {
+                soonest = soonest.min(e.full_at);
+                shard.cursor = idx + 1;
+            }
+        }
+        if dropped > 0 {
+            self.evictions.fetch_add(dropped as u64, Ordering::Relaxed);
+        }
+        (dropped, soonest)
+    }
+
+    #[inline]
+    fn with_entry<R>(
+        &self,
+        key: &K,
+        now: Timestamp,
+        f: impl FnOnce(&mut Entry<L>) -> Result<R, KeyedError>,
+    ) -> Result<R, KeyedError> {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock_shard(hash);
+        let gen = self.current_generation();
+        if let RawEntryMut::Occupied(mut o) =
+            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
+        {
+            let e = o.get_mut();
+            if e.generation != gen {
+                self.refresh(key, e, now, gen);
+            }
+            return f(e);
+        }
+        self.insert_slow(&mut shard, hash, key, now, gen, f)
+    }
+
+    #[cold]
+    fn insert_slow<R>(
+        &self,
+        shard: &mut Shard<K, L, S>,
+        hash: u64,
+        key: &K,
+        now: Timestamp,
+        gen: u32,
+        f: impl FnOnce(&mut Entry<L>) -> Result<R, KeyedError>,
+    ) -> Result<R, KeyedError> {
+        let now_ns = now.as_nanos();
+        let budget = SWEEP_PER_INSERT.min(shard.map.len());
+        self.sweep(shard, now_ns, budget, gen, false);
+        if shard.map.len() >= self.per_shard_cap {
+            let budget = SCAN_WHEN_FULL.min(shard.map.len());
+            let (dropped, soonest) = self.sweep(shard, now_ns, budget, gen, true);
+            if dropped == 0 {
+                self.refusals.fetch_add(1, Ordering::Relaxed);
+                let retry = if soonest == u64::MAX {
+                    self.default_quota.load().window()
+                } else {
+                    Duration::from_nanos(soonest.saturating_sub(now_ns))
+                };
+                return Err(KeyedError::Full {
+                    max_keys: self.max_keys,
+                    retry_after: retry,
+                });
+            }
+        }
+        let entry = Entry {
+            limiter: (self.factory)(self.quota_for(key)),
+            full_at: now_ns,
+            generation: gen,
+        };
+        match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
+            RawEntryMut::Vacant(v) => {
+                let (_, e) = v.insert_hashed_nocheck(hash, key.clone(), entry);
+                f(e)
+            }
+            // Unreachable (we hold the lock and saw no entry), but harmless.
+            RawEntryMut::Occupied(mut o) => f(o.get_mut()),
+        }
+    }
+}
+
+impl<K, L, C, S> std::fmt::Debug for KeyedLimiter<K, L, C, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("default_quota", &self.default_quota.load())
+            .field("max_keys", &self.max_keys)
+            .field("shards", &self.shards.len())
+            .field("evictions", &self.evictions.load(Ordering::Relaxed))
+            .field("refusals", &self.refusals.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token_bucket::TokenBucket;
+
+    fn ms(n: u64) -> Timestamp {
+        Timestamp::from_nanos(n * 1_000_000)
+    }
+
+    fn small(max_keys: usize, shards: usize) -> KeyedLimiter<u64> {
+        KeyedLimiter::<u64>::builder(Quota::per_second(10).unwrap())
+            .max_keys(max_keys)
+            .shards(shards)
+            .build()
+    }
+
+    #[test]
+    fn keys_are_independent_and_exact() {
+        let k = small(100, 4);
+        for _ in 0..10 {
+            assert!(k.check_at(&1, 1, ms(0)).unwrap().allowed);
+        }
+        let d = k.check_at(&1, 1, ms(0)).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
+        assert!(k.check_at(&2, 10, ms(0)).unwrap().allowed);
+        assert!(k.check_at(&1, 1, ms(100)).unwrap().allowed);
+        assert_eq!(k.len(), 2);
+        assert_eq!(
+            k.check_at(&3, 11, ms(0)),
+            Err(KeyedError::Check(CheckError::ExceedsBurst {
+                requested: 11,
+                burst: 10
+            }))
+        );
+    }
+
+    #[test]
+    fn full_table_refuses_new_keys_but_keeps_limiting_old_ones() {
+        let k = small(4, 1);
+        for key in 0..4 {
+            assert!(k.check_at(&key, 5, ms(0)).unwrap().allowed);
+        }
+        // Nobody is rested: key 9 is refused, with an honest retry estimate.
+        match k.check_at(&9, 1, ms(0)) {
+            Err(KeyedError::Full {
+                max_keys,
+                retry_after,
+            }) => {
+                assert_eq!(max_keys, 4);
+                assert_eq!(retry_after, Duration::from_millis(500));
+            }
+            other => panic!("expected Full, got {other:?}"),
+        }
+        assert_eq!(k.refusals(), 1);
+        // Tracked keys are still exact.
+        assert!(k.check_at(&0, 5, ms(0)).unwrap().allowed);
+        assert!(!k.check_at(&0, 1, ms(0)).unwrap().allowed);
+        // Key 1 is rested at 500 ms; then there is room.
+        assert!(k.check_at(&9, 1, ms(499)).is_err());
+        assert!(k.check_at(&9, 1, ms(500)).unwrap().allowed);
+        assert!(k.evictions() >= 1);
+        assert!(k.len() <= 4);
+    }
+
+    #[test]
+    fn overrides_survive_eviction_and_default_changes_apply_lazily() {
+        let k = small(10, 2);
+        let premium = Quota::per_second(100).unwrap();
+        k.set_key_quota_at(&1, premium, ms(0));
+        assert_eq!(k.key_quota(&1), premium);
+        assert!(k.check_at(&1, 50, ms(0)).unwrap().allowed);
+        assert_eq!(k.maintain(ms(10_000), usize::MAX), 1);
+        assert_eq!(k.len(), 0);
+        assert_eq!(k.check_at(&1, 1, ms(10_000)).unwrap().limit, 100);
+
+        assert!(k.check_at(&2, 4, ms(10_000)).unwrap().allowed); // 6 left
+        k.set_default_quota(Quota::per_second(10).unwrap().with_burst(5).unwrap());
+        // Available units preserved, capped at the new burst: 5.
+        assert_eq!(k.peek_at(&2, 1, ms(10_000)).unwrap().remaining, 5);
+        let d = k.check_at(&2, 5, ms(10_000)).unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.limit, 5);
+        assert_eq!(k.check_at(&1, 1, ms(10_000)).unwrap().limit, 100);
+
+        k.clear_key_quota_at(&1, ms(10_000));
+        assert_eq!(k.check_at(&1, 1, ms(10_000)).unwrap().limit, 5);
+    }
+
+    #[test]
+    fn peek_of_unknown_key_adds_nothing() {
+        let k = small(10, 2);
+        assert_eq!(k.peek_at(&5, 3, ms(0)).unwrap().remaining, 10);
+        assert!(k.is_empty());
+    }
+
+    #[test]
+    fn reserve_and_cancel_on_a_key() {
+        let k = small(10, 2);
+        let r = k
+            .reserve_within_at(&1, 10, ms(0), Duration::ZERO)
+            .expect("fresh key has capacity");
+        assert!(matches!(
+            k.reserve_within_at(&1, 1, ms(0), Duration::ZERO),
+            Err(KeyedError::WouldWaitTooLong { .. })
+        ));
+        // Not rested: maintain keeps it.
+        assert_eq!(k.maintain(ms(0), usize::MAX), 0);
+        assert_eq!(k.cancel_at(&1, &r, ms(0)), 10);
+        // Rested again, so it may go.
+        assert_eq!(k.maintain(ms(0), usize::MAX), 1);
+        assert_eq!(k.cancel_at(&1, &r, ms(0)), 0);
+    }
+
+    #[test]
+    fn any_limiter_and_clock_conveniences() {
+        let clock = crate::ManualClock::new();
+        let k: KeyedLimiter<String, TokenBucket<NoClock>, _> =
+            KeyedLimiter::<String>::builder(Quota::per_second(2).unwrap())
+                .limiter(|q| TokenBucket::with_clock(q, NoClock))
+                .clock(clock.clone())
+                .max_keys(8)
+                .build();
+        let a = "alice".to_string();
+        assert!(k.check(&a, 2).unwrap().allowed);
+        assert!(!k.check(&a, 1).unwrap().allowed);
+        clock.advance(Duration::from_millis(500));
+        assert!(k.peek(&a, 1).unwrap().allowed);
+        assert!(k.check(&a, 1).unwrap().allowed);
+    }
+
+    #[test]
+    fn sweep_work_is_bounded_per_insert() {
+        // 1000 rested keys; one insert drops at most SWEEP_PER_INSERT.
+        let k = small(2000, 1);
+        for key in 0..1000 {
+            assert!(k.check_at(&key, 1, ms(0)).unwrap().allowed);
+        }
+        let before = k.evictions();
+        assert!(k.check_at(&5000, 1, ms(10_000)).unwrap().allowed);
+        assert_eq!(k.evictions() - before, SWEEP_PER_INSERT as u64);
+        // A budget of 100 examines 100 entries: at most 100 dropped (fewer
+        // when the kept key is examined along the way).
+        let first = k.maintain(ms(10_000), 100);
+        assert!((95..=100).contains(&first), "{first}");
+        // Later passes finish the job; only the key in use stays.
+        let mut passes = 0;
+        while k.len() > 1 && passes < 10 {
+            k.maintain(ms(10_000), usize::MAX);
+            passes += 1;
+        }
+        assert_eq!(k.len(), 1);
+        assert_eq!(k.evictions(), 1000);
+    }
+
+    proptest::proptest! {
+        /// `GcraState` answers exactly as `Gcra` for every call.
+        #[test]
+        fn gcra_state_is_gcra(ops in proptest::collection::vec((0u8..5, 1u64..6, 0u64..300, 1u64..12), 1..200)) {
+            let q0 = Quota::per_second(10).unwrap().with_burst(5).unwrap();
+            let a = crate::Gcra::with_clock(q0, NoClock);
+            let mut b = GcraState::new(q0);
+            let mut now = 0;
+            let mut held: Vec<Reservation> = Vec::new();
+            for (op, n, dt, burst) in ops {
+                now += dt;
+                let t = ms(now);
+                match op {
+                    0 => proptest::prop_assert_eq!(RateLimiter::check_at(&a, n, t), KeyState::check_at(&mut b, n, t)),
+                    1 => proptest::prop_assert_eq!(RateLimiter::peek_at(&a, n, t), KeyState::peek_at(&b, n, t)),
+                    2 => {
+                        let w = Duration::from_millis(dt);
+                        let (ra, rb) = (RateLimiter::reserve_within_at(&a, n, t, w), KeyState::reserve_within_at(&mut b, n, t, w));
+                        proptest::prop_assert_eq!(ra.clone(), rb);
+                        if let Ok(r) = ra { held.push(r); }
+                    }
+                    3 => if let Some(r) = held.pop() {
+                        proptest::prop_assert_eq!(RateLimiter::cancel_at(&a, &r, t), KeyState::cancel_at(&mut b, &r, t));
+                    },
+                    _ => {
+                        let q = Quota::per_second(1 + n * 3).unwrap().with_burst(burst).unwrap();
+                        RateLimiter::set_quota_at(&a, q, t);
+                        KeyState::set_quota_at(&mut b, q, t);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn threads_sharing_keys_get_exactly_each_burst() {
+        // Time stands still: every key admits exactly its burst in total,
+        // however the threads interleave, and the cap is never exceeded.
+        let k = KeyedLimiter::<u64>::builder(Quota::per_second(25).unwrap())
+            .max_keys(64)
+            .shards(4)
+            .build();
+        let admitted: u64 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let k = &k;
+                    s.spawn(move || {
+                        (0..4000u64)
+                            .filter(|i| {
+                                let key = (i * 7 + t) % 40;
+                                matches!(k.check_at(&key, 1, ms(5)), Ok(d) if d.allowed)
+                            })
+                            .count() as u64
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, 40 * 25);
+        assert!(k.len() <= 64);
+    }
+
+    #[test]
+    fn bytes_per_key_is_what_the_docs_say() {
+        assert_eq!(std::mem::size_of::<GcraState>(), 32);
+        assert_eq!(std::mem::size_of::<crate::Gcra<NoClock>>(), 256);
+        assert_eq!(KeyedLimiter::<u64>::estimated_bytes_per_key(), 74);
+    }
+}
