@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use crate::time::Timestamp;
 
+pub mod auto_sleeper;
+pub mod backoff;
 mod config;
 pub mod heroku;
 
