@@ -13,6 +13,13 @@ use std::time::Duration;
 
 use crate::time::Timestamp;
 
+pub mod auto_sleeper;
+pub mod backoff;
+mod config;
+pub mod heroku;
+
+pub use config::{secs_to_duration, ConfigError};
+
 /// What an attempt produced, as far as throttling is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Signal {
