@@ -159,7 +159,10 @@ impl Engine<'_> {
                 let sib = &self.threads[s];
                 if s != t
                     && sib.process == process
-                    && matches!(sib.phase, Phase::PreSleep | Phase::RetrySleep | Phase::Ready)
+                    && matches!(
+                        sib.phase,
+                        Phase::PreSleep | Phase::RetrySleep | Phase::Ready
+                    )
                 {
                     self.finish_interrupted(s, now);
                 }
@@ -285,11 +288,7 @@ impl Engine<'_> {
 /// # Errors
 /// [`SimError::TimeLimit`] if the run exceeds the scenario's `max_time_s`;
 /// [`SimError::Invalid`] if the scenario's server parameters are invalid.
-pub fn run(
-    scenario: &Scenario,
-    strategy: &StrategyInfo,
-    seed: u64,
-) -> Result<RunOutput, SimError> {
+pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<RunOutput, SimError> {
     let server = scenario.server.build()?;
     let initial_delay = scenario
         .strategy
@@ -298,24 +297,28 @@ pub fn run(
     let mut threads = Vec::with_capacity(scenario.client_count());
     let mut strategies: Vec<Box<dyn Strategy>> = Vec::new();
     let mut process = 0usize;
-    let mut make = |strategies: &mut Vec<Box<dyn Strategy>>| {
+    let make = |strategies: &mut Vec<Box<dyn Strategy>>| -> Result<usize, SimError> {
         let n = strategies.len() as u64;
         let params = StrategyParams {
             seed: split_mix(seed ^ split_mix(n.wrapping_add(0x5EED))),
             initial_delay,
         };
-        strategies.push((strategy.build)(&params));
-        strategies.len() - 1
+        strategies.push(strategy.instantiate(&params)?);
+        Ok(strategies.len() - 1)
     };
     for group in &scenario.clients {
         let w = &group.workload;
         let join = ts(group.join_s);
         for _ in 0..group.processes {
-            let shared = (group.state == StateSharing::PerProcess).then(|| make(&mut strategies));
+            let shared = if group.state == StateSharing::PerProcess {
+                Some(make(&mut strategies)?)
+            } else {
+                None
+            };
             for _ in 0..group.threads {
                 let si = match shared {
                     Some(s) => s,
-                    None => make(&mut strategies),
+                    None => make(&mut strategies)?,
                 };
                 threads.push(Thread {
                     process,

@@ -309,14 +309,20 @@ impl Scenario {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
-                Err(SimError::invalid(f, format!("must be a positive number, got {v}")))
+                Err(SimError::invalid(
+                    f,
+                    format!("must be a positive number, got {v}"),
+                ))
             }
         };
         let nonneg = |v: f64, f: &str| {
             if v.is_finite() && v >= 0.0 {
                 Ok(())
             } else {
-                Err(SimError::invalid(f, format!("must be zero or more, got {v}")))
+                Err(SimError::invalid(
+                    f,
+                    format!("must be zero or more, got {v}"),
+                ))
             }
         };
         pos(self.sample_interval_s, "sample_interval_s")?;
@@ -450,7 +456,9 @@ fn locate_field(src: &str, field: &str) -> Option<usize> {
             } else {
                 format!("{current}.{k}")
             };
-            if inline_parent == table && v.contains(&format!("{key} ")) || inline_parent == table && v.contains(&format!("{key}=")) {
+            if inline_parent == table && v.contains(&format!("{key} "))
+                || inline_parent == table && v.contains(&format!("{key}="))
+            {
                 return Some(i + 1);
             }
             if inline_parent == field {

@@ -184,7 +184,10 @@ fn positive(v: f64, field: &str) -> Result<(), SimError> {
     if v.is_finite() && v > 0.0 {
         Ok(())
     } else {
-        Err(SimError::invalid(field, format!("must be a positive number, got {v}")))
+        Err(SimError::invalid(
+            field,
+            format!("must be a positive number, got {v}"),
+        ))
     }
 }
 
@@ -192,7 +195,10 @@ fn non_negative(v: f64, field: &str) -> Result<(), SimError> {
     if v.is_finite() && v >= 0.0 {
         Ok(())
     } else {
-        Err(SimError::invalid(field, format!("must be zero or more, got {v}")))
+        Err(SimError::invalid(
+            field,
+            format!("must be zero or more, got {v}"),
+        ))
     }
 }
 
@@ -531,7 +537,11 @@ impl ServerModel for LimiterServer {
 
     fn offered(&mut self, end: Timestamp) -> f64 {
         let q = self.limiter.quota();
-        let initial = if self.start_full { q.burst() as f64 } else { 0.0 };
+        let initial = if self.start_full {
+            q.burst() as f64
+        } else {
+            0.0
+        };
         initial + end.as_secs_f64() * q.rate_per_second()
     }
 }
@@ -764,7 +774,10 @@ impl AutoscalingServer {
             } else {
                 self.hot_periods = 0;
             }
-            if self.hot_periods >= self.sustained && self.pending.is_none() && self.rate < self.max_rate {
+            if self.hot_periods >= self.sustained
+                && self.pending.is_none()
+                && self.rate < self.max_rate
+            {
                 let wanted = (consumed_rate / self.target).min(self.max_rate);
                 if wanted > self.rate {
                     self.pending = Some((period_end + self.delay, wanted));
@@ -897,7 +910,7 @@ mod tests {
 
     #[test]
     fn autoscaling_raises_capacity_after_sustained_load_and_delay() {
-        let mut s = AutoscalingServer::new(10.0, 100.0, 0.0, 0.7, 60.0, 2, 120.0);
+        let mut s = AutoscalingServer::new(10.0, 100.0, 1.0, 0.7, 60.0, 2, 120.0);
         // Saturate: 20 requests per second for 10 minutes.
         let mut granted_late = 0;
         for i in 0..12_000 {
