@@ -92,11 +92,12 @@ pub fn json(e: &ExperimentResult) -> String {
 }
 
 fn cell(s: Option<Stat>, runs: u32, unit: &str) -> String {
-    // Counts print as whole numbers, everything else with two decimals.
-    let p = if unit.is_empty() && s.is_some_and(|s| s.mean >= 100.0 && s.mean.fract() == 0.0) {
-        0
-    } else {
-        2
+    // Counts (unit "#") print whole for one run and with one decimal as a
+    // mean over several; everything else with two decimals.
+    let (p, unit) = match unit {
+        "#" if runs > 1 => (1, ""),
+        "#" => (0, ""),
+        u => (2, u),
     };
     match s {
         None => "—".to_owned(),
@@ -114,7 +115,7 @@ const COLUMNS: [(&str, &str, &str); 8] = [
     ("Utilization", "utilization", ""),
     ("Fairness", "fairness", ""),
     ("Wait p99", "wait_p99_s", " s"),
-    ("429s", "throttled", ""),
+    ("429s", "throttled", "#"),
 ];
 
 /// A plain-text table shaped like Heroku's (strategy, avg retry rate, max
@@ -367,7 +368,7 @@ fn server_chart(out: &mut String, strategy: &str, t: &Trace) {
 }
 
 const CSS: &str = "body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}\
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}\
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right;white-space:nowrap}\
 td:first-child,th:first-child{text-align:left}svg.chart{display:block;margin:.5em 0;background:#fff}\
 .title{font-size:13px;text-anchor:middle;font-weight:600}.tick{font-size:10px;fill:#555}.label{font-size:11px;fill:#333}\
 .axis{stroke:#333;stroke-width:1}.grid{stroke:#eee;stroke-width:1}.series{fill:none;stroke-width:1.2}\
