@@ -426,6 +426,6 @@ pub fn html(e: &ExperimentResult) -> String {
         server_chart(&mut out, &r.strategy, &r.trace);
         out.push_str("</section>");
     }
-    let _ = write!(out, "<script>{SCRIPT}</script></body></html>\n");
+    let _ = writeln!(out, "<script>{SCRIPT}</script></body></html>");
     out
 }

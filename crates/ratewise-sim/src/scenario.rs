@@ -242,9 +242,18 @@ impl Scenario {
     /// [`SimError::Scenario`] naming the file, line and field.
     pub fn parse(src: &str, file: &str) -> Result<Scenario, SimError> {
         let scenario: Scenario = toml::from_str(src).map_err(|e| {
-            let line = e.span().map(|s| line_of(src, s.start));
             let message = e.message().to_owned();
+            // Tagged sections (`[server]`, `[latency]`) report the whole
+            // table; find the offending `key = value` line inside it.
+            let refined = e
+                .span()
+                .and_then(|s| refine_in_table(src, s.start, s.end, &message));
+            let line = refined
+                .as_ref()
+                .map(|r| r.0)
+                .or_else(|| e.span().map(|s| line_of(src, s.start)));
             let field = field_from_message(&message)
+                .or_else(|| refined.map(|r| r.1))
                 .or_else(|| e.span().and_then(|s| key_at(src, s.start)));
             SimError::Scenario {
                 location: Location {
@@ -403,6 +412,35 @@ fn line_of(src: &str, offset: usize) -> usize {
         .map_or(1, |s| s.matches('\n').count() + 1)
 }
 
+/// The literal a serde "invalid type/value" message complains about, as it
+/// would appear in TOML.
+fn offending_literal(message: &str) -> Option<String> {
+    let rest = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))?;
+    if let Some(r) = rest.strip_prefix("string \"") {
+        return r.split("\", expected").next().map(|v| format!("\"{v}\""));
+    }
+    rest.split('`').nth(1).map(str::to_owned)
+}
+
+/// Within the lines from `start` to `end`, the first `key = value` line
+/// whose value is the literal the message names: `(line, key)`.
+fn refine_in_table(src: &str, start: usize, end: usize, message: &str) -> Option<(usize, String)> {
+    let literal = offending_literal(message)?;
+    let first = line_of(src, start);
+    let last = line_of(src, end);
+    src.lines()
+        .enumerate()
+        .skip(first - 1)
+        .take(last + 1 - first)
+        .find_map(|(i, l)| {
+            let (k, v) = l.split_once('=')?;
+            let v = v.split('#').next().unwrap_or("").trim();
+            (v == literal).then(|| (i + 1, k.trim().to_owned()))
+        })
+}
+
 fn field_from_message(message: &str) -> Option<String> {
     for prefix in ["missing field `", "unknown field `", "duplicate field `"] {
         if let Some(rest) = message.split(prefix).nth(1) {
@@ -456,8 +494,8 @@ fn locate_field(src: &str, field: &str) -> Option<usize> {
             } else {
                 format!("{current}.{k}")
             };
-            if inline_parent == table && v.contains(&format!("{key} "))
-                || inline_parent == table && v.contains(&format!("{key}="))
+            if inline_parent == table
+                && (v.contains(&format!("{key} ")) || v.contains(&format!("{key}=")))
             {
                 return Some(i + 1);
             }
