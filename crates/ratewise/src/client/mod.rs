@@ -13,10 +13,13 @@ use std::time::Duration;
 
 use crate::time::Timestamp;
 
+pub mod aimd;
 pub mod auto_sleeper;
 pub mod backoff;
 mod config;
+pub mod cubic;
 pub mod heroku;
+pub mod pacer;
 
 pub use config::{secs_to_duration, ConfigError};
 
