@@ -330,7 +330,10 @@ mod tests {
         }
         let at_k = 0.4 * (10.0 + k - 10.0 - k).powi(3) + w_max;
         assert!((at_k - w_max).abs() < 1e-12);
-        assert!((prev - w_max).abs() < 0.05, "back near W_max after K: {prev}");
+        assert!(
+            (prev - w_max).abs() < 0.05,
+            "back near W_max after K: {prev}"
+        );
     }
 
     #[test]

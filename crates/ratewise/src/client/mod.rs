@@ -16,10 +16,13 @@ use crate::time::Timestamp;
 pub mod aimd;
 pub mod auto_sleeper;
 pub mod backoff;
+pub mod budget;
 mod config;
 pub mod cubic;
+pub mod flood_guard;
 pub mod heroku;
 pub mod pacer;
+pub mod sre;
 
 pub use config::{secs_to_duration, ConfigError};
 
