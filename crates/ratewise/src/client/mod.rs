@@ -21,6 +21,7 @@ mod config;
 pub mod cubic;
 pub mod flood_guard;
 pub mod heroku;
+pub mod hints;
 pub mod pacer;
 pub mod sre;
 
