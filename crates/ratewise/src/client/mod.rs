@@ -19,11 +19,14 @@ pub mod backoff;
 pub mod budget;
 mod config;
 pub mod cubic;
+#[cfg(feature = "tokio")]
+pub mod driver;
 pub mod flood_guard;
 pub mod heroku;
 pub mod hints;
 pub mod pacer;
 pub mod sre;
+pub mod throttle;
 
 pub use config::{secs_to_duration, ConfigError};
 

@@ -61,6 +61,14 @@ impl Pacer {
         })
     }
 
+    /// A new pacer with this one's quota, starting with a full burst.
+    pub fn fresh(&self) -> Pacer {
+        Pacer {
+            limiter: Gcra::with_clock(self.limiter.quota(), ManualClock::new()),
+            fixed_burst: self.fixed_burst,
+        }
+    }
+
     /// The current rate in requests per second.
     pub fn rate(&self) -> f64 {
         self.limiter.quota().rate_per_second()
@@ -99,6 +107,25 @@ impl Pacer {
             // One unit never exceeds a burst of at least one; should the
             // impossible happen, wait as long as asked rather than panic.
             Err(_) => at.saturating_duration_since(now),
+        }
+    }
+
+    /// Like [`Pacer::acquire_at`], but only if the slot comes within
+    /// `max_wait` of `not_before`; otherwise takes nothing and returns how long
+    /// after `now` the caller would have had to wait.
+    pub fn acquire_within_at(
+        &self,
+        now: Timestamp,
+        not_before: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Duration, Duration> {
+        let at = now.max(not_before);
+        match self.limiter.reserve_within_at(1, at, max_wait) {
+            Ok(r) => Ok(r.act_at().saturating_duration_since(now)),
+            Err(crate::error::ReserveError::WouldWaitTooLong { wait, .. }) => {
+                Err(at.saturating_duration_since(now).saturating_add(wait))
+            }
+            Err(_) => Err(Duration::MAX),
         }
     }
 
@@ -149,31 +176,6 @@ impl<R: RateController + ?Sized> RateController for Box<R> {
     }
 }
 
-/// Keeps a pacer in step with a controller: `None` from the controller means
-/// "don't pace", represented by the pacer being bypassed.
-pub(crate) fn apply_rate(pacer: &Pacer, rate: Option<f64>, now: Timestamp) {
-    if let Some(r) = rate {
-        if (r - pacer.rate()).abs() > f64::EPSILON * r.abs().max(1.0) {
-            pacer.set_rate_at(r, now);
-        }
-    }
-}
-
-/// Helper for strategies built on a pacer: the wait before an attempt, given
-/// the controller's enabled state and a minimum wait.
-pub(crate) fn paced_wait(
-    pacer: &Pacer,
-    enabled: bool,
-    now: Timestamp,
-    min_wait: Duration,
-) -> Duration {
-    if enabled {
-        pacer.acquire_at(now, now.saturating_add(min_wait))
-    } else {
-        min_wait
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +192,9 @@ mod tests {
         assert_eq!(p.acquire_at(t, t), ms(100));
         assert_eq!(p.acquire_at(t, t), ms(200));
         assert_eq!(p.try_acquire_at(t), Err(ms(300)));
+        assert_eq!(p.acquire_within_at(t, t, ms(299)), Err(ms(300)));
+        assert_eq!(p.acquire_within_at(t, t, ms(300)), Ok(ms(300)));
+        assert_eq!(p.acquire_at(t, t), ms(400));
     }
 
     #[test]

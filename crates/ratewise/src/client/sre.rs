@@ -94,6 +94,17 @@ impl SreThrottler {
         })
     }
 
+    /// A fresh copy (empty window) drawing its coin flips from `seed`.
+    pub fn with_seed(&self, seed: u64) -> SreThrottler {
+        SreThrottler {
+            k: self.k,
+            bucket_nanos: self.bucket_nanos,
+            ring: vec![(0, 0); self.ring.len()],
+            head: 0,
+            rng: SmallRng::seed_from_u64(seed),
+        }
+    }
+
     /// Moves the window to `now`, clearing buckets that slid out; returns the
     /// ring slot of `now`'s bucket.
     fn advance(&mut self, now: Timestamp) -> usize {
