@@ -166,3 +166,10 @@ impl<S: Strategy + ?Sized> Strategy for Box<S> {
         (**self).current_rate()
     }
 }
+
+// Response classification and rate-limit header parsing.
+pub mod classify;
+pub mod headers;
+
+pub use classify::{classify, Classifier, ResponseView};
+pub use headers::{parse_hints, HeaderSource, RetryAfter};
