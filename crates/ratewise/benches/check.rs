@@ -1,1 +1,160 @@
-fn main() {}
+//! Cost of one `check` for every algorithm, next to `governor` on the same
+//! quota in the same run, plus the floor (one clock read + one uncontended
+//! CAS) and the two candidate production clocks.
+//!
+//! `cargo bench -p ratewise --bench check`
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use ratewise::{Clock, Gcra, MonotonicClock, Quota, RateLimiter, StdClock, TokenBucket};
+
+/// A quota that always admits: the cost measured is the admit path.
+fn open_quota() -> Quota {
+    Quota::per_second(1_000_000_000).expect("valid quota")
+}
+
+fn governor_open() -> governor::DefaultDirectRateLimiter {
+    governor::RateLimiter::direct(governor::Quota::per_second(
+        NonZeroU32::new(u32::MAX).expect("non-zero"),
+    ))
+}
+
+fn clocks(c: &mut Criterion) {
+    let mut g = c.benchmark_group("clock");
+    let quanta = MonotonicClock::new();
+    let std_clock = StdClock::new();
+    g.bench_function("std::time::Instant::now", |b| {
+        b.iter(|| black_box(Instant::now()))
+    });
+    g.bench_function("StdClock::now", |b| b.iter(|| black_box(std_clock.now())));
+    g.bench_function("MonotonicClock::now (quanta)", |b| {
+        b.iter(|| black_box(quanta.now()))
+    });
+    g.finish();
+}
+
+fn floor(c: &mut Criterion) {
+    let clock = MonotonicClock::new();
+    let word = AtomicU64::new(0);
+    c.bench_function("floor/clock+cas", |b| {
+        b.iter(|| {
+            let now = clock.now().as_nanos();
+            let old = word.load(Ordering::Acquire);
+            black_box(word.compare_exchange(old, now, Ordering::AcqRel, Ordering::Acquire))
+        })
+    });
+}
+
+fn single_thread(c: &mut Criterion) {
+    let mut g = c.benchmark_group("check/1-thread");
+    let gov = governor_open();
+    g.bench_function("governor", |b| b.iter(|| black_box(gov.check().is_ok())));
+    // What a caller that branches on the answer pays: unused evidence is
+    // optimised away once `check` is inlined.
+    let gcra = Gcra::new(open_quota());
+    g.bench_function("Gcra", |b| {
+        b.iter(|| black_box(gcra.check(1).is_ok_and(|d| d.allowed)))
+    });
+    // What a caller that keeps the whole decision (e.g. to write headers)
+    // pays.
+    g.bench_function("Gcra (full Decision)", |b| {
+        b.iter(|| black_box(gcra.check(1)))
+    });
+    let tb = TokenBucket::new(open_quota());
+    g.bench_function("TokenBucket", |b| {
+        b.iter(|| black_box(tb.check(1).is_ok_and(|d| d.allowed)))
+    });
+    g.finish();
+
+    // The deny path: an exhausted one-per-hour quota.
+    let mut g = c.benchmark_group("deny/1-thread");
+    let gov = governor::RateLimiter::direct(governor::Quota::per_hour(
+        NonZeroU32::new(1).expect("non-zero"),
+    ));
+    let _ = gov.check();
+    g.bench_function("governor", |b| b.iter(|| black_box(gov.check().is_ok())));
+    let gcra = Gcra::new(Quota::per_hour(1).expect("valid"));
+    let _ = gcra.check(1);
+    g.bench_function("Gcra", |b| {
+        b.iter(|| black_box(gcra.check(1).is_ok_and(|d| d.allowed)))
+    });
+    g.finish();
+}
+
+/// Runs `op` on `threads` threads at once, each `iters` times, and returns
+/// the wall time: the per-check latency under contention.
+fn contended<F: Fn() + Send + Sync + 'static>(threads: usize, iters: u64, op: Arc<F>) -> Duration {
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (op, barrier) = (Arc::clone(&op), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..iters {
+                    op();
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for h in handles {
+        h.join().expect("bench thread");
+    }
+    start.elapsed()
+}
+
+fn two_threads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("check/2-threads");
+    let gov = Arc::new(governor_open());
+    g.bench_function("governor", |b| {
+        let gov = Arc::clone(&gov);
+        b.iter_custom(move |iters| {
+            let gov = Arc::clone(&gov);
+            contended(
+                2,
+                iters,
+                Arc::new(move || {
+                    black_box(gov.check().is_ok());
+                }),
+            )
+        })
+    });
+    let gcra = Arc::new(Gcra::new(open_quota()));
+    g.bench_function("Gcra", |b| {
+        let gcra = Arc::clone(&gcra);
+        b.iter_custom(move |iters| {
+            let l = Arc::clone(&gcra);
+            contended(
+                2,
+                iters,
+                Arc::new(move || {
+                    black_box(l.check(1).is_ok_and(|d| d.allowed));
+                }),
+            )
+        })
+    });
+    let tb = Arc::new(TokenBucket::new(open_quota()));
+    g.bench_function("TokenBucket", |b| {
+        let tb = Arc::clone(&tb);
+        b.iter_custom(move |iters| {
+            let l = Arc::clone(&tb);
+            contended(
+                2,
+                iters,
+                Arc::new(move || {
+                    black_box(l.check(1).is_ok_and(|d| d.allowed));
+                }),
+            )
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, clocks, floor, single_thread, two_threads);
+criterion_main!(benches);

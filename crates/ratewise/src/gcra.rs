@@ -97,7 +97,7 @@ impl<C: Clock> Gcra<C> {
         Decision {
             allowed,
             limit: q.burst(),
-            remaining: tau.saturating_sub(ahead) / q.emission_nanos(),
+            remaining: q.units_in(tau.saturating_sub(ahead)),
             reset_after: Duration::from_nanos(ahead),
             retry_after: retry_after.map(Duration::from_nanos),
             delay: Duration::ZERO,
@@ -276,15 +276,18 @@ pub(crate) struct QuotaCell {
     seq: AtomicU64,
     emission: AtomicU64,
     burst: AtomicU64,
+    reciprocal: AtomicU64,
     writer: std::sync::Mutex<()>,
 }
 
 impl QuotaCell {
     pub(crate) fn new(q: Quota) -> Self {
+        let (e, b, r) = q.raw_parts();
         QuotaCell {
             seq: AtomicU64::new(0),
-            emission: AtomicU64::new(q.emission_nanos()),
-            burst: AtomicU64::new(q.burst()),
+            emission: AtomicU64::new(e),
+            burst: AtomicU64::new(b),
+            reciprocal: AtomicU64::new(r),
             writer: std::sync::Mutex::new(()),
         }
     }
@@ -295,14 +298,13 @@ impl QuotaCell {
             let s1 = self.seq.load(Ordering::Acquire);
             let e = self.emission.load(Ordering::Relaxed);
             let b = self.burst.load(Ordering::Relaxed);
+            let r = self.reciprocal.load(Ordering::Relaxed);
             fence(Ordering::Acquire);
             let s2 = self.seq.load(Ordering::Relaxed);
             if s1 == s2 && s1 % 2 == 0 {
-                // Both words were written together by `store`, which only
+                // The words were written together by `store`, which only
                 // writes quotas that passed validation.
-                if let Ok(q) = Quota::from_parts(e, b) {
-                    return q;
-                }
+                return Quota::from_raw_parts(e, b, r);
             }
             std::hint::spin_loop();
         }
@@ -315,16 +317,19 @@ impl QuotaCell {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let s = self.seq.load(Ordering::Relaxed);
-        let old = Quota::from_parts(
+        let old = Quota::from_raw_parts(
             self.emission.load(Ordering::Relaxed),
             self.burst.load(Ordering::Relaxed),
+            self.reciprocal.load(Ordering::Relaxed),
         );
+        let (e, b, r) = q.raw_parts();
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
-        self.emission.store(q.emission_nanos(), Ordering::Relaxed);
-        self.burst.store(q.burst(), Ordering::Relaxed);
+        self.emission.store(e, Ordering::Relaxed);
+        self.burst.store(b, Ordering::Relaxed);
+        self.reciprocal.store(r, Ordering::Relaxed);
         self.seq.store(s.wrapping_add(2), Ordering::Release);
-        old.unwrap_or(q)
+        old
     }
 }
 

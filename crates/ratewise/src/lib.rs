@@ -60,6 +60,8 @@ pub mod quota;
 mod sync;
 pub mod time;
 pub mod token_bucket;
+#[cfg(feature = "tokio")]
+pub mod wait;
 
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError, ReserveError};
@@ -68,3 +70,5 @@ pub use limiter::{RateLimiter, Reservation};
 pub use quota::Quota;
 pub use time::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
 pub use token_bucket::TokenBucket;
+#[cfg(feature = "tokio")]
+pub use wait::TokioClock;

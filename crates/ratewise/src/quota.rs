@@ -42,6 +42,9 @@ use crate::time::duration_to_nanos_saturating;
 pub struct Quota {
     emission_nanos: u64,
     burst: u64,
+    /// `floor((2^64 − 1) / emission_nanos)`: turns the hot path's one
+    /// division by the interval into a multiply (see [`Quota::units_in`]).
+    reciprocal: u64,
 }
 
 impl Quota {
@@ -124,10 +127,54 @@ impl Quota {
                 interval: Duration::from_nanos(emission_nanos),
             });
         }
-        Ok(Quota {
+        Ok(Quota::from_validated(emission_nanos, burst))
+    }
+
+    /// Builds a quota from parts already known to be valid (non-zero, product
+    /// fits in `u64`). Used to rebuild a quota read back from atomics.
+    #[inline]
+    pub(crate) const fn from_validated(emission_nanos: u64, burst: u64) -> Quota {
+        Quota {
             emission_nanos,
             burst,
-        })
+            reciprocal: u64::MAX / emission_nanos,
+        }
+    }
+
+    /// Rebuilds a quota from the three words [`Quota::raw_parts`] gave.
+    #[inline]
+    pub(crate) const fn from_raw_parts(emission_nanos: u64, burst: u64, reciprocal: u64) -> Quota {
+        Quota {
+            emission_nanos,
+            burst,
+            reciprocal,
+        }
+    }
+
+    /// The three words a quota is made of, for storing in atomics.
+    #[inline]
+    pub(crate) const fn raw_parts(&self) -> (u64, u64, u64) {
+        (self.emission_nanos, self.burst, self.reciprocal)
+    }
+
+    /// Whole emission intervals in `nanos`: `nanos / interval`, computed with
+    /// a multiply by the precomputed reciprocal and at most two corrections
+    /// (the estimate is never more than 2 below the true quotient).
+    #[inline]
+    pub const fn units_in(&self, nanos: u64) -> u64 {
+        let e = self.emission_nanos;
+        let mut q = ((nanos as u128 * self.reciprocal as u128) >> 64) as u64;
+        let mut r = nanos - q * e;
+        // Unrolled rather than a loop, so that a caller who never reads the
+        // result lets the optimiser delete the whole computation.
+        if r >= e {
+            q += 1;
+            r -= e;
+        }
+        if r >= e {
+            q += 1;
+        }
+        q
     }
 
     /// The same rate with another burst.
@@ -235,6 +282,38 @@ mod tests {
             Quota::per_second(10).unwrap().window(),
             Duration::from_secs(1)
         );
+    }
+
+    #[test]
+    fn units_in_matches_division() {
+        let samples = [
+            0u64,
+            1,
+            2,
+            3,
+            7,
+            999,
+            1_000_000_007,
+            u64::MAX / 3,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for e in [
+            1u64,
+            2,
+            3,
+            7,
+            10,
+            333_333_334,
+            1 << 40,
+            u64::MAX / 2,
+            u64::MAX,
+        ] {
+            let q = Quota::from_parts(e, 1).unwrap();
+            for x in samples {
+                assert_eq!(q.units_in(x), x / e, "{x} / {e}");
+            }
+        }
     }
 
     #[test]

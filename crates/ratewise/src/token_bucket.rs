@@ -62,12 +62,11 @@ impl State {
     }
 
     fn decision(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
-        let e = i128::from(self.quota.emission_nanos());
         let tau = i128::from(self.quota.window_nanos());
         Decision {
             allowed,
             limit: self.quota.burst(),
-            remaining: u64::try_from(self.credit.max(0) / e).unwrap_or(0),
+            remaining: self.quota.units_in(clamp_u64(self.credit)),
             reset_after: Duration::from_nanos(clamp_u64(tau - self.credit)),
             retry_after: retry_after.map(Duration::from_nanos),
             delay: Duration::ZERO,

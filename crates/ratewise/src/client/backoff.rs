@@ -237,6 +237,16 @@ impl Backoff {
         })
     }
 
+    /// A fresh copy (no retries taken) drawing jitter from `seed`.
+    pub fn with_seed(&self, seed: u64) -> Backoff {
+        Backoff {
+            config: self.config,
+            rng: SmallRng::seed_from_u64(seed),
+            retries: 0,
+            previous: self.config.initial,
+        }
+    }
+
     /// The policy.
     pub fn config(&self) -> &BackoffConfig {
         &self.config

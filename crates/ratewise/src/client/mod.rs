@@ -13,10 +13,20 @@ use std::time::Duration;
 
 use crate::time::Timestamp;
 
+pub mod aimd;
 pub mod auto_sleeper;
 pub mod backoff;
+pub mod budget;
 mod config;
+pub mod cubic;
+#[cfg(feature = "tokio")]
+pub mod driver;
+pub mod flood_guard;
 pub mod heroku;
+pub mod hints;
+pub mod pacer;
+pub mod sre;
+pub mod throttle;
 
 pub use config::{secs_to_duration, ConfigError};
 
@@ -156,3 +166,10 @@ impl<S: Strategy + ?Sized> Strategy for Box<S> {
         (**self).current_rate()
     }
 }
+
+// Response classification and rate-limit header parsing.
+pub mod classify;
+pub mod headers;
+
+pub use classify::{classify, Classifier, ResponseView};
+pub use headers::{parse_hints, HeaderSource, RetryAfter};

@@ -1,0 +1,46 @@
+//! Runs one million admitted checks on one limiter, for instruction counting
+//! under `valgrind --tool=callgrind` (counts are repeatable where timings on
+//! a busy machine are not):
+//!
+//! ```text
+//! cargo build --release -p ratewise --example check_cost
+//! valgrind --tool=callgrind target/release/examples/check_cost gcra
+//! valgrind --tool=callgrind target/release/examples/check_cost governor
+//! ```
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+
+use ratewise::{Gcra, Quota, RateLimiter};
+
+const CHECKS: u64 = 1_000_000;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let which = std::env::args().nth(1).unwrap_or_else(|| "gcra".into());
+    let mut admitted = 0u64;
+    match which.as_str() {
+        "gcra" => {
+            let l = Gcra::new(Quota::per_second(1_000_000_000)?);
+            for _ in 0..CHECKS {
+                admitted += u64::from(black_box(l.check(1)?.allowed));
+            }
+        }
+        "gcra-full" => {
+            let l = Gcra::new(Quota::per_second(1_000_000_000)?);
+            for _ in 0..CHECKS {
+                let d = black_box(l.check(1)?);
+                admitted += u64::from(d.allowed);
+            }
+        }
+        "governor" => {
+            let nz = NonZeroU32::new(u32::MAX).ok_or("zero")?;
+            let l = governor::RateLimiter::direct(governor::Quota::per_second(nz));
+            for _ in 0..CHECKS {
+                admitted += u64::from(black_box(l.check().is_ok()));
+            }
+        }
+        other => return Err(format!("unknown limiter {other}: gcra, gcra-full, governor").into()),
+    }
+    println!("{which}: {admitted} of {CHECKS} admitted");
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! Property tests over every algorithm: the quota bound in every window,
+//! GCRA ≡ token bucket, reserve-then-cancel, backwards time.
+
+mod common;
+
+use common::{bound, build, ALGORITHMS};
+use proptest::prelude::*;
+use ratewise::{Gcra, ManualClock, Quota, RateLimiter, Timestamp, TokenBucket};
+
+fn quota() -> impl Strategy<Value = Quota> {
+    (1_000_000u64..500_000_000, 1u64..12)
+        .prop_map(|(e, b)| Quota::from_parts(e, b).expect("valid quota"))
+}
+
+/// Arrivals as (gap since previous arrival in ns, weight).
+fn arrivals() -> impl Strategy<Value = Vec<(u64, u64)>> {
+    prop::collection::vec((0u64..300_000_000, 1u64..5), 1..200)
+}
+
+/// Max admitted weight over every closed window `[t_i, t_i + t]` starting at
+/// an admission (the worst window always starts at one).
+fn max_in_window(admitted: &[(u64, u64)], t: u64) -> u64 {
+    let mut best = 0;
+    let mut j = 0;
+    let mut sum = 0;
+    for i in 0..admitted.len() {
+        while j < admitted.len() && admitted[j].0 <= admitted[i].0.saturating_add(t) {
+            sum += admitted[j].1;
+            j += 1;
+        }
+        best = best.max(sum);
+        sum -= admitted[i].1;
+    }
+    best
+}
+
+fn window_lengths(q: Quota) -> Vec<u64> {
+    let e = q.emission_nanos();
+    let w = q.window_nanos();
+    vec![
+        0,
+        1,
+        e - 1,
+        e,
+        w / 2,
+        w.saturating_sub(1),
+        w,
+        w + e,
+        2 * w,
+        5 * w + 7,
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
+
+    /// No algorithm ever admits more than its documented bound in any
+    /// window, whatever the arrivals and weights.
+    #[test]
+    fn never_exceeds_bound_in_any_window(q in quota(), arr in arrivals()) {
+        for name in ALGORITHMS {
+            let l = build(name, q);
+            let mut now = 0u64;
+            let mut admitted = Vec::new();
+            for &(gap, w) in &arr {
+                now += gap;
+                let w = w.min(q.burst());
+                let d = l.check_at(w, Timestamp::from_nanos(now)).expect("valid weight");
+                if d.allowed {
+                    // An admission with a delay (the queue) happens when it departs.
+                    admitted.push((now + d.delay.as_nanos() as u64, w));
+                }
+            }
+            admitted.sort_unstable();
+            for t in window_lengths(q) {
+                let got = max_in_window(&admitted, t);
+                prop_assert!(got <= bound(name, q, t),
+                    "{name}: {got} admitted in a window of {t} ns, bound {}", bound(name, q, t));
+            }
+        }
+    }
+
+    /// A clock that jumps backwards never lets more through: admissions are
+    /// placed at the latest time seen (the real time), and the bound holds.
+    #[test]
+    fn backwards_time_never_over_admits(q in quota(),
+        steps in prop::collection::vec((-300_000_000i64..300_000_000, 1u64..5), 1..200)) {
+        for name in ALGORITHMS {
+            let l = build(name, q);
+            let (mut now, mut latest) = (1_000_000_000i64, 0u64);
+            let mut admitted = Vec::new();
+            for &(step, w) in &steps {
+                now = (now + step).max(0);
+                latest = latest.max(now as u64);
+                let w = w.min(q.burst());
+                let d = l.check_at(w, Timestamp::from_nanos(now as u64)).expect("valid weight");
+                if d.allowed {
+                    admitted.push((latest + d.delay.as_nanos() as u64, w));
+                }
+            }
+            admitted.sort_unstable();
+            for t in window_lengths(q) {
+                prop_assert!(max_in_window(&admitted, t) <= bound(name, q, t), "{name}");
+            }
+        }
+    }
+
+    /// GCRA and the token bucket are one algorithm: same quota, same
+    /// arrivals, same answers — admissions and evidence alike.
+    #[test]
+    fn gcra_and_token_bucket_agree(q in quota(),
+        ops in prop::collection::vec((0u64..300_000_000, 1u64..5, any::<bool>()), 1..300)) {
+        let g = Gcra::with_clock(q, ManualClock::new());
+        let b = TokenBucket::with_clock(q, ManualClock::new());
+        let mut now = 0;
+        for (gap, w, peek) in ops {
+            now += gap;
+            let t = Timestamp::from_nanos(now);
+            let w = w.min(q.burst());
+            let (dg, db) = if peek {
+                (g.peek_at(w, t), b.peek_at(w, t))
+            } else {
+                (g.check_at(w, t), b.check_at(w, t))
+            };
+            prop_assert_eq!(dg, db);
+        }
+    }
+
+    /// Reserving and then cancelling before the act time leaves the limiter
+    /// exactly where an untouched twin is.
+    #[test]
+    fn reserve_then_cancel_is_a_no_op(q in quota(), before in arrivals(), after in arrivals(),
+        weight in 1u64..12, cancel_frac in 0.0f64..=1.0) {
+        for name in ["gcra", "token_bucket"] {
+            let a = build(name, q);
+            let b = build(name, q);
+            let mut now = 0u64;
+            for &(gap, w) in &before {
+                now += gap;
+                let w = w.min(q.burst());
+                let t = Timestamp::from_nanos(now);
+                prop_assert_eq!(a.check_at(w, t), b.check_at(w, t));
+            }
+            let t = Timestamp::from_nanos(now);
+            let r = a.reserve_at(weight.min(q.burst()), t).expect("valid weight");
+            let span = r.act_at().as_nanos() - now;
+            now += (span as f64 * cancel_frac) as u64;
+            let returned = a.cancel_at(&r, Timestamp::from_nanos(now));
+            prop_assert_eq!(returned, r.weight(), "{} returned less than reserved", name);
+            for &(gap, w) in &after {
+                now += gap;
+                let w = w.min(q.burst());
+                let t = Timestamp::from_nanos(now);
+                prop_assert_eq!(a.check_at(w, t), b.check_at(w, t), "{}", name);
+            }
+        }
+    }
+
+    /// `retry_after` is exact: waiting that long admits the same request,
+    /// one nanosecond less does not.
+    #[test]
+    fn retry_after_is_exact(q in quota(), arr in arrivals(), w in 1u64..12) {
+        for name in ALGORITHMS {
+            let l = build(name, q);
+            let mut now = 0u64;
+            for &(gap, x) in &arr {
+                now += gap;
+                let _ = l.check_at(x.min(q.burst()), Timestamp::from_nanos(now));
+            }
+            let w = w.min(q.burst());
+            let d = l.peek_at(w, Timestamp::from_nanos(now)).expect("valid");
+            if let Some(retry) = d.retry_after {
+                let at = now + retry.as_nanos() as u64;
+                prop_assert!(!l.peek_at(w, Timestamp::from_nanos(at - 1)).expect("valid").allowed, "{name}");
+                prop_assert!(l.peek_at(w, Timestamp::from_nanos(at)).expect("valid").allowed, "{name}");
+            } else {
+                prop_assert!(d.allowed);
+            }
+        }
+    }
+}
