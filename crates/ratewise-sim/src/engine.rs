@@ -237,7 +237,7 @@ impl Engine<'_> {
                 retry_after: resp.retry_after,
                 remaining: resp.remaining,
                 limit: resp.limit,
-                reset_after: None,
+                reset_after: resp.reset_after,
             },
         };
         let si = self.threads[t].strategy;
@@ -297,11 +297,17 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     let mut threads = Vec::with_capacity(scenario.client_count());
     let mut strategies: Vec<Box<dyn Strategy>> = Vec::new();
     let mut process = 0usize;
+    let known_quota = scenario
+        .strategy
+        .quota_count
+        .zip(scenario.strategy.quota_window_s)
+        .map(|(c, w)| (c, Duration::from_secs_f64(w)));
     let make = |strategies: &mut Vec<Box<dyn Strategy>>| -> Result<usize, SimError> {
         let n = strategies.len() as u64;
         let params = StrategyParams {
             seed: split_mix(seed ^ split_mix(n.wrapping_add(0x5EED))),
             initial_delay,
+            known_quota,
         };
         strategies.push(strategy.instantiate(&params)?);
         Ok(strategies.len() - 1)

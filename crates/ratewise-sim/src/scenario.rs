@@ -83,6 +83,13 @@ pub struct StrategyParamsConfig {
     /// `starting_sleep_for`), in seconds.
     #[serde(default)]
     pub initial_delay_s: Option<f64>,
+    /// The quota one client believes it has, `quota_count` per
+    /// `quota_window_s` seconds (for the flood guard). Both or neither.
+    #[serde(default)]
+    pub quota_count: Option<u32>,
+    /// See `quota_count`.
+    #[serde(default)]
+    pub quota_window_s: Option<f64>,
 }
 
 /// Request latency: the simulated time between sending a request and
@@ -339,6 +346,24 @@ impl Scenario {
         pos(self.max_time_s, "max_time_s")?;
         if let Some(d) = self.strategy.initial_delay_s {
             nonneg(d, "strategy.initial_delay_s")?;
+        }
+        match (self.strategy.quota_count, self.strategy.quota_window_s) {
+            (Some(c), Some(w)) => {
+                if c == 0 {
+                    return Err(SimError::invalid(
+                        "strategy.quota_count",
+                        "must be at least 1",
+                    ));
+                }
+                pos(w, "strategy.quota_window_s")?;
+            }
+            (None, None) => {}
+            _ => {
+                return Err(SimError::invalid(
+                    "strategy.quota_count",
+                    "quota_count and quota_window_s must be given together",
+                ))
+            }
         }
         self.latency.validate()?;
         self.server.validate()?;

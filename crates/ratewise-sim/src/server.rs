@@ -31,6 +31,9 @@ pub struct Response {
     pub limit: Option<u64>,
     /// `Retry-After`, when the server sends it.
     pub retry_after: Option<Duration>,
+    /// `RateLimit-Reset` (time until the window or bucket resets), when the
+    /// server sends it.
+    pub reset_after: Option<Duration>,
 }
 
 /// A simulated API's admission logic.
@@ -434,6 +437,7 @@ impl ServerModel for HerokuBucket {
             remaining: Some(self.header()),
             limit: Some(self.max as u64),
             retry_after: None,
+            reset_after: None,
         }
     }
 
@@ -481,6 +485,7 @@ impl ServerModel for DecreaseOnly {
             remaining: Some(self.limit_left.max(0.0).floor() as u64),
             limit: Some(self.starting as u64),
             retry_after: None,
+            reset_after: None,
         }
     }
 
@@ -519,6 +524,7 @@ impl ServerModel for LimiterServer {
                 remaining: Some(d.remaining),
                 limit: Some(d.limit),
                 retry_after: d.retry_after,
+                reset_after: Some(d.reset_after),
             },
             // Weight 1 never exceeds a burst of at least 1; treat the
             // impossible case as a refusal rather than panicking.
@@ -588,6 +594,7 @@ impl ServerModel for FixedWindowServer {
             remaining: Some(self.limit - self.used),
             limit: Some(self.limit),
             retry_after: throttled.then(|| secs(window_end - now.as_secs_f64())),
+            reset_after: Some(secs(window_end - now.as_secs_f64())),
         }
     }
 
@@ -670,6 +677,7 @@ impl ServerModel for SharedServer {
             remaining: None,
             limit: None,
             retry_after,
+            reset_after: None,
         }
     }
 
@@ -804,6 +812,7 @@ impl ServerModel for AutoscalingServer {
             remaining: None,
             limit: None,
             retry_after: None,
+            reset_after: None,
         }
     }
 

@@ -10,13 +10,17 @@
 
 use std::time::Duration;
 
+use ratewise::client::aimd::AimdStrategy;
 use ratewise::client::auto_sleeper::{AutoSleeper, AutoSleeperConfig};
 use ratewise::client::backoff::{BackoffConfig, BackoffStrategy};
+use ratewise::client::cubic::CubicStrategy;
+use ratewise::client::flood_guard::FloodGuardStrategy;
 use ratewise::client::heroku::{
     ExponentialBackoff, ExponentialIncreaseGradualDecrease,
     ExponentialIncreaseProportionalDecrease, ExponentialIncreaseProportionalRemainingDecrease,
     HerokuConfig, Null,
 };
+use ratewise::client::hints::WithHints;
 use ratewise::client::Strategy;
 
 use crate::error::SimError;
@@ -29,6 +33,10 @@ pub struct StrategyParams {
     /// The scenario's starting sleep (Heroku's `starting_sleep_for`), for
     /// strategies that keep one; `None` keeps the strategy's default.
     pub initial_delay: Option<Duration>,
+    /// The quota a client knows it has (`count` per `window`), for
+    /// strategies that pace to a known quota (the flood guard); `None`
+    /// means Heroku's 4500 per hour.
+    pub known_quota: Option<(u32, Duration)>,
 }
 
 /// Builds one strategy object; the error says what was invalid.
@@ -140,6 +148,31 @@ pub const ALL: &[StrategyInfo] = &[
         build: |p| boxed(AutoSleeper::new(AutoSleeperConfig::default(), p.seed)),
     },
     StrategyInfo {
+        name: "aimd",
+        description: "adaptive rate (start 10/s, halve on throttle, +0.5/s per 10 successes) + discounted backoff (ref. 001)",
+        build: |p| boxed(AimdStrategy::with_defaults(p.seed)),
+    },
+    StrategyInfo {
+        name: "aimd-hints",
+        description: "aimd, plus RateLimit-Remaining/Reset hints that lower the pace before any 429",
+        build: |p| boxed(AimdStrategy::with_defaults(p.seed).map(WithHints::new)),
+    },
+    StrategyInfo {
+        name: "cubic",
+        description: "AWS SDK adaptive mode: CUBIC rate (beta 0.7, C 0.4) + standard backoff",
+        build: |p| boxed(CubicStrategy::aws_adaptive(p.seed)),
+    },
+    StrategyInfo {
+        name: "flood-guard",
+        description: "Google's flood buster: pace own sends to the known quota (scenario [strategy]) + Google backoff (ref. 004)",
+        build: |p| {
+            let (count, window) = p
+                .known_quota
+                .unwrap_or((4500, Duration::from_secs(3600)));
+            boxed(FloodGuardStrategy::google(count, window, p.seed))
+        },
+    },
+    StrategyInfo {
         name: "google-backoff",
         description: "Google's 1 s, 2 s, 4 s … + random ≤ 1 s, five retries (ref. 004)",
         build: |p| boxed(BackoffStrategy::new(BackoffConfig::google(), p.seed)),
@@ -176,6 +209,7 @@ mod tests {
                 let p = StrategyParams {
                     seed: 7,
                     initial_delay,
+                    known_quota: Some((10, Duration::from_secs(1))),
                 };
                 assert!(s.instantiate(&p).is_ok(), "{}", s.name);
             }
