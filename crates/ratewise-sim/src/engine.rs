@@ -2,7 +2,7 @@
 //!
 //! Every simulated client thread is a small state machine
 //! (`Ready → PreSleep → InFlight → (RetrySleep → InFlight)* → Ready`) that
-//! drives a real [`Strategy`](ratewise::client::Strategy) object through its
+//! drives a real [`Strategy`] object through its
 //! sans-IO interface: `before_call` gives the pre-call sleep, the server
 //! model answers each attempt when it is sent, the response comes back after
 //! a sampled latency, and `after_attempt` decides between done and retry.
@@ -35,6 +35,10 @@ use crate::metrics::{RunMetrics, ThreadRecord};
 use crate::scenario::{Scenario, StateSharing};
 use crate::server::Response;
 use crate::strategies::{StrategyInfo, StrategyParams};
+
+/// The most chart samples kept per series; beyond it the trace's
+/// resolution is halved (see `Engine::decimate_if_full`).
+pub const MAX_SAMPLES: usize = 4096;
 
 /// Time series sampled during a run, for the report's charts.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -267,6 +271,35 @@ impl Engine<'_> {
         }
     }
 
+    /// Halves the trace's resolution once it holds [`MAX_SAMPLES`] points:
+    /// keeps every other sample of the instantaneous series and sums the
+    /// per-interval counts pairwise. Returns the factor to apply to the
+    /// sampling interval (1 or 2), so memory stays bounded on long runs.
+    fn decimate_if_full(&mut self) -> u32 {
+        if self.trace.times.len() < MAX_SAMPLES {
+            return 1;
+        }
+        fn keep_odd<T: Copy>(v: &mut Vec<T>) {
+            let kept: Vec<T> = v.iter().copied().skip(1).step_by(2).collect();
+            *v = kept;
+        }
+        fn sum_pairs(v: &mut Vec<u64>) {
+            let summed: Vec<u64> = v.chunks(2).map(|c| c.iter().sum()).collect();
+            *v = summed;
+        }
+        let t = &mut self.trace;
+        // Keep the samples at the end of each pair, where the summed
+        // intervals end.
+        keep_odd(&mut t.times);
+        keep_odd(&mut t.remaining);
+        for series in &mut t.sleep {
+            keep_odd(series);
+        }
+        sum_pairs(&mut t.successes);
+        sum_pairs(&mut t.throttled);
+        2
+    }
+
     fn sample(&mut self, now: Timestamp) {
         self.trace.times.push(now.as_secs_f64());
         for (i, th) in self.threads.iter().enumerate() {
@@ -372,7 +405,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     }
     engine.push(Timestamp::from_nanos(0), Kind::Sample);
     let limit = ts(scenario.max_time_s);
-    let interval = Duration::from_secs_f64(scenario.sample_interval_s);
+    let mut interval = Duration::from_secs_f64(scenario.sample_interval_s);
     let mut now = Timestamp::from_nanos(0);
     while let Some(Reverse((at, _, kind))) = engine.queue.pop() {
         if engine.active == 0 {
@@ -390,6 +423,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         match kind {
             Kind::Sample => {
                 engine.sample(now);
+                interval *= engine.decimate_if_full();
                 engine.push(now.saturating_add(interval), Kind::Sample);
             }
             Kind::Wake { thread, gen } => {
@@ -425,4 +459,44 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         trace: engine.trace,
         events: engine.events,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_runs_keep_a_bounded_trace_with_every_response_counted() {
+        let src = r#"
+name = "long"
+description = "a fine sampling interval over a long run"
+sample_interval_s = 0.01
+[server]
+kind = "limiter"
+algorithm = "gcra"
+rate_per_s = 5.0
+burst = 5
+[[clients]]
+threads = 3
+workload = { duration_s = 600 }
+"#;
+        let scenario = Scenario::parse(src, "long.toml").unwrap_or_else(|e| panic!("{e}"));
+        let eb = crate::strategies::find("eb").unwrap_or_else(|e| panic!("{e}"));
+        let out = run(&scenario, &eb, 1).unwrap_or_else(|e| panic!("{e}"));
+        let t = &out.trace;
+        assert!(t.times.len() <= MAX_SAMPLES && t.times.len() > MAX_SAMPLES / 4);
+        assert!(t.sleep.iter().all(|s| s.len() == t.times.len()));
+        assert_eq!(t.remaining.len(), t.times.len());
+        assert_eq!(t.successes.len(), t.times.len());
+        assert!(t.times.windows(2).all(|w| w[0] < w[1]));
+        // Nothing lost in the pairwise sums, up to the responses after the
+        // last sample.
+        let counted: u64 = t.successes.iter().chain(&t.throttled).sum();
+        assert!(counted <= out.metrics.requests);
+        assert!(
+            counted + 100 >= out.metrics.requests,
+            "{counted} vs {}",
+            out.metrics.requests
+        );
+    }
 }
