@@ -499,4 +499,61 @@ workload = { duration_s = 600 }
             out.metrics.requests
         );
     }
+
+    fn null_run(src: &str) -> RunOutput {
+        let scenario = Scenario::parse(src, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let null = crate::strategies::find("null").unwrap_or_else(|e| panic!("{e}"));
+        run(&scenario, &null, 1).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const BASE: &str = r#"
+name = "t"
+description = "t"
+sample_interval_s = 1
+latency = { kind = "constant", s = 0.5 }
+[server]
+kind = "decrease_only"
+starting = 1000000
+"#;
+
+    #[test]
+    fn busy_idle_cycles_send_nothing_while_idle() {
+        let out = null_run(&format!(
+            "{BASE}[[clients]]\nworkload = {{ duration_s = 40, busy_s = 10, idle_s = 10 }}\n"
+        ));
+        // 2 requests per second while busy, 20 busy seconds in 40.
+        let m = &out.metrics;
+        assert!((39..=42).contains(&m.requests), "{}", m.requests);
+        let t = &out.trace;
+        for (time, ok) in t.times.iter().zip(&t.successes) {
+            // Samples at 12..=20 and 32..=40 s cover idle intervals only.
+            let idle = (12.0..=20.0).contains(time) || (32.0..=40.0).contains(time);
+            if idle {
+                assert_eq!(*ok, 0, "request sent while idle at {time}");
+            }
+        }
+    }
+
+    #[test]
+    fn groups_join_and_leave_on_time() {
+        let out = null_run(&format!(
+            "{BASE}[[clients]]\nname = \"early\"\nleave_s = 20\nworkload = {{ duration_s = 100 }}\n\
+             [[clients]]\nname = \"late\"\njoin_s = 50\nworkload = {{ duration_s = 10 }}\n"
+        ));
+        let th = &out.metrics.threads;
+        assert!(
+            (th[0].finished_at_s - 20.0).abs() < 1e-9,
+            "{}",
+            th[0].finished_at_s
+        );
+        assert_eq!(th[0].requests, 40);
+        // Joins at 50, starts no call after 60 (a call at exactly 60 is allowed).
+        assert!(
+            (th[1].finished_at_s - 60.5).abs() < 1e-9,
+            "{}",
+            th[1].finished_at_s
+        );
+        assert_eq!(th[1].requests, 21);
+        assert_eq!(out.metrics.time_to_clear_s, None);
+    }
 }
