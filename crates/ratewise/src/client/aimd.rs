@@ -45,6 +45,11 @@ pub struct AimdConfig {
     pub increase_step: f64,
     /// Successes per additive step (default 10; ≥ 1).
     pub increase_every: u32,
+    /// Throttles within this long after a cut are ignored (default zero:
+    /// every throttle cuts, as reference 001 describes). With many requests
+    /// in flight, a burst of 429s answers *one* overshoot; a cooldown of a
+    /// few round trips keeps it from cutting the rate once per request.
+    pub decrease_cooldown: Duration,
 }
 
 impl Default for AimdConfig {
@@ -56,6 +61,7 @@ impl Default for AimdConfig {
             decrease_factor: 0.5,
             increase_step: 0.5,
             increase_every: 10,
+            decrease_cooldown: Duration::ZERO,
         }
     }
 }
@@ -99,6 +105,7 @@ pub struct Aimd {
     config: AimdConfig,
     rate: f64,
     successes: u32,
+    last_cut: Option<Timestamp>,
 }
 
 impl Aimd {
@@ -113,6 +120,7 @@ impl Aimd {
             rate: config.initial_rate,
             config,
             successes: 0,
+            last_cut: None,
         })
     }
 
@@ -131,11 +139,17 @@ impl RateController for Aimd {
         Some(self.rate)
     }
 
-    fn on_outcome(&mut self, _now: Timestamp, outcome: &Outcome) -> Option<f64> {
+    fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) -> Option<f64> {
         match outcome.signal {
             Signal::Throttled => {
-                self.rate = (self.rate * self.config.decrease_factor).max(self.config.min_rate);
                 self.successes = 0;
+                let cooling = self
+                    .last_cut
+                    .is_some_and(|t| now < t.saturating_add(self.config.decrease_cooldown));
+                if !cooling {
+                    self.rate = (self.rate * self.config.decrease_factor).max(self.config.min_rate);
+                    self.last_cut = Some(now);
+                }
             }
             Signal::Success => {
                 self.successes += 1;
@@ -345,6 +359,21 @@ mod tests {
             a.on_outcome(T, &Outcome::throttled());
         }
         assert_eq!(a.current(), 0.1, "floored at min_rate");
+    }
+
+    #[test]
+    fn cooldown_cuts_once_per_burst_of_throttles() {
+        let mut a = Aimd::new(AimdConfig {
+            decrease_cooldown: Duration::from_millis(500),
+            ..AimdConfig::default()
+        })
+        .unwrap();
+        for i in 0..10 {
+            a.on_outcome(T + Duration::from_millis(i * 10), &Outcome::throttled());
+        }
+        assert_eq!(a.current(), 5.0, "ten 429s within 100 ms: one cut");
+        a.on_outcome(T + Duration::from_millis(500), &Outcome::throttled());
+        assert_eq!(a.current(), 2.5, "after the cooldown, the next cut");
     }
 
     #[test]

@@ -71,7 +71,8 @@ pub enum Adaptation {
 /// Everything a [`Throttle`] is made of.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ThrottleConfig {
-    /// Pacing controller (default: AIMD with its defaults).
+    /// Pacing controller (default: AIMD with its defaults and a 1 s
+    /// decrease cooldown, so one burst of 429s cuts the rate once).
     pub adaptation: Adaptation,
     /// Backoff between attempts of one call (default: 100 ms × 2ⁿ, full
     /// jitter, capped at 20 s). Its `max_retries`, if set, also limits retries.
@@ -101,7 +102,10 @@ pub struct ThrottleConfig {
 impl Default for ThrottleConfig {
     fn default() -> Self {
         ThrottleConfig {
-            adaptation: Adaptation::Aimd(AimdConfig::default()),
+            adaptation: Adaptation::Aimd(AimdConfig {
+                decrease_cooldown: Duration::from_secs(1),
+                ..AimdConfig::default()
+            }),
             backoff: BackoffConfig::exponential(Duration::from_millis(100), 2.0)
                 .with_max_delay(Duration::from_secs(20)),
             burst: None,
