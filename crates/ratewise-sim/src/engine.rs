@@ -225,7 +225,7 @@ impl Engine<'_> {
         }
         th.last_response = resp;
         th.phase = Phase::InFlight;
-        let lat = self.scenario.latency.sample(self.rng.random::<f64>());
+        let lat = self.scenario.latency.sample(self.rng.random::<f64>()) + resp.delay;
         self.wake(t, now.saturating_add(lat));
     }
 

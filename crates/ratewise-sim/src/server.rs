@@ -15,7 +15,10 @@
 
 use std::time::Duration;
 
-use ratewise::{Gcra, ManualClock, Quota, RateLimiter, Timestamp, TokenBucket};
+use ratewise::{
+    FixedWindow, Gcra, LeakyMeter, LeakyQueue, ManualClock, Quota, RateLimiter,
+    SlidingWindowCounter, SlidingWindowLog, Timestamp, TokenBucket,
+};
 use serde::Deserialize;
 
 use crate::error::SimError;
@@ -34,6 +37,9 @@ pub struct Response {
     /// `RateLimit-Reset` (time until the window or bucket resets), when the
     /// server sends it.
     pub reset_after: Option<Duration>,
+    /// Extra time the server holds an admitted request before answering
+    /// (a leaky-bucket queue's scheduled departure); added to the latency.
+    pub delay: Duration,
 }
 
 /// A simulated API's admission logic.
@@ -146,6 +152,17 @@ pub enum LimiterAlgorithm {
     Gcra,
     /// [`ratewise::TokenBucket`].
     TokenBucket,
+    /// [`ratewise::FixedWindow`] (window = burst / rate).
+    FixedWindow,
+    /// [`ratewise::SlidingWindowLog`].
+    SlidingWindowLog,
+    /// [`ratewise::SlidingWindowCounter`].
+    SlidingWindowCounter,
+    /// [`ratewise::LeakyMeter`].
+    LeakyMeter,
+    /// [`ratewise::LeakyQueue`]: admitted requests are answered at their
+    /// scheduled departure.
+    LeakyQueue,
 }
 
 /// One step of background tenant load.
@@ -220,9 +237,23 @@ impl ServerConfig {
             }
             ServerConfig::DecreaseOnly { starting } => non_negative(*starting, "server.starting"),
             ServerConfig::Limiter {
-                rate_per_s, burst, ..
+                algorithm,
+                rate_per_s,
+                burst,
+                start_full,
             } => {
                 positive(*rate_per_s, "server.rate_per_s")?;
+                if !start_full
+                    && !matches!(
+                        algorithm,
+                        LimiterAlgorithm::Gcra | LimiterAlgorithm::TokenBucket
+                    )
+                {
+                    return Err(SimError::invalid(
+                        "server.start_full",
+                        "only gcra and token_bucket can start empty",
+                    ));
+                }
                 quota(*rate_per_s, *burst, "server.burst").map(|_| ())
             }
             ServerConfig::FixedWindow { limit, window_s } => {
@@ -353,6 +384,17 @@ impl ServerConfig {
                     (LimiterAlgorithm::TokenBucket, false) => {
                         Box::new(TokenBucket::empty_with_clock(q, clock))
                     }
+                    (LimiterAlgorithm::FixedWindow, _) => {
+                        Box::new(FixedWindow::with_clock(q, clock))
+                    }
+                    (LimiterAlgorithm::SlidingWindowLog, _) => {
+                        Box::new(SlidingWindowLog::with_clock(q, clock))
+                    }
+                    (LimiterAlgorithm::SlidingWindowCounter, _) => {
+                        Box::new(SlidingWindowCounter::with_clock(q, clock))
+                    }
+                    (LimiterAlgorithm::LeakyMeter, _) => Box::new(LeakyMeter::with_clock(q, clock)),
+                    (LimiterAlgorithm::LeakyQueue, _) => Box::new(LeakyQueue::with_clock(q, clock)),
                 };
                 Box::new(LimiterServer::new(limiter, start_full))
             }
@@ -438,6 +480,7 @@ impl ServerModel for HerokuBucket {
             limit: Some(self.max as u64),
             retry_after: None,
             reset_after: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -486,6 +529,7 @@ impl ServerModel for DecreaseOnly {
             limit: Some(self.starting as u64),
             retry_after: None,
             reset_after: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -525,6 +569,7 @@ impl ServerModel for LimiterServer {
                 limit: Some(d.limit),
                 retry_after: d.retry_after,
                 reset_after: Some(d.reset_after),
+                delay: d.delay,
             },
             // Weight 1 never exceeds a burst of at least 1; treat the
             // impossible case as a refusal rather than panicking.
@@ -595,6 +640,7 @@ impl ServerModel for FixedWindowServer {
             limit: Some(self.limit),
             retry_after: throttled.then(|| secs(window_end - now.as_secs_f64())),
             reset_after: Some(secs(window_end - now.as_secs_f64())),
+            delay: Duration::ZERO,
         }
     }
 
@@ -678,6 +724,7 @@ impl ServerModel for SharedServer {
             limit: None,
             retry_after,
             reset_after: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -813,6 +860,7 @@ impl ServerModel for AutoscalingServer {
             limit: None,
             retry_after: None,
             reset_after: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -949,5 +997,37 @@ mod tests {
         assert!(r.throttled);
         assert_eq!(r.retry_after, Some(Duration::from_secs(1)));
         assert_eq!(r.remaining, Some(0));
+    }
+
+    #[test]
+    fn every_core_algorithm_serves_and_refuses() {
+        for algorithm in [
+            LimiterAlgorithm::Gcra,
+            LimiterAlgorithm::TokenBucket,
+            LimiterAlgorithm::FixedWindow,
+            LimiterAlgorithm::SlidingWindowLog,
+            LimiterAlgorithm::SlidingWindowCounter,
+            LimiterAlgorithm::LeakyMeter,
+            LimiterAlgorithm::LeakyQueue,
+        ] {
+            let cfg = ServerConfig::Limiter {
+                algorithm,
+                rate_per_s: 10.0,
+                burst: 5,
+                start_full: true,
+            };
+            let mut s = cfg.build().unwrap_or_else(|e| panic!("{e}"));
+            let admitted = (0..50).filter(|_| !s.handle(t(1.0)).throttled).count();
+            assert!((1..=5).contains(&admitted), "{algorithm:?}: {admitted}");
+            // A second later, capacity is back.
+            assert!(!s.handle(t(2.5)).throttled, "{algorithm:?}");
+        }
+        let bad = ServerConfig::Limiter {
+            algorithm: LimiterAlgorithm::FixedWindow,
+            rate_per_s: 1.0,
+            burst: 1,
+            start_full: false,
+        };
+        assert!(bad.validate().is_err());
     }
 }
