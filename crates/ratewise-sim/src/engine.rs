@@ -254,7 +254,11 @@ impl Engine<'_> {
             Next::Done | Next::GiveUp => {
                 let th = &mut self.threads[t];
                 self.waits.push(th.call_wait);
-                if let Some(n) = th.calls_left.as_mut() {
+                if resp.throttled {
+                    // The call ended without success (the strategy gave up
+                    // or hands 429s back): the work item is still to do.
+                    th.record.failed_calls += 1;
+                } else if let Some(n) = th.calls_left.as_mut() {
                     *n = n.saturating_sub(1);
                 }
                 th.phase = Phase::Ready;

@@ -19,6 +19,9 @@
 //! * **Fairness** — Jain's index over per-thread successes:
 //!   `(Σx)² / (n·Σx²)`, 1 when all equal, `1/n` when one thread gets all.
 //! * **Throttled** — total 429s.
+//! * **Failed calls** — calls that ended without success (a strategy that
+//!   gives up, or hands a 429 back). A fixed job counts only successful
+//!   calls, so a failed item is attempted again by the next call.
 
 use serde::Serialize;
 
@@ -33,6 +36,9 @@ pub struct ThreadRecord {
     pub throttled: u64,
     /// Largest sleep, seconds, jitter included.
     pub max_sleep_s: f64,
+    /// Calls that ended without success (the strategy gave up, or handed a
+    /// 429 back). In a fixed job the item is attempted again by a new call.
+    pub failed_calls: u64,
     /// When the thread stopped, simulated seconds.
     pub finished_at_s: f64,
     /// Whether it stopped because its goal was reached.
@@ -63,6 +69,8 @@ pub struct RunMetrics {
     pub successes: u64,
     /// Total 429s.
     pub throttled: u64,
+    /// Calls that ended without success.
+    pub failed_calls: u64,
     /// Successes / capacity offered.
     pub utilization: f64,
     /// Jain's fairness index over per-thread successes.
@@ -145,6 +153,7 @@ impl RunMetrics {
             requests: threads.iter().map(|t| t.requests).sum(),
             successes,
             throttled: threads.iter().map(|t| t.throttled).sum(),
+            failed_calls: threads.iter().map(|t| t.failed_calls).sum(),
             utilization: if offered > 0.0 {
                 successes as f64 / offered
             } else {
@@ -186,7 +195,7 @@ impl Stat {
 }
 
 /// The names of the summarised metrics, in output order.
-pub const METRIC_NAMES: [&str; 12] = [
+pub const METRIC_NAMES: [&str; 13] = [
     "avg_retry_rate_pct",
     "max_sleep_s",
     "stdev_request_count",
@@ -194,6 +203,7 @@ pub const METRIC_NAMES: [&str; 12] = [
     "requests",
     "successes",
     "throttled",
+    "failed_calls",
     "utilization",
     "fairness",
     "wait_p50_s",
@@ -211,6 +221,7 @@ pub fn metric_value(m: &RunMetrics, name: &str) -> Option<f64> {
         "requests" => m.requests as f64,
         "successes" => m.successes as f64,
         "throttled" => m.throttled as f64,
+        "failed_calls" => m.failed_calls as f64,
         "utilization" => m.utilization,
         "fairness" => m.fairness,
         "wait_p50_s" => m.wait_p50_s,

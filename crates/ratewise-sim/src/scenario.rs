@@ -209,7 +209,8 @@ pub struct Workload {
     /// Run for this long: no new call starts after `join + duration`.
     #[serde(default)]
     pub duration_s: Option<f64>,
-    /// A fixed job: this many calls per thread, then stop.
+    /// A fixed job: this many successful calls per thread, then stop (a
+    /// call that ends without success leaves its item to the next call).
     #[serde(default)]
     pub requests: Option<u64>,
     /// Stop when a call's final response shows `RateLimit-Remaining` at or
