@@ -189,35 +189,54 @@ const PALETTE: [&str; 10] = [
 const W: f64 = 720.0;
 const H: f64 = 240.0;
 const ML: f64 = 56.0;
-const MR: f64 = 16.0;
+const MR: f64 = 44.0;
 const MT: f64 = 28.0;
 const MB: f64 = 40.0;
 
-fn nice_max(v: f64) -> f64 {
-    if !(v.is_finite() && v > 0.0) {
-        return 1.0;
-    }
-    let p = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
-        if v <= m * p {
-            return m * p;
-        }
-    }
-    10.0 * p
+/// A "nice" tick step (1, 2, 2.5 or 5 × 10^k) giving at most 6 intervals
+/// up to `v`, and the axis maximum it implies.
+fn nice_axis(v: f64) -> (f64, f64) {
+    let v = if v.is_finite() && v > 0.0 { v } else { 1.0 };
+    let raw = v / 5.0;
+    let p = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|s| v / s <= 6.0)
+        .unwrap_or(10.0 * p);
+    (step, (v / step).ceil().max(1.0) * step)
 }
 
 struct Frame {
     x_max: f64,
+    x_step: f64,
     y_max: f64,
+    y_step: f64,
 }
 
 impl Frame {
+    /// A frame for x in seconds (ticks in minutes) and y up to `y`.
+    fn new(x_max_s: f64, y: f64) -> Frame {
+        let (x_step, x_max) = nice_axis(x_max_s / 60.0);
+        let (y_step, y_max) = nice_axis(y);
+        Frame {
+            x_max: x_max * 60.0,
+            x_step: x_step * 60.0,
+            y_max,
+            y_step,
+        }
+    }
     fn x(&self, v: f64) -> f64 {
         ML + (W - ML - MR) * (v / self.x_max).clamp(0.0, 1.0)
     }
     fn y(&self, v: f64) -> f64 {
         H - MB - (H - MT - MB) * (v / self.y_max).clamp(0.0, 1.0)
     }
+}
+
+fn steps(max: f64, step: f64) -> impl Iterator<Item = f64> {
+    let n = (max / step).round() as u32;
+    (0..=n).map(move |i| f64::from(i) * step)
 }
 
 fn axes(out: &mut String, f: &Frame, title: &str, y_label: &str) {
@@ -235,9 +254,7 @@ fn axes(out: &mut String, f: &Frame, title: &str, y_label: &str) {
         H - MB,
         H - MB
     );
-    for i in 0..=5 {
-        let xv = f.x_max * f64::from(i) / 5.0;
-        let yv = f.y_max * f64::from(i) / 5.0;
+    for xv in steps(f.x_max, f.x_step) {
         let _ = write!(
             out,
             r##"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="middle">{}</text>"##,
@@ -245,6 +262,8 @@ fn axes(out: &mut String, f: &Frame, title: &str, y_label: &str) {
             H - MB + 14.0,
             fmt_tick(xv / 60.0)
         );
+    }
+    for yv in steps(f.y_max, f.y_step) {
         let _ = write!(
             out,
             r##"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">{}</text><line x1="{ML}" y1="{:.1}" x2="{:.1}" y2="{:.1}" class="grid"/>"##,
@@ -272,8 +291,10 @@ fn fmt_tick(v: f64) -> String {
         "0".to_owned()
     } else if v.abs() >= 100.0 || v.fract() == 0.0 {
         format!("{v:.0}")
-    } else {
+    } else if (v * 10.0).fract().abs() < 1e-9 {
         format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
     }
 }
 
@@ -300,13 +321,12 @@ fn svg_open(out: &mut String, class: &str, strategy: &str) {
 /// Heroku's chart: each client's last sleep value over time.
 fn sleep_chart(out: &mut String, strategy: &str, t: &Trace) {
     let x_max = t.times.last().copied().unwrap_or(1.0).max(1.0);
-    let y_max = nice_max(
-        t.sleep
-            .iter()
-            .flat_map(|s| s.iter().copied())
-            .fold(0.0, f64::max),
-    );
-    let f = Frame { x_max, y_max };
+    let y_max = t
+        .sleep
+        .iter()
+        .flat_map(|s| s.iter().copied())
+        .fold(0.0, f64::max);
+    let f = Frame::new(x_max, y_max);
     svg_open(out, "sleep-chart", strategy);
     axes(
         out,
@@ -320,7 +340,8 @@ fn sleep_chart(out: &mut String, strategy: &str, t: &Trace) {
     out.push_str("</svg>");
 }
 
-/// Server remaining capacity, and successes / 429s per interval.
+/// Successes / 429s per interval (left axis) and the server's remaining
+/// capacity (right axis, its own scale).
 fn server_chart(out: &mut String, strategy: &str, t: &Trace) {
     let x_max = t.times.last().copied().unwrap_or(1.0).max(1.0);
     let counts_max = t
@@ -331,22 +352,29 @@ fn server_chart(out: &mut String, strategy: &str, t: &Trace) {
         .max()
         .unwrap_or(0) as f64;
     let rem_max = t.remaining.iter().copied().fold(0.0, f64::max);
-    let f = Frame {
-        x_max,
-        y_max: nice_max(counts_max.max(rem_max)),
-    };
+    let f = Frame::new(x_max, counts_max);
+    let fr = Frame::new(x_max, rem_max);
     svg_open(out, "server-chart", strategy);
     axes(
         out,
         &f,
-        &format!("{strategy}: server remaining, successes and 429s per interval"),
-        "count",
+        &format!("{strategy}: successes and 429s per interval; server remaining (right axis)"),
+        "responses per interval",
     );
+    for yv in steps(fr.y_max, fr.y_step) {
+        let _ = write!(
+            out,
+            r##"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="start" fill="#555555">{}</text>"##,
+            W - MR + 2.0,
+            fr.y(yv) + 4.0,
+            fmt_tick(yv)
+        );
+    }
     let ok: Vec<f64> = t.successes.iter().map(|&v| v as f64).collect();
     let bad: Vec<f64> = t.throttled.iter().map(|&v| v as f64).collect();
     polyline(
         out,
-        &f,
+        &fr,
         &t.times,
         &t.remaining,
         "#555555",
@@ -367,8 +395,8 @@ fn server_chart(out: &mut String, strategy: &str, t: &Trace) {
     out.push_str("</svg>");
 }
 
-const CSS: &str = "body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}\
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right;white-space:nowrap}\
+const CSS: &str = "body{font-family:system-ui,sans-serif;margin:2em;color:#222}\
+table{border-collapse:collapse;margin:1em 0;font-size:14px}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right;white-space:nowrap}\
 td:first-child,th:first-child{text-align:left}svg.chart{display:block;margin:.5em 0;background:#fff}\
 .title{font-size:13px;text-anchor:middle;font-weight:600}.tick{font-size:10px;fill:#555}.label{font-size:11px;fill:#333}\
 .axis{stroke:#333;stroke-width:1}.grid{stroke:#eee;stroke-width:1}.series{fill:none;stroke-width:1.2}\
@@ -428,4 +456,19 @@ pub fn html(e: &ExperimentResult) -> String {
     }
     let _ = writeln!(out, "<script>{SCRIPT}</script></body></html>");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_axes() {
+        assert_eq!(nice_axis(30.0), (5.0, 30.0));
+        assert_eq!(nice_axis(11.8), (2.0, 12.0));
+        assert_eq!(nice_axis(0.0), (0.2, 1.0));
+        assert_eq!(nice_axis(864.8), (200.0, 1000.0));
+        assert_eq!(fmt_tick(2.5), "2.5");
+        assert_eq!(fmt_tick(0.25), "0.25");
+    }
 }
