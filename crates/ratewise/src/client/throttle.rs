@@ -17,7 +17,7 @@
 //!
 //! The core is sans-IO like everything else: [`Throttle::acquire_at`],
 //! [`Throttle::try_acquire_at`] and [`Throttle::record_at`] take `now`. The
-//! async driver ([`Throttle::run`], feature `tokio`) is a loop around them.
+//! async driver (`Throttle::run`, feature `tokio`) is a loop around them.
 //!
 //! # Sharing and consistency
 //!
