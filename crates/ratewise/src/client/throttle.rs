@@ -479,6 +479,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// `not_before`, after any pause, at the pacer's rate. Returns how long
     /// after `now` to send. Counts the attempt.
     ///
+    /// A slot reserved for a future instant holds the pacer until then, so
+    /// for a retry prefer sleeping until its `not_before` first and acquiring
+    /// then (as the async driver does): "sleep, then re-acquire".
+    ///
     /// # Errors
     /// [`StopReason::RejectedLocally`] when the SRE throttle refuses, and
     /// [`StopReason::Deadline`] when the slot would come after the call's
@@ -520,7 +524,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             Ok(w) => {
                 call.attempts += 1;
                 c.attempts.fetch_add(1, Ordering::Relaxed);
-                c.note_wait(w);
+                // Count only the wait the pacer or a pause added; a retry's
+                // own delay was counted when `record_at` decided it.
+                c.note_wait(w.saturating_sub(not_before.saturating_duration_since(now)));
                 Ok(w)
             }
             Err(e) => {
@@ -645,6 +651,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             }
         }
         c.retries.fetch_add(1, Ordering::Relaxed);
+        c.note_wait(delay);
         Step::Retry(delay)
     }
 
