@@ -903,6 +903,50 @@ mod tests {
         assert_eq!(th.metrics().rejected_locally, rejected);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn invariants_hold_under_random_traffic(
+            seed in proptest::prelude::any::<u64>(),
+            steps in proptest::collection::vec(
+                (0u8..3, 0u8..5, 0u64..500, proptest::option::of(0u64..10_000),
+                 proptest::option::of((0u64..100, 0u64..120))),
+                1..300,
+            ),
+        ) {
+            let cfg = ThrottleConfig {
+                seed,
+                max_retry_after: Duration::from_secs(30),
+                pause_jitter: 0.1,
+                ..ThrottleConfig::default()
+            };
+            let th: Throttle<u8> = Throttle::new(cfg).unwrap();
+            let mut now = Timestamp::ZERO;
+            for (key, sig, gap_ms, retry_after_ms, hint) in steps {
+                now = now + ms(gap_ms);
+                let mut call = th.begin(now);
+                let wait = th.acquire_at(&key, &mut call, now, now);
+                proptest::prop_assert!(wait.is_ok());
+                let signal = [Signal::Success, Signal::Throttled, Signal::ServerError,
+                              Signal::Timeout, Signal::Failure][usize::from(sig)];
+                let hints = ServerHints {
+                    retry_after: retry_after_ms.map(ms),
+                    remaining: hint.map(|h| h.0),
+                    reset_after: hint.map(|h| Duration::from_secs(h.1)),
+                    limit: None,
+                };
+                let step = th.record_at(&key, &mut call, now, &Outcome { signal, hints });
+                if let Step::Retry(d) = step {
+                    proptest::prop_assert!(d <= Duration::from_secs(30).max(Duration::from_secs(20)));
+                }
+                if let Some(rate) = th.rate_of(&key) {
+                    proptest::prop_assert!(rate > 0.0 && rate <= 10.0 + 1e-6, "rate {}", rate);
+                }
+                let m = th.metrics();
+                proptest::prop_assert!(m.attempts >= m.successes + m.throttled);
+            }
+        }
+    }
+
     #[test]
     fn invalid_configs() {
         assert!(Throttle::<u8>::new(ThrottleConfig {
