@@ -48,6 +48,17 @@ impl<T: Classify, E> Classify for Result<T, E> {
     }
 }
 
+/// `http` responses (feature `http`) are classified from their status and
+/// headers with the default [`Classifier`](super::Classifier); a body-based
+/// rule (Google's 403 reasons) needs [`Throttle::run_with`] and the
+/// classifier's body-aware methods.
+#[cfg(feature = "http")]
+impl<B> Classify for http::Response<B> {
+    fn classify(&self) -> Outcome {
+        super::classify::outcome_parts(&self.status(), self.headers(), std::time::SystemTime::now())
+    }
+}
+
 /// A call the throttle stopped. Carries the last response, if any attempt was
 /// made, and says whether the refusal was the client's own.
 #[derive(Debug)]
@@ -320,6 +331,29 @@ mod tests {
             "A retried after its 5 s"
         );
         assert_eq!(th.metrics().total_sleep, Duration::from_secs(5));
+    }
+
+    #[cfg(feature = "http")]
+    #[tokio::test(start_paused = true)]
+    async fn http_responses_classify_by_default() {
+        let th: Throttle<()> = Throttle::new(config()).unwrap();
+        let n = AtomicU32::new(0);
+        let r = th
+            .run(&(), || async {
+                let status = if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                    429
+                } else {
+                    200
+                };
+                http::Response::builder()
+                    .status(status)
+                    .header("Retry-After", "2")
+                    .body(())
+                    .unwrap_or_default()
+            })
+            .await;
+        assert_eq!(r.map(|resp| resp.status().as_u16()).ok(), Some(200));
+        assert_eq!(th.metrics().throttled, 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -451,7 +451,18 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         p
     }
 
-    /// Number of partitions created so far.
+    /// Drops `key`'s partition (its pacer, pause, budget and statistics); the
+    /// next use starts it afresh. Partitions are never dropped otherwise, so
+    /// callers with unbounded key sets should forget idle keys.
+    pub fn forget(&self, key: &K) {
+        self.inner
+            .partitions
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
+    /// Number of partitions in use.
     pub fn partitions(&self) -> usize {
         self.inner
             .partitions
@@ -754,6 +765,9 @@ mod tests {
         // Another partition is untouched.
         assert_eq!(th.try_acquire_at(&1, t), Ok(()));
         assert_eq!(th.partitions(), 2);
+        th.forget(&0);
+        assert_eq!(th.partitions(), 1);
+        assert_eq!(th.try_acquire_at(&0, t), Ok(()), "a fresh partition");
     }
 
     #[test]
