@@ -605,6 +605,32 @@ mod tests {
     }
 
     #[test]
+    fn a_200_is_one_attempt() {
+        // Shared test of the gem: a 200 calls the block once and returns it.
+        let mut strategies: Vec<Box<dyn Strategy>> = vec![
+            Box::new(Null),
+            Box::new(ExponentialBackoff::new(HerokuConfig::default(), 3).unwrap()),
+            Box::new(ExponentialIncreaseGradualDecrease::new(HerokuConfig::default(), 3).unwrap()),
+            Box::new(
+                ExponentialIncreaseProportionalDecrease::new(HerokuConfig::default(), 3).unwrap(),
+            ),
+            Box::new(
+                ExponentialIncreaseProportionalRemainingDecrease::new(HerokuConfig::default(), 3)
+                    .unwrap(),
+            ),
+        ];
+        for s in &mut strategies {
+            s.before_call(T);
+            assert_eq!(
+                s.after_attempt(T, &Outcome::success()),
+                Next::Done,
+                "{}",
+                s.name()
+            );
+        }
+    }
+
+    #[test]
     fn null_calls_once_and_never_sleeps() {
         let mut s = Null;
         assert_eq!(s.before_call(T), Duration::ZERO);

@@ -382,9 +382,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// A throttle with `config`.
     ///
     /// # Errors
-    /// [`ConfigError`] for any invalid part (checked by building one
-    /// partition's state), `max_attempts = 0`, or a pause jitter outside
-    /// `[0, 1]`.
+    /// [`ConfigError`] for any invalid part (all are validated here, once,
+    /// into the template every partition is cloned from), `max_attempts = 0`,
+    /// or a pause jitter outside `[0, 1]`.
     pub fn new(config: ThrottleConfig) -> Result<Self, ConfigError> {
         if config.max_attempts == 0 {
             return Err(ConfigError::OutOfRange {
