@@ -48,6 +48,17 @@ impl<T: Classify, E> Classify for Result<T, E> {
     }
 }
 
+/// `http` responses (feature `http`) are classified from their status and
+/// headers with the default [`Classifier`](super::Classifier); a body-based
+/// rule (Google's 403 reasons) needs [`Throttle::run_with`] and the
+/// classifier's body-aware methods.
+#[cfg(feature = "http")]
+impl<B> Classify for http::Response<B> {
+    fn classify(&self) -> Outcome {
+        super::classify::outcome_parts(&self.status(), self.headers(), std::time::SystemTime::now())
+    }
+}
+
 /// A call the throttle stopped. Carries the last response, if any attempt was
 /// made, and says whether the refusal was the client's own.
 #[derive(Debug)]
@@ -156,8 +167,14 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         let mut not_before = start;
         let mut last: Option<R> = None;
         loop {
+            // Sleep out a retry's delay first, then take a slot: reserving a
+            // slot far ahead would hold the partition's pacer until then.
             let now = self.now();
-            match self.acquire_at(key, &mut call, now, not_before) {
+            if not_before > now {
+                tokio::time::sleep(not_before.saturating_duration_since(now)).await;
+            }
+            let now = self.now();
+            match self.acquire_at(key, &mut call, now, now) {
                 Ok(wait) => {
                     if !wait.is_zero() {
                         tokio::time::sleep(wait).await;
@@ -273,6 +290,70 @@ mod tests {
         assert!(err.is_client_side());
         assert_eq!(err.attempts(), 0);
         assert!(err.last_response().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_delay_does_not_hold_the_partition() {
+        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(10.0),
+            burst: Some(1),
+            backoff: BackoffConfig::constant(Duration::from_secs(5)),
+            ..config()
+        })
+        .unwrap();
+        let t0 = tokio::time::Instant::now();
+        let n = AtomicU32::new(0);
+        let a = th.run(&(), || async {
+            if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                Outcome {
+                    signal: Signal::ServerError,
+                    hints: ServerHints::default(),
+                }
+            } else {
+                Outcome::success()
+            }
+        });
+        let b = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let r = th.run(&(), || async { Outcome::success() }).await;
+            (r.is_ok(), t0.elapsed())
+        };
+        let (ra, (b_ok, b_done)) = tokio::join!(a, b);
+        assert!(ra.is_ok());
+        assert!(b_ok);
+        assert!(
+            b_done < Duration::from_millis(300),
+            "B finished at {b_done:?}"
+        );
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(5),
+            "A retried after its 5 s"
+        );
+        assert_eq!(th.metrics().total_sleep, Duration::from_secs(5));
+    }
+
+    #[cfg(feature = "http")]
+    #[tokio::test(start_paused = true)]
+    async fn http_responses_classify_by_default() {
+        let th: Throttle<()> = Throttle::new(config()).unwrap();
+        let n = AtomicU32::new(0);
+        let r = th
+            .run(&(), || async {
+                let status = if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                    429
+                } else {
+                    200
+                };
+                http::Response::builder()
+                    .status(status)
+                    .header("Retry-After", "2")
+                    .body(())
+                    .unwrap_or_default()
+            })
+            .await;
+        assert_eq!(r.map(|resp| resp.status().as_u16()).ok(), Some(200));
+        assert_eq!(th.metrics().throttled, 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -53,10 +53,18 @@
 //! let mut s = ExponentialIncreaseGradualDecrease::new(config, 42)?;
 //! let now = Timestamp::ZERO;
 //! assert_eq!(s.before_call(now).as_secs_f64(), 0.0);
-//! let Next::Retry(first) = s.after_attempt(now, &Outcome::throttled()) else { panic!() };
-//! assert!((first.as_secs_f64() - 0.8).abs() < 1e-9);
-//! let Next::Retry(second) = s.after_attempt(now, &Outcome::throttled()) else { panic!() };
-//! assert!((second.as_secs_f64() - 1.76).abs() < 1e-9);
+//! let ladder: Vec<f64> = (0..3)
+//!     .map(|_| match s.after_attempt(now, &Outcome::throttled()) {
+//!         Next::Retry(d) => d.as_secs_f64(),
+//!         _ => f64::NAN,
+//!     })
+//!     .collect();
+//! for (got, want) in ladder.iter().zip([0.8, 1.76, 2.912]) {
+//!     assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+//! }
+//! // A success stores the last rung ×1.2, minus 0.8: 2.912·1.2 − 0.8.
+//! assert_eq!(s.after_attempt(now, &Outcome::success()), Next::Done);
+//! assert!((s.stored_sleep() - 2.6944).abs() < 1e-9);
 //! # Ok::<(), ratewise::client::ConfigError>(())
 //! ```
 
@@ -593,6 +601,32 @@ mod tests {
                 }
             }
             assert_eq!(attempts, 2, "{}", s.name());
+        }
+    }
+
+    #[test]
+    fn a_200_is_one_attempt() {
+        // Shared test of the gem: a 200 calls the block once and returns it.
+        let mut strategies: Vec<Box<dyn Strategy>> = vec![
+            Box::new(Null),
+            Box::new(ExponentialBackoff::new(HerokuConfig::default(), 3).unwrap()),
+            Box::new(ExponentialIncreaseGradualDecrease::new(HerokuConfig::default(), 3).unwrap()),
+            Box::new(
+                ExponentialIncreaseProportionalDecrease::new(HerokuConfig::default(), 3).unwrap(),
+            ),
+            Box::new(
+                ExponentialIncreaseProportionalRemainingDecrease::new(HerokuConfig::default(), 3)
+                    .unwrap(),
+            ),
+        ];
+        for s in &mut strategies {
+            s.before_call(T);
+            assert_eq!(
+                s.after_attempt(T, &Outcome::success()),
+                Next::Done,
+                "{}",
+                s.name()
+            );
         }
     }
 

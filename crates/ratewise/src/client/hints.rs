@@ -14,6 +14,14 @@
 //!   ignored here (Heroku's proportional-remaining decrease uses it instead,
 //!   see [`heroku`](super::heroku)).
 //!
+//! `RateLimit-Reset` is read as the end of the current quota window (GitHub,
+//! the IETF drafts): exact for window quotas, and on the safe (slow) side for
+//! a token bucket whose reset is the time to refill completely, since the
+//! bucket keeps refilling before then. Servers of that kind are better paced
+//! by the controller; turn hints off in [`ThrottleConfig`] for them.
+//!
+//! [`ThrottleConfig`]: super::throttle::ThrottleConfig
+//!
 //! [`HintCap`] is the bookkeeping; [`WithHints`] applies it to any strategy
 //! through a core [`Pacer`].
 

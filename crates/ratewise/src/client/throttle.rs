@@ -17,7 +17,7 @@
 //!
 //! The core is sans-IO like everything else: [`Throttle::acquire_at`],
 //! [`Throttle::try_acquire_at`] and [`Throttle::record_at`] take `now`. The
-//! async driver ([`Throttle::run`], feature `tokio`) is a loop around them.
+//! async driver (`Throttle::run`, feature `tokio`) is a loop around them.
 //!
 //! # Sharing and consistency
 //!
@@ -382,9 +382,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// A throttle with `config`.
     ///
     /// # Errors
-    /// [`ConfigError`] for any invalid part (checked by building one
-    /// partition's state), `max_attempts = 0`, or a pause jitter outside
-    /// `[0, 1]`.
+    /// [`ConfigError`] for any invalid part (all are validated here, once,
+    /// into the template every partition is cloned from), `max_attempts = 0`,
+    /// or a pause jitter outside `[0, 1]`.
     pub fn new(config: ThrottleConfig) -> Result<Self, ConfigError> {
         if config.max_attempts == 0 {
             return Err(ConfigError::OutOfRange {
@@ -451,7 +451,18 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         p
     }
 
-    /// Number of partitions created so far.
+    /// Drops `key`'s partition (its pacer, pause, budget and statistics); the
+    /// next use starts it afresh. Partitions are never dropped otherwise, so
+    /// callers with unbounded key sets should forget idle keys.
+    pub fn forget(&self, key: &K) {
+        self.inner
+            .partitions
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
+    /// Number of partitions in use.
     pub fn partitions(&self) -> usize {
         self.inner
             .partitions
@@ -478,6 +489,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// Reserves the next attempt's slot in `key`'s partition: no earlier than
     /// `not_before`, after any pause, at the pacer's rate. Returns how long
     /// after `now` to send. Counts the attempt.
+    ///
+    /// A slot reserved for a future instant holds the pacer until then, so
+    /// for a retry prefer sleeping until its `not_before` first and acquiring
+    /// then (as the async driver does): "sleep, then re-acquire".
     ///
     /// # Errors
     /// [`StopReason::RejectedLocally`] when the SRE throttle refuses, and
@@ -520,7 +535,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             Ok(w) => {
                 call.attempts += 1;
                 c.attempts.fetch_add(1, Ordering::Relaxed);
-                c.note_wait(w);
+                // Count only the wait the pacer or a pause added; a retry's
+                // own delay was counted when `record_at` decided it.
+                c.note_wait(w.saturating_sub(not_before.saturating_duration_since(now)));
                 Ok(w)
             }
             Err(e) => {
@@ -645,6 +662,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             }
         }
         c.retries.fetch_add(1, Ordering::Relaxed);
+        c.note_wait(delay);
         Step::Retry(delay)
     }
 
@@ -747,6 +765,9 @@ mod tests {
         // Another partition is untouched.
         assert_eq!(th.try_acquire_at(&1, t), Ok(()));
         assert_eq!(th.partitions(), 2);
+        th.forget(&0);
+        assert_eq!(th.partitions(), 1);
+        assert_eq!(th.try_acquire_at(&0, t), Ok(()), "a fresh partition");
     }
 
     #[test]
@@ -894,6 +915,50 @@ mod tests {
         }
         assert!(rejected > 100, "{rejected}");
         assert_eq!(th.metrics().rejected_locally, rejected);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn invariants_hold_under_random_traffic(
+            seed in proptest::prelude::any::<u64>(),
+            steps in proptest::collection::vec(
+                (0u8..3, 0u8..5, 0u64..500, proptest::option::of(0u64..10_000),
+                 proptest::option::of((0u64..100, 0u64..120))),
+                1..300,
+            ),
+        ) {
+            let cfg = ThrottleConfig {
+                seed,
+                max_retry_after: Duration::from_secs(30),
+                pause_jitter: 0.1,
+                ..ThrottleConfig::default()
+            };
+            let th: Throttle<u8> = Throttle::new(cfg).unwrap();
+            let mut now = Timestamp::ZERO;
+            for (key, sig, gap_ms, retry_after_ms, hint) in steps {
+                now = now + ms(gap_ms);
+                let mut call = th.begin(now);
+                let wait = th.acquire_at(&key, &mut call, now, now);
+                proptest::prop_assert!(wait.is_ok());
+                let signal = [Signal::Success, Signal::Throttled, Signal::ServerError,
+                              Signal::Timeout, Signal::Failure][usize::from(sig)];
+                let hints = ServerHints {
+                    retry_after: retry_after_ms.map(ms),
+                    remaining: hint.map(|h| h.0),
+                    reset_after: hint.map(|h| Duration::from_secs(h.1)),
+                    limit: None,
+                };
+                let step = th.record_at(&key, &mut call, now, &Outcome { signal, hints });
+                if let Step::Retry(d) = step {
+                    proptest::prop_assert!(d <= Duration::from_secs(30).max(Duration::from_secs(20)));
+                }
+                if let Some(rate) = th.rate_of(&key) {
+                    proptest::prop_assert!(rate > 0.0 && rate <= 10.0 + 1e-6, "rate {}", rate);
+                }
+                let m = th.metrics();
+                proptest::prop_assert!(m.attempts >= m.successes + m.throttled);
+            }
+        }
     }
 
     #[test]
