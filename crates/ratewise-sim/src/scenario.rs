@@ -375,45 +375,55 @@ impl Scenario {
             ));
         }
         let mut total: u64 = 0;
-        for c in &self.clients {
-            if c.processes == 0 {
-                return Err(SimError::invalid("clients.processes", "must be at least 1"));
-            }
-            if c.threads == 0 {
-                return Err(SimError::invalid("clients.threads", "must be at least 1"));
-            }
-            total += u64::from(c.processes) * u64::from(c.threads);
-            nonneg(c.join_s, "clients.join_s")?;
-            if let Some(l) = c.leave_s {
-                nonneg(l, "clients.leave_s")?;
-            }
-            let w = &c.workload;
-            if let Some(d) = w.duration_s {
-                pos(d, "clients.workload.duration_s")?;
-            }
-            match (w.busy_s, w.idle_s) {
-                (Some(b), Some(i)) => {
-                    pos(b, "clients.workload.busy_s")?;
-                    nonneg(i, "clients.workload.idle_s")?;
+        for (gi, c) in self.clients.iter().enumerate() {
+            let group = || -> Result<(), SimError> {
+                if c.processes == 0 {
+                    return Err(SimError::invalid("clients.processes", "must be at least 1"));
                 }
-                (None, None) => {}
-                _ => {
+                if c.threads == 0 {
+                    return Err(SimError::invalid("clients.threads", "must be at least 1"));
+                }
+                nonneg(c.join_s, "clients.join_s")?;
+                if let Some(l) = c.leave_s {
+                    nonneg(l, "clients.leave_s")?;
+                }
+                let w = &c.workload;
+                if let Some(d) = w.duration_s {
+                    pos(d, "clients.workload.duration_s")?;
+                }
+                match (w.busy_s, w.idle_s) {
+                    (Some(b), Some(i)) => {
+                        pos(b, "clients.workload.busy_s")?;
+                        nonneg(i, "clients.workload.idle_s")?;
+                    }
+                    (None, None) => {}
+                    _ => {
+                        return Err(SimError::invalid(
+                            "clients.workload.busy_s",
+                            "busy_s and idle_s must be given together",
+                        ))
+                    }
+                }
+                if w.duration_s.is_none()
+                    && w.requests.is_none()
+                    && w.stop_when_remaining_at_most.is_none()
+                    && c.leave_s.is_none()
+                {
                     return Err(SimError::invalid(
-                        "clients.workload.busy_s",
-                        "busy_s and idle_s must be given together",
-                    ))
-                }
-            }
-            if w.duration_s.is_none()
-                && w.requests.is_none()
-                && w.stop_when_remaining_at_most.is_none()
-                && c.leave_s.is_none()
-            {
-                return Err(SimError::invalid(
                     "clients.workload",
                     "unbounded: set duration_s, requests, stop_when_remaining_at_most, or the group's leave_s",
                 ));
-            }
+                }
+                Ok(())
+            };
+            group().map_err(|e| match e {
+                SimError::Invalid { field, message } => SimError::Invalid {
+                    field: field.replacen("clients", &format!("clients[{gi}]"), 1),
+                    message,
+                },
+                other => other,
+            })?;
+            total += u64::from(c.processes) * u64::from(c.threads);
         }
         if total > 100_000 {
             return Err(SimError::invalid(
@@ -490,6 +500,23 @@ fn key_at(src: &str, offset: usize) -> Option<String> {
 /// `clients.workload.duration_s`): the first `key =` line inside a matching
 /// table, or the table header itself.
 fn locate_field(src: &str, field: &str) -> Option<usize> {
+    // `clients[2].threads`: the third `[[clients]]` group.
+    let (group, plain);
+    match field
+        .strip_prefix("clients[")
+        .and_then(|r| r.split_once(']'))
+    {
+        Some((n, rest)) => {
+            group = n.parse::<usize>().ok();
+            plain = format!("clients{rest}");
+        }
+        None => {
+            group = None;
+            plain = field.to_owned();
+        }
+    }
+    let field = plain.as_str();
+    let mut seen_groups = 0usize;
     let (table, key) = match field.rsplit_once('.') {
         Some((t, k)) => (t, k),
         None => ("", field),
@@ -499,13 +526,22 @@ fn locate_field(src: &str, field: &str) -> Option<usize> {
     for (i, raw) in src.lines().enumerate() {
         let line = raw.trim();
         if line.starts_with('[') {
+            if line.starts_with("[[clients]]") {
+                seen_groups += 1;
+            }
             current = line
                 .trim_matches(|c| c == '[' || c == ']')
                 .trim()
                 .to_owned();
-            if current == field || (current == table && header_line.is_none()) {
+            let right_group = group.map_or(true, |g| seen_groups == g + 1);
+            if right_group && (current == field || (current == table && header_line.is_none())) {
                 header_line = Some(i + 1);
             }
+            continue;
+        }
+        let right_group =
+            !current.starts_with("clients") || group.map_or(true, |g| seen_groups == g + 1);
+        if !right_group {
             continue;
         }
         let in_table = current == table || (table.is_empty() && current.is_empty());
@@ -593,7 +629,7 @@ workload = { requests = 5 }
         let src = OK.replace("threads = 2", "threads = 0");
         let msg = err_of(&src);
         assert!(msg.contains("my.toml:9"), "{msg}");
-        assert!(msg.contains("clients.threads"), "{msg}");
+        assert!(msg.contains("clients[0].threads"), "{msg}");
         let src = OK.replace("starting = 10", "starting = -1");
         let msg = err_of(&src);
         assert!(msg.contains("my.toml:6"), "{msg}");
@@ -604,7 +640,7 @@ workload = { requests = 5 }
     fn unbounded_workload_is_rejected() {
         let src = OK.replace("workload = { requests = 5 }", "workload = {}");
         let msg = err_of(&src);
-        assert!(msg.contains("clients.workload"), "{msg}");
+        assert!(msg.contains("clients[0].workload"), "{msg}");
         assert!(msg.contains("my.toml:10"), "{msg}");
     }
 
@@ -620,5 +656,13 @@ workload = { requests = 5 }
             Scenario::load("no-such-scenario"),
             Err(SimError::UnknownScenario(_))
         ));
+    }
+
+    #[test]
+    fn errors_in_a_later_client_group_point_at_that_group() {
+        let src = format!("{OK}\n[[clients]]\nthreads = 0\nworkload = {{ requests = 5 }}\n");
+        let msg = err_of(&src);
+        assert!(msg.contains("my.toml:13"), "{msg}");
+        assert!(msg.contains("clients[1].threads"), "{msg}");
     }
 }
