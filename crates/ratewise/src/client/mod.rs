@@ -8,10 +8,50 @@
 //! long. It never sleeps and never reads a clock, so the same object runs in
 //! an async driver and in the `ratewise-sim` simulator. Randomness (jitter)
 //! comes from a seed given at construction, so a simulation replays exactly.
+//!
+//! # The strategies
+//!
+//! | module | strategy | source |
+//! |---|---|---|
+//! | [`heroku`] | [`Null`](heroku::Null) pass-through; Heroku's EB, EIGD, EIPD, EIPRD | Heroku's `rate_throttle_client` |
+//! | [`backoff`] | constant, linear, exponential, Google, AWS standard; jitter none / full / equal / decorrelated / proportional / additive, cap first | posts 000, 004; AWS SDKs |
+//! | [`auto_sleeper`] | the AutoSleeper: delay up ×1.5 on failure, down ×0.9 after 10 successes | post 000 |
+//! | [`aimd`] | AIMD rate + backoff whose retry count decays after quiet requests | post 001 |
+//! | [`cubic`] | CUBIC rate of the AWS SDKs' adaptive mode | AWS SDKs |
+//! | [`flood_guard`] | a log of our own sends, waiting exactly enough to stay under a known quota | post 004 |
+//! | [`sre`] | local rejection with probability `(requests − K·accepts)/(requests + 1)` | Google SRE book |
+//! | [`budget`] | retry token bucket: 500 tokens, 5 per retry, 10 per timeout | AWS standard mode |
+//! | [`hints`] | `RateLimit-Remaining` over the time to reset lowers the pace | IETF drafts, GitHub |
+//!
+//! Rate strategies drive a core limiter ([`pacer::Pacer`], a [`Gcra`](crate::Gcra))
+//! instead of re-implementing one. [`throttle::Throttle`] composes a pacer, a
+//! controller, a pause on throttling, a backoff, a budget and the SRE throttle
+//! per partition for many concurrent tasks; its async driver
+//! (`Throttle::run`) needs the `tokio` feature.
 
 use std::time::Duration;
 
 use crate::time::Timestamp;
+
+pub mod aimd;
+pub mod auto_sleeper;
+pub mod backoff;
+pub mod budget;
+mod config;
+pub mod cubic;
+#[cfg(feature = "tokio")]
+pub mod driver;
+pub mod flood_guard;
+pub mod heroku;
+pub mod hints;
+pub mod pacer;
+pub mod sre;
+pub mod throttle;
+
+pub use config::{secs_to_duration, ConfigError};
+#[cfg(feature = "tokio")]
+pub use driver::{Classify, ThrottleError};
+pub use throttle::{Adaptation, StopReason, Throttle, ThrottleConfig, ThrottleMetrics};
 
 /// What an attempt produced, as far as throttling is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

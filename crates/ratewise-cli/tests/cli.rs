@@ -1,0 +1,123 @@
+//! The `ratewise` binary end to end.
+
+use std::process::{Command, Output};
+
+fn ratewise(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ratewise"))
+        .args(args)
+        .env_remove("CI")
+        .output()
+        .unwrap_or_else(|e| panic!("running ratewise: {e}"))
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn lists_strategies_and_scenarios() {
+    let o = ratewise(&["strategies"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    for name in ["eb-x2", "eb", "eigd", "eipd", "eiprd", "null"] {
+        assert!(
+            out.lines().any(|l| l.starts_with(name)),
+            "{name} missing:\n{out}"
+        );
+    }
+    let o = ratewise(&["scenarios"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    for name in [
+        "heroku",
+        "heroku-workload",
+        "emr-scan",
+        "google-quota",
+        "dynamodb-autoscale",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(name)),
+            "{name} missing:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn default_simulate_prints_the_table_and_writes_a_report() {
+    let dir = std::env::temp_dir().join(format!("ratewise-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let report = dir.join("r.html");
+    let o = ratewise(&["simulate", "--report", report.to_str().unwrap_or_default()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    for h in [
+        "Avg retry rate",
+        "Max sleep",
+        "Stdev req count",
+        "Time to clear",
+        "eiprd",
+    ] {
+        assert!(out.contains(h), "{h} missing:\n{out}");
+    }
+    let html = std::fs::read_to_string(&report).unwrap_or_default();
+    assert!(html.contains("sleep-chart"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn json_output_is_one_document_and_deterministic() {
+    let args = [
+        "simulate",
+        "--strategy",
+        "eiprd",
+        "--strategy",
+        "eb",
+        "--seed",
+        "9",
+        "--runs",
+        "2",
+        "--json",
+    ];
+    let a = ratewise(&args);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let doc: serde_json::Value =
+        serde_json::from_str(&stdout(&a)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(doc["seed"], 9);
+    assert_eq!(doc["runs"], 2);
+    assert_eq!(doc["results"][0]["strategy"], "eiprd");
+    assert!(doc["results"][0]["time_to_clear_s"].is_number());
+    assert_eq!(stdout(&a), stdout(&ratewise(&args)));
+}
+
+#[test]
+fn bad_scenario_file_names_file_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("ratewise-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.join("mine.toml");
+    std::fs::write(
+        &file,
+        "name = \"mine\"\ndescription = \"d\"\n\n[server]\nkind = \"heroku_bucket\"\nrefill_per_s = \"fast\"\n\n[[clients]]\nworkload = { requests = 3 }\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let o = ratewise(&[
+        "simulate",
+        "--scenario",
+        file.to_str().unwrap_or_default(),
+        "--json",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("mine.toml:6"), "{err}");
+    assert!(err.contains("refill_per_s"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unknown_names_are_clear_errors() {
+    let o = ratewise(&["simulate", "--strategy", "nope", "--json"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown strategy `nope`"));
+    let o = ratewise(&["simulate", "--scenario", "nope", "--json"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown scenario `nope`"));
+}

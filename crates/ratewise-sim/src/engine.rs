@@ -1,0 +1,563 @@
+//! The discrete-event engine: virtual time, one event queue, no threads.
+//!
+//! Every simulated client thread is a small state machine
+//! (`Ready → PreSleep → InFlight → (RetrySleep → InFlight)* → Ready`) that
+//! drives a real [`Strategy`] object through its
+//! sans-IO interface: `before_call` gives the pre-call sleep, the server
+//! model answers each attempt when it is sent, the response comes back after
+//! a sampled latency, and `after_attempt` decides between done and retry.
+//! Nothing sleeps; the clock jumps from event to event.
+//!
+//! Determinism: events are ordered by `(time, sequence number)`, all
+//! randomness in the engine comes from one ChaCha8 generator seeded with the
+//! run's seed (a fixed algorithm, so output is identical on every platform),
+//! and each strategy object gets its own seed derived from the run's seed
+//! with SplitMix64. The same scenario, strategy and seed therefore give the
+//! same events, metrics and JSON, byte for byte.
+//!
+//! Fidelity to Heroku's harness (spec §2.3): a thread checks its deadline
+//! only before starting a new call; every attempt counts as a request and
+//! every throttled attempt as a retry; the recorded sleep values include the
+//! strategy's jitter; and in duration mode a finishing thread can end its
+//! sleeping siblings in the same process.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use ratewise::client::{Next, Outcome, ServerHints, Signal, Strategy};
+use ratewise::Timestamp;
+
+use crate::error::SimError;
+use crate::metrics::{RunMetrics, ThreadRecord};
+use crate::scenario::{Scenario, StateSharing};
+use crate::server::Response;
+use crate::strategies::{StrategyInfo, StrategyParams};
+
+/// The most chart samples kept per series; beyond it the trace's
+/// resolution is halved (see `Engine::decimate_if_full`).
+pub const MAX_SAMPLES: usize = 4096;
+
+/// Time series sampled during a run, for the report's charts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Trace {
+    /// Sample times, simulated seconds.
+    pub times: Vec<f64>,
+    /// Per client thread: its last sleep value at each sample (seconds,
+    /// jitter included), as Heroku's chart plots it.
+    pub sleep: Vec<Vec<f64>>,
+    /// Server capacity remaining at each sample.
+    pub remaining: Vec<f64>,
+    /// Successes in the interval ending at each sample.
+    pub successes: Vec<u64>,
+    /// Throttled responses in the interval ending at each sample.
+    pub throttled: Vec<u64>,
+}
+
+/// Everything one run produces.
+#[derive(Clone, Debug)]
+pub struct RunOutput {
+    /// The metrics.
+    pub metrics: RunMetrics,
+    /// Charts' data.
+    pub trace: Trace,
+    /// Events processed (for throughput measurements).
+    pub events: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Ready,
+    PreSleep,
+    InFlight,
+    RetrySleep,
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Wake { thread: usize, gen: u64 },
+    Sample,
+}
+
+struct Thread {
+    process: usize,
+    strategy: usize,
+    phase: Phase,
+    gen: u64,
+    join: Timestamp,
+    end_at: Option<Timestamp>,
+    leave_at: Option<Timestamp>,
+    calls_left: Option<u64>,
+    stop_at_remaining: Option<u64>,
+    cycle: Option<(f64, f64)>,
+    interrupt_siblings: bool,
+    last_response: Response,
+    call_wait: f64,
+    last_sleep: f64,
+    record: ThreadRecord,
+}
+
+/// SplitMix64: a fixed, portable mixer used to derive independent seeds.
+pub fn split_mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn ts(secs: f64) -> Timestamp {
+    Timestamp::from_secs_f64(secs.max(0.0))
+}
+
+struct Engine<'a> {
+    scenario: &'a Scenario,
+    queue: BinaryHeap<Reverse<(Timestamp, u64, Kind)>>,
+    seq: u64,
+    threads: Vec<Thread>,
+    strategies: Vec<Box<dyn Strategy>>,
+    server: Box<dyn crate::server::ServerModel>,
+    rng: ChaCha8Rng,
+    waits: Vec<f64>,
+    trace: Trace,
+    interval_ok: u64,
+    interval_429: u64,
+    active: usize,
+    events: u64,
+}
+
+impl Engine<'_> {
+    fn push(&mut self, at: Timestamp, kind: Kind) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, kind)));
+    }
+
+    fn wake(&mut self, t: usize, at: Timestamp) {
+        let gen = self.threads[t].gen;
+        self.push(at, Kind::Wake { thread: t, gen });
+    }
+
+    fn record_sleep(&mut self, t: usize, d: Duration) {
+        let s = d.as_secs_f64();
+        let th = &mut self.threads[t];
+        th.last_sleep = s;
+        th.call_wait += s;
+        th.record.max_sleep_s = th.record.max_sleep_s.max(s);
+    }
+
+    fn finish(&mut self, t: usize, now: Timestamp, cleared: bool) {
+        let th = &mut self.threads[t];
+        if th.phase == Phase::Done {
+            return;
+        }
+        th.phase = Phase::Done;
+        th.gen += 1;
+        th.record.finished_at_s = now.as_secs_f64();
+        th.record.cleared = cleared;
+        self.active -= 1;
+        if self.threads[t].interrupt_siblings {
+            let process = self.threads[t].process;
+            for s in 0..self.threads.len() {
+                let sib = &self.threads[s];
+                if s != t
+                    && sib.process == process
+                    && matches!(
+                        sib.phase,
+                        Phase::PreSleep | Phase::RetrySleep | Phase::Ready
+                    )
+                {
+                    self.finish_interrupted(s, now);
+                }
+            }
+        }
+    }
+
+    fn finish_interrupted(&mut self, s: usize, now: Timestamp) {
+        let sib = &mut self.threads[s];
+        sib.phase = Phase::Done;
+        sib.gen += 1;
+        sib.record.finished_at_s = now.as_secs_f64();
+        sib.record.cleared = false;
+        self.active -= 1;
+    }
+
+    /// The thread is free to start a new call at `now`.
+    fn begin_call(&mut self, t: usize, now: Timestamp) {
+        let th = &self.threads[t];
+        if th.end_at.is_some_and(|e| now > e) || th.leave_at.is_some_and(|l| now >= l) {
+            self.finish(t, now, false);
+            return;
+        }
+        if th.calls_left == Some(0) {
+            self.finish(t, now, true);
+            return;
+        }
+        if let Some((busy, idle)) = th.cycle {
+            let since = now.saturating_duration_since(th.join).as_secs_f64();
+            let pos = since % (busy + idle);
+            if pos >= busy {
+                let resume = now.saturating_add(Duration::from_secs_f64(busy + idle - pos));
+                self.threads[t].phase = Phase::Ready;
+                self.wake(t, resume);
+                return;
+            }
+        }
+        let si = self.threads[t].strategy;
+        let d = self.strategies[si].before_call(now);
+        self.threads[t].call_wait = 0.0;
+        self.record_sleep(t, d);
+        self.threads[t].phase = Phase::PreSleep;
+        self.wake(t, now.saturating_add(d));
+    }
+
+    fn send(&mut self, t: usize, now: Timestamp) {
+        let resp = self.server.handle(now);
+        let th = &mut self.threads[t];
+        th.record.requests += 1;
+        if resp.throttled {
+            th.record.throttled += 1;
+            self.interval_429 += 1;
+        } else {
+            th.record.successes += 1;
+            self.interval_ok += 1;
+        }
+        th.last_response = resp;
+        th.phase = Phase::InFlight;
+        let lat = self.scenario.latency.sample(self.rng.random::<f64>()) + resp.delay;
+        self.wake(t, now.saturating_add(lat));
+    }
+
+    fn respond(&mut self, t: usize, now: Timestamp) {
+        let resp = self.threads[t].last_response;
+        let outcome = Outcome {
+            signal: if resp.throttled {
+                Signal::Throttled
+            } else {
+                Signal::Success
+            },
+            hints: ServerHints {
+                retry_after: resp.retry_after,
+                remaining: resp.remaining,
+                limit: resp.limit,
+                reset_after: resp.reset_after,
+            },
+        };
+        let si = self.threads[t].strategy;
+        match self.strategies[si].after_attempt(now, &outcome) {
+            Next::Retry(d) => {
+                self.record_sleep(t, d);
+                self.threads[t].phase = Phase::RetrySleep;
+                self.wake(t, now.saturating_add(d));
+            }
+            Next::Done | Next::GiveUp => {
+                let th = &mut self.threads[t];
+                self.waits.push(th.call_wait);
+                if resp.throttled {
+                    // The call ended without success (the strategy gave up
+                    // or hands 429s back): the work item is still to do.
+                    th.record.failed_calls += 1;
+                } else if let Some(n) = th.calls_left.as_mut() {
+                    *n = n.saturating_sub(1);
+                }
+                th.phase = Phase::Ready;
+                let stop = matches!(
+                    (th.stop_at_remaining, resp.remaining),
+                    (Some(k), Some(r)) if r <= k
+                );
+                if stop {
+                    self.finish(t, now, true);
+                } else {
+                    self.begin_call(t, now);
+                }
+            }
+        }
+    }
+
+    /// Halves the trace's resolution once it holds [`MAX_SAMPLES`] points:
+    /// keeps every other sample of the instantaneous series and sums the
+    /// per-interval counts pairwise. Returns the factor to apply to the
+    /// sampling interval (1 or 2), so memory stays bounded on long runs.
+    fn decimate_if_full(&mut self) -> u32 {
+        if self.trace.times.len() < MAX_SAMPLES {
+            return 1;
+        }
+        fn keep_odd<T: Copy>(v: &mut Vec<T>) {
+            let kept: Vec<T> = v.iter().copied().skip(1).step_by(2).collect();
+            *v = kept;
+        }
+        fn sum_pairs(v: &mut Vec<u64>) {
+            let summed: Vec<u64> = v.chunks(2).map(|c| c.iter().sum()).collect();
+            *v = summed;
+        }
+        let t = &mut self.trace;
+        // Keep the samples at the end of each pair, where the summed
+        // intervals end.
+        keep_odd(&mut t.times);
+        keep_odd(&mut t.remaining);
+        for series in &mut t.sleep {
+            keep_odd(series);
+        }
+        sum_pairs(&mut t.successes);
+        sum_pairs(&mut t.throttled);
+        2
+    }
+
+    fn sample(&mut self, now: Timestamp) {
+        self.trace.times.push(now.as_secs_f64());
+        for (i, th) in self.threads.iter().enumerate() {
+            if let Some(series) = self.trace.sleep.get_mut(i) {
+                series.push(th.last_sleep);
+            }
+        }
+        let rem = self.server.remaining(now);
+        self.trace.remaining.push(rem);
+        self.trace.successes.push(self.interval_ok);
+        self.trace.throttled.push(self.interval_429);
+        self.interval_ok = 0;
+        self.interval_429 = 0;
+    }
+}
+
+/// Runs `scenario` once with `strategy` and `seed`.
+///
+/// # Errors
+/// [`SimError::TimeLimit`] if the run exceeds the scenario's `max_time_s`;
+/// [`SimError::Invalid`] if the scenario's server parameters are invalid.
+pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<RunOutput, SimError> {
+    let server = scenario.server.build()?;
+    let initial_delay = scenario
+        .strategy
+        .initial_delay_s
+        .map(|s| Duration::from_secs_f64(s.max(0.0)));
+    let mut threads = Vec::with_capacity(scenario.client_count());
+    let mut strategies: Vec<Box<dyn Strategy>> = Vec::new();
+    let mut process = 0usize;
+    let known_quota = scenario
+        .strategy
+        .quota_count
+        .zip(scenario.strategy.quota_window_s)
+        .map(|(c, w)| (c, Duration::from_secs_f64(w)));
+    let make = |strategies: &mut Vec<Box<dyn Strategy>>| -> Result<usize, SimError> {
+        let n = strategies.len() as u64;
+        let params = StrategyParams {
+            seed: split_mix(seed ^ split_mix(n.wrapping_add(0x5EED))),
+            initial_delay,
+            known_quota,
+        };
+        strategies.push(strategy.instantiate(&params)?);
+        Ok(strategies.len() - 1)
+    };
+    for group in &scenario.clients {
+        let w = &group.workload;
+        let join = ts(group.join_s);
+        for _ in 0..group.processes {
+            let shared = if group.state == StateSharing::PerProcess {
+                Some(make(&mut strategies)?)
+            } else {
+                None
+            };
+            for _ in 0..group.threads {
+                let si = match shared {
+                    Some(s) => s,
+                    None => make(&mut strategies)?,
+                };
+                threads.push(Thread {
+                    process,
+                    strategy: si,
+                    phase: Phase::Ready,
+                    gen: 0,
+                    join,
+                    end_at: w.duration_s.map(|d| ts(group.join_s + d)),
+                    leave_at: group.leave_s.map(ts),
+                    calls_left: w.requests,
+                    stop_at_remaining: w.stop_when_remaining_at_most,
+                    cycle: w.busy_s.zip(w.idle_s),
+                    interrupt_siblings: w.interrupt_siblings,
+                    last_response: Response::default(),
+                    call_wait: 0.0,
+                    last_sleep: 0.0,
+                    record: ThreadRecord::default(),
+                });
+            }
+            process += 1;
+        }
+    }
+    let n = threads.len();
+    let mut engine = Engine {
+        scenario,
+        queue: BinaryHeap::with_capacity(n * 2 + 4),
+        seq: 0,
+        active: n,
+        threads,
+        strategies,
+        server,
+        rng: ChaCha8Rng::seed_from_u64(seed),
+        waits: Vec::new(),
+        trace: Trace {
+            sleep: vec![Vec::new(); n],
+            ..Trace::default()
+        },
+        interval_ok: 0,
+        interval_429: 0,
+        events: 0,
+    };
+    for t in 0..n {
+        let join = engine.threads[t].join;
+        engine.wake(t, join);
+    }
+    engine.push(Timestamp::from_nanos(0), Kind::Sample);
+    let limit = ts(scenario.max_time_s);
+    let mut interval = Duration::from_secs_f64(scenario.sample_interval_s);
+    let mut now = Timestamp::from_nanos(0);
+    while let Some(Reverse((at, _, kind))) = engine.queue.pop() {
+        if engine.active == 0 {
+            break;
+        }
+        now = at;
+        if now > limit {
+            return Err(SimError::TimeLimit {
+                scenario: scenario.name.clone(),
+                strategy: strategy.name.to_owned(),
+                limit_s: scenario.max_time_s,
+            });
+        }
+        engine.events += 1;
+        match kind {
+            Kind::Sample => {
+                engine.sample(now);
+                interval *= engine.decimate_if_full();
+                engine.push(now.saturating_add(interval), Kind::Sample);
+            }
+            Kind::Wake { thread, gen } => {
+                if engine.threads[thread].gen != gen {
+                    continue;
+                }
+                match engine.threads[thread].phase {
+                    Phase::Ready => engine.begin_call(thread, now),
+                    Phase::PreSleep | Phase::RetrySleep => engine.send(thread, now),
+                    Phase::InFlight => engine.respond(thread, now),
+                    Phase::Done => {}
+                }
+            }
+        }
+    }
+    let end = engine
+        .threads
+        .iter()
+        .map(|t| t.record.finished_at_s)
+        .fold(0.0_f64, f64::max);
+    let offered = engine.server.offered(ts(end));
+    let records: Vec<ThreadRecord> = engine.threads.iter().map(|t| t.record.clone()).collect();
+    let metrics = RunMetrics::compute(
+        &records,
+        &mut engine.waits,
+        offered,
+        scenario.overhead_s,
+        end,
+    );
+    let _ = now;
+    Ok(RunOutput {
+        metrics,
+        trace: engine.trace,
+        events: engine.events,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_runs_keep_a_bounded_trace_with_every_response_counted() {
+        let src = r#"
+name = "long"
+description = "a fine sampling interval over a long run"
+sample_interval_s = 0.01
+[server]
+kind = "limiter"
+algorithm = "gcra"
+rate_per_s = 5.0
+burst = 5
+[[clients]]
+threads = 3
+workload = { duration_s = 600 }
+"#;
+        let scenario = Scenario::parse(src, "long.toml").unwrap_or_else(|e| panic!("{e}"));
+        let eb = crate::strategies::find("eb").unwrap_or_else(|e| panic!("{e}"));
+        let out = run(&scenario, &eb, 1).unwrap_or_else(|e| panic!("{e}"));
+        let t = &out.trace;
+        assert!(t.times.len() <= MAX_SAMPLES && t.times.len() > MAX_SAMPLES / 4);
+        assert!(t.sleep.iter().all(|s| s.len() == t.times.len()));
+        assert_eq!(t.remaining.len(), t.times.len());
+        assert_eq!(t.successes.len(), t.times.len());
+        assert!(t.times.windows(2).all(|w| w[0] < w[1]));
+        // Nothing lost in the pairwise sums, up to the responses after the
+        // last sample.
+        let counted: u64 = t.successes.iter().chain(&t.throttled).sum();
+        assert!(counted <= out.metrics.requests);
+        assert!(
+            counted + 100 >= out.metrics.requests,
+            "{counted} vs {}",
+            out.metrics.requests
+        );
+    }
+
+    fn null_run(src: &str) -> RunOutput {
+        let scenario = Scenario::parse(src, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let null = crate::strategies::find("null").unwrap_or_else(|e| panic!("{e}"));
+        run(&scenario, &null, 1).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const BASE: &str = r#"
+name = "t"
+description = "t"
+sample_interval_s = 1
+latency = { kind = "constant", s = 0.5 }
+[server]
+kind = "decrease_only"
+starting = 1000000
+"#;
+
+    #[test]
+    fn busy_idle_cycles_send_nothing_while_idle() {
+        let out = null_run(&format!(
+            "{BASE}[[clients]]\nworkload = {{ duration_s = 40, busy_s = 10, idle_s = 10 }}\n"
+        ));
+        // 2 requests per second while busy, 20 busy seconds in 40.
+        let m = &out.metrics;
+        assert!((39..=42).contains(&m.requests), "{}", m.requests);
+        let t = &out.trace;
+        for (time, ok) in t.times.iter().zip(&t.successes) {
+            // Samples at 12..=20 and 32..=40 s cover idle intervals only.
+            let idle = (12.0..=20.0).contains(time) || (32.0..=40.0).contains(time);
+            if idle {
+                assert_eq!(*ok, 0, "request sent while idle at {time}");
+            }
+        }
+    }
+
+    #[test]
+    fn groups_join_and_leave_on_time() {
+        let out = null_run(&format!(
+            "{BASE}[[clients]]\nname = \"early\"\nleave_s = 20\nworkload = {{ duration_s = 100 }}\n\
+             [[clients]]\nname = \"late\"\njoin_s = 50\nworkload = {{ duration_s = 10 }}\n"
+        ));
+        let th = &out.metrics.threads;
+        assert!(
+            (th[0].finished_at_s - 20.0).abs() < 1e-9,
+            "{}",
+            th[0].finished_at_s
+        );
+        assert_eq!(th[0].requests, 40);
+        // Joins at 50, starts no call after 60 (a call at exactly 60 is allowed).
+        assert!(
+            (th[1].finished_at_s - 60.5).abs() < 1e-9,
+            "{}",
+            th[1].finished_at_s
+        );
+        assert_eq!(th[1].requests, 21);
+        assert_eq!(out.metrics.time_to_clear_s, None);
+    }
+}

@@ -1,0 +1,217 @@
+//! Score client throttling strategies in virtual time.
+//!
+//! Heroku could only tell which client throttle was better once it had a
+//! simulator and four numbers (average retry rate, max sleep, spread of
+//! request counts between clients, time to clear a workload). This crate is
+//! that simulator, rebuilt as a deterministic discrete-event simulation: the
+//! same 30-minute, 10-client experiment runs in milliseconds, with the same
+//! seed always giving the same output byte for byte.
+//!
+//! ```
+//! use ratewise_sim::{Experiment, Scenario, strategies};
+//!
+//! let scenario = Scenario::load("heroku")?;
+//! let eiprd = strategies::find("eiprd")?;
+//! let result = Experiment::new(scenario)
+//!     .strategies(vec![eiprd])
+//!     .seed(7)
+//!     .run(|| {})?;
+//! let eiprd = &result.results[0];
+//! let retry = eiprd.stat("avg_retry_rate_pct").map_or(100.0, |s| s.mean);
+//! assert!(retry < 10.0, "EIPRD rarely sees a 429: {retry}");
+//! # Ok::<(), ratewise_sim::SimError>(())
+//! ```
+//!
+//! # Structure
+//!
+//! * [`scenario`] — TOML scenario files (a shipped library plus user files).
+//! * [`server`] — simulated APIs: Heroku's token bucket, the decrease-only
+//!   server, any core `RateLimiter`, fixed windows, a capacity shared with
+//!   background tenants, an autoscaling capacity.
+//! * [`engine`] — the event loop that drives real `ratewise::client`
+//!   strategy objects through their sans-IO interface.
+//! * [`metrics`] — the published metrics, defined exactly, plus utilization,
+//!   waits, fairness and 429 totals.
+//! * [`strategies`] — the registry of strategy constructors.
+//! * [`report`] — the text table, the JSON document and the HTML report.
+//!
+//! # Invariants
+//!
+//! * No real time: nothing sleeps or reads a clock; time is an event's
+//!   timestamp.
+//! * Determinism: all randomness derives from the run's seed through
+//!   fixed, portable algorithms (ChaCha8, SplitMix64), events are totally
+//!   ordered by `(time, insertion order)`, and no hash-ordered container
+//!   influences output.
+//! * No strategy logic lives here: the simulator only calls `before_call` /
+//!   `after_attempt` and records what the strategy asked for.
+
+#![warn(missing_docs)]
+
+pub mod engine;
+pub mod error;
+pub mod metrics;
+pub mod report;
+pub mod scenario;
+pub mod server;
+pub mod strategies;
+
+pub use engine::{run, RunOutput, Trace};
+pub use error::{Location, SimError};
+pub use metrics::{RunMetrics, Stat};
+pub use scenario::Scenario;
+pub use strategies::{StrategyInfo, StrategyParams};
+
+/// One strategy's results over all runs of an experiment.
+#[derive(Clone, Debug)]
+pub struct StrategyResult {
+    /// Strategy name.
+    pub strategy: String,
+    /// Metrics of each run of the main scenario, in seed order.
+    pub runs: Vec<RunMetrics>,
+    /// Metrics of each run of the time-to-clear companion scenario, if any.
+    pub clear_runs: Vec<RunMetrics>,
+    /// Chart data of the first run of the main scenario.
+    pub trace: Trace,
+}
+
+impl StrategyResult {
+    /// Mean / min / max of metric `name` (see
+    /// [`metrics::METRIC_NAMES`]) over the runs. `time_to_clear_s` comes
+    /// from the companion scenario when there is one, and is `None` unless
+    /// every run cleared.
+    pub fn stat(&self, name: &str) -> Option<Stat> {
+        let source = if name == "time_to_clear_s" && !self.clear_runs.is_empty() {
+            &self.clear_runs
+        } else {
+            &self.runs
+        };
+        let values: Option<Vec<f64>> = source
+            .iter()
+            .map(|m| metrics::metric_value(m, name))
+            .collect();
+        values.and_then(|v| Stat::of(&v))
+    }
+}
+
+/// The results of an experiment.
+#[derive(Clone, Debug)]
+pub struct ExperimentResult {
+    /// The main scenario.
+    pub scenario: Scenario,
+    /// The time-to-clear companion scenario, if the main one names one.
+    pub clear_scenario: Option<Scenario>,
+    /// First seed; run `k` uses `seed + k`.
+    pub seed: u64,
+    /// Number of runs per strategy.
+    pub runs: u32,
+    /// Per strategy, in the order requested.
+    pub results: Vec<StrategyResult>,
+    /// Events processed in total.
+    pub events: u64,
+}
+
+/// A scenario × strategies × seeds sweep.
+#[derive(Clone, Debug)]
+pub struct Experiment {
+    scenario: Scenario,
+    strategies: Vec<StrategyInfo>,
+    seed: Option<u64>,
+    runs: u32,
+}
+
+impl Experiment {
+    /// An experiment on `scenario` with every registered strategy, the
+    /// scenario's seed and one run.
+    pub fn new(scenario: Scenario) -> Self {
+        Experiment {
+            scenario,
+            strategies: strategies::ALL.to_vec(),
+            seed: None,
+            runs: 1,
+        }
+    }
+
+    /// Restricts the strategies (in this order).
+    pub fn strategies(self, strategies: Vec<StrategyInfo>) -> Self {
+        Experiment { strategies, ..self }
+    }
+
+    /// Sets the first seed.
+    pub fn seed(self, seed: u64) -> Self {
+        Experiment {
+            seed: Some(seed),
+            ..self
+        }
+    }
+
+    /// Sets the number of runs (seeds) per strategy; at least 1.
+    pub fn runs(self, runs: u32) -> Self {
+        Experiment {
+            runs: runs.max(1),
+            ..self
+        }
+    }
+
+    /// How many single runs [`Experiment::run`] will perform (for progress
+    /// bars).
+    ///
+    /// # Errors
+    /// As [`Experiment::run`] when the companion scenario cannot be loaded.
+    pub fn total_runs(&self) -> Result<u64, SimError> {
+        let per = if self.companion()?.is_some() { 2 } else { 1 };
+        Ok(per * u64::from(self.runs) * self.strategies.len() as u64)
+    }
+
+    fn companion(&self) -> Result<Option<Scenario>, SimError> {
+        self.scenario
+            .time_to_clear_from
+            .as_deref()
+            .map(Scenario::load)
+            .transpose()
+    }
+
+    /// Runs everything; `progress` is called after each single run.
+    ///
+    /// # Errors
+    /// [`SimError`] from loading the companion scenario or from a run.
+    pub fn run(self, mut progress: impl FnMut()) -> Result<ExperimentResult, SimError> {
+        let clear_scenario = self.companion()?;
+        let seed = self.seed.unwrap_or(self.scenario.seed);
+        let mut results = Vec::with_capacity(self.strategies.len());
+        let mut events = 0;
+        for info in &self.strategies {
+            let mut runs = Vec::new();
+            let mut clear_runs = Vec::new();
+            let mut trace = None;
+            for k in 0..self.runs {
+                let s = seed.wrapping_add(u64::from(k));
+                let out = engine::run(&self.scenario, info, s)?;
+                events += out.events;
+                runs.push(out.metrics);
+                trace.get_or_insert(out.trace);
+                progress();
+                if let Some(c) = &clear_scenario {
+                    let out = engine::run(c, info, s)?;
+                    events += out.events;
+                    clear_runs.push(out.metrics);
+                    progress();
+                }
+            }
+            results.push(StrategyResult {
+                strategy: info.name.to_owned(),
+                runs,
+                clear_runs,
+                trace: trace.unwrap_or_default(),
+            });
+        }
+        Ok(ExperimentResult {
+            scenario: self.scenario,
+            clear_scenario,
+            seed,
+            runs: self.runs,
+            results,
+            events,
+        })
+    }
+}

@@ -1,0 +1,1033 @@
+//! Simulated servers: what answers the clients' requests.
+//!
+//! A server is a state machine told the time of each request
+//! ([`ServerModel::handle`]); it answers success or throttled plus the hints a
+//! real API would send (`RateLimit-Remaining`, `Retry-After`). Requests are
+//! handled in the order the engine delivers them, which is the order of
+//! arrival, exactly as a mutex-protected fake server would.
+//!
+//! Invariants every model keeps:
+//! * time never runs backwards for a model (the engine guarantees it);
+//! * a throttled request consumes nothing;
+//! * [`ServerModel::offered`] is the number of successes the server could
+//!   have granted between the first request and `end` — the denominator of
+//!   the utilization metric — so `successes <= offered` up to rounding.
+
+use std::time::Duration;
+
+use ratewise::{
+    FixedWindow, Gcra, LeakyMeter, LeakyQueue, ManualClock, Quota, RateLimiter,
+    SlidingWindowCounter, SlidingWindowLog, Timestamp, TokenBucket,
+};
+use serde::Deserialize;
+
+use crate::error::SimError;
+
+/// One response as the client sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Response {
+    /// `true` for a 429 (or the API's equivalent).
+    pub throttled: bool,
+    /// `RateLimit-Remaining`, when the server sends it.
+    pub remaining: Option<u64>,
+    /// `RateLimit-Limit`, when the server sends it.
+    pub limit: Option<u64>,
+    /// `Retry-After`, when the server sends it.
+    pub retry_after: Option<Duration>,
+    /// `RateLimit-Reset` (time until the window or bucket resets), when the
+    /// server sends it.
+    pub reset_after: Option<Duration>,
+    /// Extra time the server holds an admitted request before answering
+    /// (a leaky-bucket queue's scheduled departure); added to the latency.
+    pub delay: Duration,
+}
+
+/// A simulated API's admission logic.
+pub trait ServerModel {
+    /// Handles one request arriving at `now`.
+    fn handle(&mut self, now: Timestamp) -> Response;
+    /// Capacity left at `now` (for charts); does not consume anything.
+    fn remaining(&mut self, now: Timestamp) -> f64;
+    /// Successes the server could have granted from its first request (or
+    /// the start of the run) up to `end`.
+    fn offered(&mut self, end: Timestamp) -> f64;
+}
+
+fn secs(d: f64) -> Duration {
+    Duration::from_secs_f64(d.max(0.0))
+}
+
+/// Builds a quota of `rate` per second with burst `burst`, mapping the core
+/// error into a scenario error on `field`.
+fn quota(rate: f64, burst: u64, field: &str) -> Result<Quota, SimError> {
+    Quota::from_rate(rate)
+        .and_then(|q| q.with_burst(burst.max(1)))
+        .map_err(|e| SimError::invalid(field, e.to_string()))
+}
+
+/// The server section of a scenario file: which model and its parameters.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ServerConfig {
+    /// Heroku's continuously refilled token bucket (spec §1.1).
+    HerokuBucket {
+        /// Bucket size (`MAX`).
+        #[serde(default = "default_heroku_capacity")]
+        capacity: f64,
+        /// Refill per simulated second.
+        #[serde(default = "default_heroku_refill")]
+        refill_per_s: f64,
+        /// Tokens at the start (`STARTING_LIMIT`).
+        #[serde(default)]
+        starting: f64,
+    },
+    /// A fixed stock of requests that never refills (spec §1.2).
+    DecreaseOnly {
+        /// Requests available (`STARTING_LIMIT`).
+        starting: f64,
+    },
+    /// Any core ratewise limiter used as the server.
+    Limiter {
+        /// `gcra` or `token_bucket`.
+        algorithm: LimiterAlgorithm,
+        /// Sustained requests per second.
+        rate_per_s: f64,
+        /// Burst size in requests.
+        burst: u64,
+        /// Whether the limiter starts with its burst available.
+        #[serde(default = "default_true")]
+        start_full: bool,
+    },
+    /// "N requests per W seconds" in fixed windows aligned to time zero, as
+    /// Google-style per-100-seconds quotas are counted.
+    FixedWindow {
+        /// Requests allowed in each window.
+        limit: u64,
+        /// Window length in seconds.
+        window_s: f64,
+    },
+    /// A token bucket whose capacity is shared with background tenants whose
+    /// load varies over time (the EMR `DescribeCluster` case).
+    Shared {
+        /// The API's total sustained rate per second.
+        rate_per_s: f64,
+        /// Bucket size.
+        burst: f64,
+        /// Background load: from `at_s` on, other tenants consume
+        /// `rate_per_s` (until the next entry). Sorted by `at_s`.
+        #[serde(default)]
+        background: Vec<BackgroundLoad>,
+    },
+    /// Provisioned capacity that scales up after sustained high utilization,
+    /// with a delay (the DynamoDB autoscaling case).
+    Autoscaling {
+        /// Provisioned requests per second at the start.
+        initial_rate_per_s: f64,
+        /// Upper bound of scaling.
+        max_rate_per_s: f64,
+        /// Seconds of capacity that can burst (DynamoDB keeps up to 300 s of
+        /// unused capacity).
+        #[serde(default = "default_burst_s")]
+        burst_s: f64,
+        /// Target utilization (consumed / provisioned), e.g. 0.7.
+        #[serde(default = "default_target")]
+        target_utilization: f64,
+        /// Length of one evaluation period in seconds.
+        #[serde(default = "default_eval")]
+        evaluation_s: f64,
+        /// Consecutive periods above target before scaling is triggered.
+        #[serde(default = "default_sustained")]
+        sustained_periods: u32,
+        /// Delay between the trigger and the new capacity taking effect.
+        #[serde(default = "default_scale_delay")]
+        scale_delay_s: f64,
+    },
+}
+
+/// A core algorithm usable as a server.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LimiterAlgorithm {
+    /// [`ratewise::Gcra`].
+    Gcra,
+    /// [`ratewise::TokenBucket`].
+    TokenBucket,
+    /// [`ratewise::FixedWindow`] (window = burst / rate).
+    FixedWindow,
+    /// [`ratewise::SlidingWindowLog`].
+    SlidingWindowLog,
+    /// [`ratewise::SlidingWindowCounter`].
+    SlidingWindowCounter,
+    /// [`ratewise::LeakyMeter`].
+    LeakyMeter,
+    /// [`ratewise::LeakyQueue`]: admitted requests are answered at their
+    /// scheduled departure.
+    LeakyQueue,
+}
+
+/// One step of background tenant load.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BackgroundLoad {
+    /// When this load starts, in simulated seconds.
+    pub at_s: f64,
+    /// Requests per second the other tenants consume from then on.
+    pub rate_per_s: f64,
+}
+
+fn default_heroku_capacity() -> f64 {
+    4500.0
+}
+fn default_heroku_refill() -> f64 {
+    1.25
+}
+fn default_true() -> bool {
+    true
+}
+fn default_burst_s() -> f64 {
+    300.0
+}
+fn default_target() -> f64 {
+    0.7
+}
+fn default_eval() -> f64 {
+    60.0
+}
+fn default_sustained() -> u32 {
+    2
+}
+fn default_scale_delay() -> f64 {
+    300.0
+}
+
+fn positive(v: f64, field: &str) -> Result<(), SimError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(SimError::invalid(
+            field,
+            format!("must be a positive number, got {v}"),
+        ))
+    }
+}
+
+fn non_negative(v: f64, field: &str) -> Result<(), SimError> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(SimError::invalid(
+            field,
+            format!("must be zero or more, got {v}"),
+        ))
+    }
+}
+
+impl ServerConfig {
+    /// Checks the parameters; errors name the offending field.
+    pub fn validate(&self) -> Result<(), SimError> {
+        match self {
+            ServerConfig::HerokuBucket {
+                capacity,
+                refill_per_s,
+                starting,
+            } => {
+                positive(*capacity, "server.capacity")?;
+                non_negative(*refill_per_s, "server.refill_per_s")?;
+                non_negative(*starting, "server.starting")
+            }
+            ServerConfig::DecreaseOnly { starting } => non_negative(*starting, "server.starting"),
+            ServerConfig::Limiter {
+                algorithm,
+                rate_per_s,
+                burst,
+                start_full,
+            } => {
+                positive(*rate_per_s, "server.rate_per_s")?;
+                if !start_full
+                    && !matches!(
+                        algorithm,
+                        LimiterAlgorithm::Gcra | LimiterAlgorithm::TokenBucket
+                    )
+                {
+                    return Err(SimError::invalid(
+                        "server.start_full",
+                        "only gcra and token_bucket can start empty",
+                    ));
+                }
+                quota(*rate_per_s, *burst, "server.burst").map(|_| ())
+            }
+            ServerConfig::FixedWindow { limit, window_s } => {
+                positive(*window_s, "server.window_s")?;
+                if *limit == 0 {
+                    return Err(SimError::invalid("server.limit", "must be at least 1"));
+                }
+                Ok(())
+            }
+            ServerConfig::Shared {
+                rate_per_s,
+                burst,
+                background,
+            } => {
+                positive(*rate_per_s, "server.rate_per_s")?;
+                positive(*burst, "server.burst")?;
+                let mut last = f64::NEG_INFINITY;
+                for b in background {
+                    non_negative(b.at_s, "server.background.at_s")?;
+                    non_negative(b.rate_per_s, "server.background.rate_per_s")?;
+                    if b.at_s < last {
+                        return Err(SimError::invalid(
+                            "server.background.at_s",
+                            "entries must be sorted by at_s",
+                        ));
+                    }
+                    last = b.at_s;
+                }
+                Ok(())
+            }
+            ServerConfig::Autoscaling {
+                initial_rate_per_s,
+                max_rate_per_s,
+                burst_s,
+                target_utilization,
+                evaluation_s,
+                scale_delay_s,
+                ..
+            } => {
+                positive(*initial_rate_per_s, "server.initial_rate_per_s")?;
+                positive(*max_rate_per_s, "server.max_rate_per_s")?;
+                if max_rate_per_s < initial_rate_per_s {
+                    return Err(SimError::invalid(
+                        "server.max_rate_per_s",
+                        "must be at least initial_rate_per_s",
+                    ));
+                }
+                non_negative(*burst_s, "server.burst_s")?;
+                positive(*evaluation_s, "server.evaluation_s")?;
+                non_negative(*scale_delay_s, "server.scale_delay_s")?;
+                if !(*target_utilization > 0.0 && *target_utilization <= 1.0) {
+                    return Err(SimError::invalid(
+                        "server.target_utilization",
+                        "must be in (0, 1]",
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A one-line description for listings and reports.
+    pub fn describe(&self) -> String {
+        match self {
+            ServerConfig::HerokuBucket {
+                capacity,
+                refill_per_s,
+                starting,
+            } => format!("Heroku token bucket: {capacity} max, {refill_per_s}/s refill, starts at {starting}"),
+            ServerConfig::DecreaseOnly { starting } => {
+                format!("decrease-only: {starting} requests, no refill")
+            }
+            ServerConfig::Limiter {
+                algorithm,
+                rate_per_s,
+                burst,
+                ..
+            } => format!("{algorithm:?} limiter: {rate_per_s}/s, burst {burst}"),
+            ServerConfig::FixedWindow { limit, window_s } => {
+                format!("fixed window: {limit} per {window_s} s")
+            }
+            ServerConfig::Shared {
+                rate_per_s,
+                background,
+                ..
+            } => format!(
+                "shared API: {rate_per_s}/s total, {} background load steps",
+                background.len()
+            ),
+            ServerConfig::Autoscaling {
+                initial_rate_per_s,
+                max_rate_per_s,
+                scale_delay_s,
+                ..
+            } => format!(
+                "autoscaling: {initial_rate_per_s}/s up to {max_rate_per_s}/s, {scale_delay_s} s scaling delay"
+            ),
+        }
+    }
+
+    /// Builds a fresh server.
+    ///
+    /// # Errors
+    /// [`SimError::Invalid`] when the parameters are out of range.
+    pub fn build(&self) -> Result<Box<dyn ServerModel>, SimError> {
+        self.validate()?;
+        Ok(match *self {
+            ServerConfig::HerokuBucket {
+                capacity,
+                refill_per_s,
+                starting,
+            } => Box::new(HerokuBucket::new(capacity, refill_per_s, starting)),
+            ServerConfig::DecreaseOnly { starting } => Box::new(DecreaseOnly::new(starting)),
+            ServerConfig::Limiter {
+                algorithm,
+                rate_per_s,
+                burst,
+                start_full,
+            } => {
+                let q = quota(rate_per_s, burst, "server.burst")?;
+                let clock = ManualClock::new();
+                let limiter: Box<dyn RateLimiter> = match (algorithm, start_full) {
+                    (LimiterAlgorithm::Gcra, true) => Box::new(Gcra::with_clock(q, clock)),
+                    (LimiterAlgorithm::Gcra, false) => Box::new(Gcra::empty_with_clock(q, clock)),
+                    (LimiterAlgorithm::TokenBucket, true) => {
+                        Box::new(TokenBucket::with_clock(q, clock))
+                    }
+                    (LimiterAlgorithm::TokenBucket, false) => {
+                        Box::new(TokenBucket::empty_with_clock(q, clock))
+                    }
+                    (LimiterAlgorithm::FixedWindow, _) => {
+                        Box::new(FixedWindow::with_clock(q, clock))
+                    }
+                    (LimiterAlgorithm::SlidingWindowLog, _) => {
+                        Box::new(SlidingWindowLog::with_clock(q, clock))
+                    }
+                    (LimiterAlgorithm::SlidingWindowCounter, _) => {
+                        Box::new(SlidingWindowCounter::with_clock(q, clock))
+                    }
+                    (LimiterAlgorithm::LeakyMeter, _) => Box::new(LeakyMeter::with_clock(q, clock)),
+                    (LimiterAlgorithm::LeakyQueue, _) => Box::new(LeakyQueue::with_clock(q, clock)),
+                };
+                Box::new(LimiterServer::new(limiter, start_full))
+            }
+            ServerConfig::FixedWindow { limit, window_s } => {
+                Box::new(FixedWindowServer::new(limit, window_s))
+            }
+            ServerConfig::Shared {
+                rate_per_s,
+                burst,
+                ref background,
+            } => Box::new(SharedServer::new(rate_per_s, burst, background.clone())),
+            ServerConfig::Autoscaling {
+                initial_rate_per_s,
+                max_rate_per_s,
+                burst_s,
+                target_utilization,
+                evaluation_s,
+                sustained_periods,
+                scale_delay_s,
+            } => Box::new(AutoscalingServer::new(
+                initial_rate_per_s,
+                max_rate_per_s,
+                burst_s,
+                target_utilization,
+                evaluation_s,
+                sustained_periods,
+                scale_delay_s,
+            )),
+        })
+    }
+}
+
+/// Heroku's fake server (spec §1.1): a continuously refilled token bucket
+/// with float state, lazily started clock, and the "no advance while full"
+/// quirk. `RateLimit-Remaining` (floor, after the decrement) is sent on both
+/// 200 and 429.
+#[derive(Clone, Debug)]
+pub struct HerokuBucket {
+    max: f64,
+    rate: f64,
+    starting: f64,
+    limit_left: f64,
+    last_request: Option<Timestamp>,
+    first_request: Option<Timestamp>,
+}
+
+impl HerokuBucket {
+    /// A bucket of `max` tokens refilled at `rate` per second, holding
+    /// `starting` tokens until the first request.
+    pub fn new(max: f64, rate: f64, starting: f64) -> Self {
+        HerokuBucket {
+            max,
+            rate,
+            starting,
+            limit_left: starting,
+            last_request: None,
+            first_request: None,
+        }
+    }
+
+    fn header(&self) -> u64 {
+        // floor of a non-negative finite float; saturating cast by definition.
+        self.limit_left.max(0.0).floor() as u64
+    }
+}
+
+impl ServerModel for HerokuBucket {
+    fn handle(&mut self, now: Timestamp) -> Response {
+        let last = *self.last_request.get_or_insert(now);
+        self.first_request.get_or_insert(now);
+        if self.limit_left < self.max {
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            self.last_request = Some(now);
+            self.limit_left = (self.limit_left + dt * self.rate).min(self.max);
+        }
+        let throttled = self.limit_left < 1.0;
+        if !throttled {
+            self.limit_left -= 1.0;
+        }
+        Response {
+            throttled,
+            remaining: Some(self.header()),
+            limit: Some(self.max as u64),
+            retry_after: None,
+            reset_after: None,
+            delay: Duration::ZERO,
+        }
+    }
+
+    fn remaining(&mut self, now: Timestamp) -> f64 {
+        match self.last_request {
+            Some(last) if self.limit_left < self.max => {
+                let dt = now.saturating_duration_since(last).as_secs_f64();
+                (self.limit_left + dt * self.rate).min(self.max)
+            }
+            _ => self.limit_left,
+        }
+    }
+
+    fn offered(&mut self, end: Timestamp) -> f64 {
+        let from = self.first_request.unwrap_or(end);
+        self.starting + end.saturating_duration_since(from).as_secs_f64() * self.rate
+    }
+}
+
+/// The decrease-only server (spec §1.2): a fixed stock, no refill.
+#[derive(Clone, Debug)]
+pub struct DecreaseOnly {
+    starting: f64,
+    limit_left: f64,
+}
+
+impl DecreaseOnly {
+    /// A server that grants `starting` requests in total.
+    pub fn new(starting: f64) -> Self {
+        DecreaseOnly {
+            starting,
+            limit_left: starting,
+        }
+    }
+}
+
+impl ServerModel for DecreaseOnly {
+    fn handle(&mut self, _now: Timestamp) -> Response {
+        let throttled = self.limit_left < 1.0;
+        if !throttled {
+            self.limit_left -= 1.0;
+        }
+        Response {
+            throttled,
+            remaining: Some(self.limit_left.max(0.0).floor() as u64),
+            limit: Some(self.starting as u64),
+            retry_after: None,
+            reset_after: None,
+            delay: Duration::ZERO,
+        }
+    }
+
+    fn remaining(&mut self, _now: Timestamp) -> f64 {
+        self.limit_left
+    }
+
+    fn offered(&mut self, _end: Timestamp) -> f64 {
+        self.starting
+    }
+}
+
+/// Any core [`RateLimiter`] as a server, driven through `check_at` with the
+/// simulated time. Sends `RateLimit-Remaining`, `RateLimit-Limit` and
+/// `Retry-After` from the limiter's [`ratewise::Decision`].
+pub struct LimiterServer {
+    limiter: Box<dyn RateLimiter>,
+    start_full: bool,
+}
+
+impl LimiterServer {
+    /// Wraps `limiter`; `start_full` says whether it began with its burst.
+    pub fn new(limiter: Box<dyn RateLimiter>, start_full: bool) -> Self {
+        LimiterServer {
+            limiter,
+            start_full,
+        }
+    }
+}
+
+impl ServerModel for LimiterServer {
+    fn handle(&mut self, now: Timestamp) -> Response {
+        match self.limiter.check_at(1, now) {
+            Ok(d) => Response {
+                throttled: !d.allowed,
+                remaining: Some(d.remaining),
+                limit: Some(d.limit),
+                retry_after: d.retry_after,
+                reset_after: Some(d.reset_after),
+                delay: d.delay,
+            },
+            // Weight 1 never exceeds a burst of at least 1; treat the
+            // impossible case as a refusal rather than panicking.
+            Err(_) => Response {
+                throttled: true,
+                ..Response::default()
+            },
+        }
+    }
+
+    fn remaining(&mut self, now: Timestamp) -> f64 {
+        self.limiter
+            .peek_at(1, now)
+            .map_or(0.0, |d| d.remaining as f64)
+    }
+
+    fn offered(&mut self, end: Timestamp) -> f64 {
+        let q = self.limiter.quota();
+        let initial = if self.start_full {
+            q.burst() as f64
+        } else {
+            0.0
+        };
+        initial + end.as_secs_f64() * q.rate_per_second()
+    }
+}
+
+/// "`limit` per `window_s`" counted in fixed windows aligned to time zero.
+#[derive(Clone, Debug)]
+pub struct FixedWindowServer {
+    limit: u64,
+    window: f64,
+    current: u64,
+    used: u64,
+}
+
+impl FixedWindowServer {
+    /// A quota of `limit` requests per window of `window_s` seconds.
+    pub fn new(limit: u64, window_s: f64) -> Self {
+        FixedWindowServer {
+            limit,
+            window: window_s,
+            current: 0,
+            used: 0,
+        }
+    }
+
+    fn window_of(&self, now: Timestamp) -> u64 {
+        (now.as_secs_f64() / self.window).floor() as u64
+    }
+}
+
+impl ServerModel for FixedWindowServer {
+    fn handle(&mut self, now: Timestamp) -> Response {
+        let w = self.window_of(now);
+        if w != self.current {
+            self.current = w;
+            self.used = 0;
+        }
+        let throttled = self.used >= self.limit;
+        if !throttled {
+            self.used += 1;
+        }
+        let window_end = (w + 1) as f64 * self.window;
+        Response {
+            throttled,
+            remaining: Some(self.limit - self.used),
+            limit: Some(self.limit),
+            retry_after: throttled.then(|| secs(window_end - now.as_secs_f64())),
+            reset_after: Some(secs(window_end - now.as_secs_f64())),
+            delay: Duration::ZERO,
+        }
+    }
+
+    fn remaining(&mut self, now: Timestamp) -> f64 {
+        if self.window_of(now) == self.current {
+            (self.limit - self.used) as f64
+        } else {
+            self.limit as f64
+        }
+    }
+
+    fn offered(&mut self, end: Timestamp) -> f64 {
+        (self.window_of(end) + 1) as f64 * self.limit as f64
+    }
+}
+
+/// A token bucket refilled at the API's full rate, drained continuously by
+/// background tenants at a rate that changes over time; our clients get what
+/// is left. The bucket is integrated exactly across load changes.
+#[derive(Clone, Debug)]
+pub struct SharedServer {
+    rate: f64,
+    burst: f64,
+    background: Vec<BackgroundLoad>,
+    tokens: f64,
+    at: f64,
+    offered: f64,
+}
+
+impl SharedServer {
+    /// A shared API of `rate` per second and `burst` tokens, starting full.
+    pub fn new(rate: f64, burst: f64, background: Vec<BackgroundLoad>) -> Self {
+        SharedServer {
+            rate,
+            burst,
+            background,
+            tokens: burst,
+            at: 0.0,
+            offered: burst,
+        }
+    }
+
+    fn load_at(&self, t: f64) -> f64 {
+        self.background
+            .iter()
+            .take_while(|b| b.at_s <= t)
+            .last()
+            .map_or(0.0, |b| b.rate_per_s)
+    }
+
+    fn advance(&mut self, t: f64) {
+        while self.at < t {
+            let next_change = self
+                .background
+                .iter()
+                .map(|b| b.at_s)
+                .find(|&a| a > self.at)
+                .unwrap_or(f64::INFINITY)
+                .min(t);
+            let net = self.rate - self.load_at(self.at);
+            let dt = next_change - self.at;
+            self.offered += net.max(0.0) * dt;
+            self.tokens = (self.tokens + net * dt).clamp(0.0, self.burst);
+            self.at = next_change;
+        }
+    }
+}
+
+impl ServerModel for SharedServer {
+    fn handle(&mut self, now: Timestamp) -> Response {
+        self.advance(now.as_secs_f64());
+        let throttled = self.tokens < 1.0;
+        if !throttled {
+            self.tokens -= 1.0;
+        }
+        let net = self.rate - self.load_at(self.at);
+        let retry_after = (throttled && net > 0.0).then(|| secs((1.0 - self.tokens) / net));
+        Response {
+            throttled,
+            remaining: None,
+            limit: None,
+            retry_after,
+            reset_after: None,
+            delay: Duration::ZERO,
+        }
+    }
+
+    fn remaining(&mut self, now: Timestamp) -> f64 {
+        self.advance(now.as_secs_f64());
+        self.tokens
+    }
+
+    fn offered(&mut self, end: Timestamp) -> f64 {
+        self.advance(end.as_secs_f64());
+        self.offered
+    }
+}
+
+/// Provisioned capacity with delayed scale-up. Every `evaluation_s` the
+/// consumed rate is compared with `target_utilization × provisioned`; after
+/// `sustained_periods` consecutive periods at or above target, the
+/// provisioned rate becomes `consumed / target` (capped at the maximum)
+/// `scale_delay_s` later. Unused capacity accumulates up to `burst_s`
+/// seconds' worth. Throttled requests consume nothing and do not count as
+/// consumption, as with DynamoDB's consumed-capacity metric.
+#[derive(Clone, Debug)]
+pub struct AutoscalingServer {
+    rate: f64,
+    max_rate: f64,
+    burst_s: f64,
+    target: f64,
+    period: f64,
+    sustained: u32,
+    delay: f64,
+    tokens: f64,
+    at: f64,
+    period_start: f64,
+    consumed_in_period: f64,
+    hot_periods: u32,
+    pending: Option<(f64, f64)>,
+    offered: f64,
+}
+
+impl AutoscalingServer {
+    /// See the type's documentation for the meaning of each parameter.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        rate: f64,
+        max_rate: f64,
+        burst_s: f64,
+        target: f64,
+        period: f64,
+        sustained: u32,
+        delay: f64,
+    ) -> Self {
+        AutoscalingServer {
+            rate,
+            max_rate,
+            burst_s,
+            target,
+            period,
+            sustained: sustained.max(1),
+            delay,
+            tokens: 0.0,
+            at: 0.0,
+            period_start: 0.0,
+            consumed_in_period: 0.0,
+            hot_periods: 0,
+            pending: None,
+            offered: 0.0,
+        }
+    }
+
+    /// The provisioned rate now in force.
+    pub fn provisioned(&self) -> f64 {
+        self.rate
+    }
+
+    fn refill(&mut self, to: f64) {
+        let dt = to - self.at;
+        if dt > 0.0 {
+            self.offered += dt * self.rate;
+            self.tokens = (self.tokens + dt * self.rate).min((self.rate * self.burst_s).max(1.0));
+            self.at = to;
+        }
+    }
+
+    fn advance(&mut self, t: f64) {
+        loop {
+            let period_end = self.period_start + self.period;
+            let scale_at = self.pending.map_or(f64::INFINITY, |p| p.0);
+            let next = period_end.min(scale_at);
+            if next > t {
+                break;
+            }
+            self.refill(next);
+            if scale_at <= period_end {
+                if let Some((_, new_rate)) = self.pending.take() {
+                    self.rate = new_rate.max(self.rate);
+                }
+                continue;
+            }
+            let consumed_rate = self.consumed_in_period / self.period;
+            if consumed_rate >= self.target * self.rate {
+                self.hot_periods += 1;
+            } else {
+                self.hot_periods = 0;
+            }
+            if self.hot_periods >= self.sustained
+                && self.pending.is_none()
+                && self.rate < self.max_rate
+            {
+                let wanted = (consumed_rate / self.target).min(self.max_rate);
+                if wanted > self.rate {
+                    self.pending = Some((period_end + self.delay, wanted));
+                }
+                self.hot_periods = 0;
+            }
+            self.period_start = period_end;
+            self.consumed_in_period = 0.0;
+        }
+        self.refill(t);
+    }
+}
+
+impl ServerModel for AutoscalingServer {
+    fn handle(&mut self, now: Timestamp) -> Response {
+        self.advance(now.as_secs_f64());
+        let throttled = self.tokens < 1.0;
+        if !throttled {
+            self.tokens -= 1.0;
+            self.consumed_in_period += 1.0;
+        }
+        Response {
+            throttled,
+            remaining: None,
+            limit: None,
+            retry_after: None,
+            reset_after: None,
+            delay: Duration::ZERO,
+        }
+    }
+
+    fn remaining(&mut self, now: Timestamp) -> f64 {
+        self.advance(now.as_secs_f64());
+        self.tokens
+    }
+
+    fn offered(&mut self, end: Timestamp) -> f64 {
+        self.advance(end.as_secs_f64());
+        self.offered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: f64) -> Timestamp {
+        Timestamp::from_secs_f64(s)
+    }
+
+    #[test]
+    fn heroku_bucket_starts_empty_and_refills_from_first_request() {
+        let mut b = HerokuBucket::new(4500.0, 1.25, 0.0);
+        // The clock starts at the first request, however late it is.
+        let r = b.handle(t(100.0));
+        assert!(r.throttled);
+        assert_eq!(r.remaining, Some(0));
+        // 0.8 s later exactly one token has accrued.
+        let r = b.handle(t(100.8));
+        assert!(!r.throttled);
+        assert_eq!(r.remaining, Some(0));
+        let r = b.handle(t(100.8));
+        assert!(r.throttled);
+        // 8 s later: 10 tokens; remaining is floor after the decrement.
+        let r = b.handle(t(108.8));
+        assert!(!r.throttled);
+        assert_eq!(r.remaining, Some(9));
+    }
+
+    #[test]
+    fn heroku_bucket_caps_at_max_and_keeps_stale_timestamp_while_full() {
+        let mut b = HerokuBucket::new(10.0, 1.0, 10.0);
+        // Full: last_request is set at the first request but not advanced.
+        let r = b.handle(t(0.0));
+        assert_eq!(r.remaining, Some(9));
+        let r = b.handle(t(5.0));
+        // refilled 5 s (capped at 10), then decremented.
+        assert_eq!(r.remaining, Some(9));
+    }
+
+    #[test]
+    fn decrease_only_counts_down_and_never_refills() {
+        let mut s = DecreaseOnly::new(3.0);
+        let got: Vec<_> = (0..5)
+            .map(|i| s.handle(t(f64::from(i) * 1000.0)))
+            .map(|r| (r.throttled, r.remaining))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (false, Some(2)),
+                (false, Some(1)),
+                (false, Some(0)),
+                (true, Some(0)),
+                (true, Some(0))
+            ]
+        );
+    }
+
+    #[test]
+    fn fixed_window_resets_on_boundaries_and_says_when() {
+        let mut s = FixedWindowServer::new(2, 100.0);
+        assert!(!s.handle(t(10.0)).throttled);
+        assert!(!s.handle(t(20.0)).throttled);
+        let r = s.handle(t(30.0));
+        assert!(r.throttled);
+        assert_eq!(r.retry_after, Some(Duration::from_secs(70)));
+        assert!(!s.handle(t(100.0)).throttled);
+        assert_eq!(s.offered(t(150.0)), 4.0);
+    }
+
+    #[test]
+    fn shared_server_gives_clients_what_background_leaves() {
+        let bg = vec![BackgroundLoad {
+            at_s: 10.0,
+            rate_per_s: 3.0,
+        }];
+        let mut s = SharedServer::new(4.0, 4.0, bg);
+        // Drain the burst.
+        for _ in 0..4 {
+            assert!(!s.handle(t(0.0)).throttled);
+        }
+        assert!(s.handle(t(0.0)).throttled);
+        // Before the background load: 4/s for us.
+        assert!((s.remaining(t(0.5)) - 2.0).abs() < 1e-9);
+        // After it starts, only 1/s is left: from empty at 10 s, 2 tokens at 12 s.
+        for _ in 0..4 {
+            let _ = s.handle(t(10.0));
+        }
+        assert!((s.remaining(t(12.0)) - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn autoscaling_raises_capacity_after_sustained_load_and_delay() {
+        let mut s = AutoscalingServer::new(10.0, 100.0, 1.0, 0.7, 60.0, 2, 120.0);
+        // Saturate: 20 requests per second for 10 minutes.
+        let mut granted_late = 0;
+        for i in 0..12_000 {
+            let now = t(f64::from(i) * 0.05);
+            let r = s.handle(now);
+            if now.as_secs_f64() > 400.0 && !r.throttled {
+                granted_late += 1;
+            }
+        }
+        // Hot for 2 periods (120 s), +120 s delay: scaled at 240 s to 10/0.7.
+        assert!(s.provisioned() > 10.0, "provisioned {}", s.provisioned());
+        assert!(granted_late > 200 * 10);
+    }
+
+    #[test]
+    fn core_limiter_server_reports_decision_hints() {
+        let cfg = ServerConfig::Limiter {
+            algorithm: LimiterAlgorithm::Gcra,
+            rate_per_s: 1.0,
+            burst: 2,
+            start_full: true,
+        };
+        let mut s = cfg.build().unwrap_or_else(|e| panic!("{e}"));
+        assert!(!s.handle(t(0.0)).throttled);
+        assert!(!s.handle(t(0.0)).throttled);
+        let r = s.handle(t(0.0));
+        assert!(r.throttled);
+        assert_eq!(r.retry_after, Some(Duration::from_secs(1)));
+        assert_eq!(r.remaining, Some(0));
+    }
+
+    #[test]
+    fn every_core_algorithm_serves_and_refuses() {
+        for algorithm in [
+            LimiterAlgorithm::Gcra,
+            LimiterAlgorithm::TokenBucket,
+            LimiterAlgorithm::FixedWindow,
+            LimiterAlgorithm::SlidingWindowLog,
+            LimiterAlgorithm::SlidingWindowCounter,
+            LimiterAlgorithm::LeakyMeter,
+            LimiterAlgorithm::LeakyQueue,
+        ] {
+            let cfg = ServerConfig::Limiter {
+                algorithm,
+                rate_per_s: 10.0,
+                burst: 5,
+                start_full: true,
+            };
+            let mut s = cfg.build().unwrap_or_else(|e| panic!("{e}"));
+            let admitted = (0..50).filter(|_| !s.handle(t(1.0)).throttled).count();
+            assert!((1..=5).contains(&admitted), "{algorithm:?}: {admitted}");
+            // A second later, capacity is back.
+            assert!(!s.handle(t(2.5)).throttled, "{algorithm:?}");
+        }
+        let bad = ServerConfig::Limiter {
+            algorithm: LimiterAlgorithm::FixedWindow,
+            rate_per_s: 1.0,
+            burst: 1,
+            start_full: false,
+        };
+        assert!(bad.validate().is_err());
+    }
+}

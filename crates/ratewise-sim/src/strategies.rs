@@ -1,0 +1,227 @@
+//! The strategies the simulator can drive, by name.
+//!
+//! This is a registry of *constructors* only: every entry builds a real
+//! strategy object from `ratewise::client` with its published defaults.
+//! The simulator never re-implements a strategy; it only calls
+//! `before_call` / `after_attempt` on what these functions return.
+//!
+//! Each object gets its own jitter seed (derived by the engine from the
+//! run's seed), so runs replay exactly.
+
+use std::time::Duration;
+
+use ratewise::client::aimd::AimdStrategy;
+use ratewise::client::auto_sleeper::{AutoSleeper, AutoSleeperConfig};
+use ratewise::client::backoff::{BackoffConfig, BackoffStrategy};
+use ratewise::client::cubic::CubicStrategy;
+use ratewise::client::flood_guard::FloodGuardStrategy;
+use ratewise::client::heroku::{
+    ExponentialBackoff, ExponentialIncreaseGradualDecrease,
+    ExponentialIncreaseProportionalDecrease, ExponentialIncreaseProportionalRemainingDecrease,
+    HerokuConfig, Null,
+};
+use ratewise::client::hints::WithHints;
+use ratewise::client::Strategy;
+
+use crate::error::SimError;
+
+/// What the engine passes to a strategy constructor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StrategyParams {
+    /// Seed for the strategy's jitter.
+    pub seed: u64,
+    /// The scenario's starting sleep (Heroku's `starting_sleep_for`), for
+    /// strategies that keep one; `None` keeps the strategy's default.
+    pub initial_delay: Option<Duration>,
+    /// The quota a client knows it has (`count` per `window`), for
+    /// strategies that pace to a known quota (the flood guard); `None`
+    /// means Heroku's 4500 per hour.
+    pub known_quota: Option<(u32, Duration)>,
+}
+
+/// Builds one strategy object; the error says what was invalid.
+pub type BuildFn = fn(&StrategyParams) -> Result<Box<dyn Strategy>, String>;
+
+/// A named strategy constructor.
+#[derive(Clone, Copy)]
+pub struct StrategyInfo {
+    /// Name used on the command line and in reports.
+    pub name: &'static str,
+    /// One line for `ratewise strategies`.
+    pub description: &'static str,
+    /// The constructor.
+    pub build: BuildFn,
+}
+
+impl std::fmt::Debug for StrategyInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StrategyInfo")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StrategyInfo {
+    /// Builds an object, mapping a constructor error to a field error.
+    ///
+    /// # Errors
+    /// [`SimError::Invalid`] on `strategy.initial_delay_s` when the
+    /// constructor rejects the parameters.
+    pub fn instantiate(&self, params: &StrategyParams) -> Result<Box<dyn Strategy>, SimError> {
+        (self.build)(params).map_err(|m| {
+            SimError::invalid(
+                "strategy.initial_delay_s",
+                format!("strategy `{}` rejected its parameters: {m}", self.name),
+            )
+        })
+    }
+}
+
+fn heroku(p: &StrategyParams, multiplier: f64) -> HerokuConfig {
+    HerokuConfig {
+        starting_sleep: p.initial_delay.unwrap_or(Duration::ZERO),
+        multiplier,
+        ..HerokuConfig::default()
+    }
+}
+
+fn boxed<S: Strategy + 'static, E: std::fmt::Display>(
+    r: Result<S, E>,
+) -> Result<Box<dyn Strategy>, String> {
+    r.map(|s| Box::new(s) as Box<dyn Strategy>)
+        .map_err(|e| e.to_string())
+}
+
+/// Every strategy, Heroku's published five first, in the blog's order.
+pub const ALL: &[StrategyInfo] = &[
+    StrategyInfo {
+        name: "eb-x2",
+        description:
+            "Heroku exponential backoff, multiplier 2.0: sleep 0.8·2^i·(1+U) per consecutive 429",
+        build: |p| boxed(ExponentialBackoff::new(heroku(p, 2.0), p.seed)),
+    },
+    StrategyInfo {
+        name: "eb",
+        description: "Heroku exponential backoff, multiplier 1.2 (the gem default)",
+        build: |p| boxed(ExponentialBackoff::new(heroku(p, 1.2), p.seed)),
+    },
+    StrategyInfo {
+        name: "eigd",
+        description: "Heroku exponential increase, gradual (constant 0.8 s) decrease",
+        build: |p| {
+            boxed(ExponentialIncreaseGradualDecrease::new(
+                heroku(p, 1.2),
+                p.seed,
+            ))
+        },
+    },
+    StrategyInfo {
+        name: "eipd",
+        description: "Heroku exponential increase, proportional decrease (s·(1−1/4500) per call)",
+        build: |p| {
+            boxed(ExponentialIncreaseProportionalDecrease::new(
+                heroku(p, 1.2),
+                p.seed,
+            ))
+        },
+    },
+    StrategyInfo {
+        name: "eiprd",
+        description:
+            "Heroku exponential increase, proportional remaining decrease (platform-api default)",
+        build: |p| {
+            boxed(ExponentialIncreaseProportionalRemainingDecrease::new(
+                heroku(p, 1.2),
+                p.seed,
+            ))
+        },
+    },
+    StrategyInfo {
+        name: "null",
+        description: "no throttling: one attempt per call, 429s handed back",
+        build: |_| Ok(Box::new(Null)),
+    },
+    StrategyInfo {
+        name: "auto-sleeper",
+        description:
+            "responsive exponential backoff (AutoSleeper, ref. 000) with its published defaults",
+        build: |p| boxed(AutoSleeper::new(AutoSleeperConfig::default(), p.seed)),
+    },
+    StrategyInfo {
+        name: "aimd",
+        description: "adaptive rate (start 10/s, halve on throttle, +0.5/s per 10 successes) + discounted backoff (ref. 001)",
+        build: |p| boxed(AimdStrategy::with_defaults(p.seed)),
+    },
+    StrategyInfo {
+        name: "aimd-hints",
+        description: "aimd, plus RateLimit-Remaining/Reset hints that lower the pace before any 429",
+        build: |p| boxed(AimdStrategy::with_defaults(p.seed).map(WithHints::new)),
+    },
+    StrategyInfo {
+        name: "cubic",
+        description: "AWS SDK adaptive mode: CUBIC rate (beta 0.7, C 0.4) + standard backoff",
+        build: |p| boxed(CubicStrategy::aws_adaptive(p.seed)),
+    },
+    StrategyInfo {
+        name: "flood-guard",
+        description: "Google's flood buster: pace own sends to the known quota (scenario [strategy]) + Google backoff (ref. 004)",
+        build: |p| {
+            let (count, window) = p
+                .known_quota
+                .unwrap_or((4500, Duration::from_secs(3600)));
+            boxed(FloodGuardStrategy::google(count, window, p.seed))
+        },
+    },
+    StrategyInfo {
+        name: "google-backoff",
+        description: "Google's 1 s, 2 s, 4 s … + random ≤ 1 s, five retries (ref. 004)",
+        build: |p| boxed(BackoffStrategy::new(BackoffConfig::google(), p.seed)),
+    },
+    StrategyInfo {
+        name: "aws-standard-backoff",
+        description: "AWS SDK standard retry backoff: full jitter of min(2^i s, 20 s), two retries",
+        build: |p| boxed(BackoffStrategy::new(BackoffConfig::aws_standard(), p.seed)),
+    },
+];
+
+/// The five strategies of Heroku's published table, in its order.
+pub const HEROKU_FIVE: [&str; 5] = ["eb-x2", "eb", "eigd", "eipd", "eiprd"];
+
+/// Looks a strategy up by name.
+///
+/// # Errors
+/// [`SimError::UnknownStrategy`].
+pub fn find(name: &str) -> Result<StrategyInfo, SimError> {
+    ALL.iter()
+        .find(|s| s.name == name)
+        .copied()
+        .ok_or_else(|| SimError::UnknownStrategy(name.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_strategy_builds_with_and_without_initial_delay() {
+        for s in ALL {
+            for initial_delay in [None, Some(Duration::from_secs(1))] {
+                let p = StrategyParams {
+                    seed: 7,
+                    initial_delay,
+                    known_quota: Some((10, Duration::from_secs(1))),
+                };
+                assert!(s.instantiate(&p).is_ok(), "{}", s.name);
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_findable() {
+        for (i, s) in ALL.iter().enumerate() {
+            assert!(ALL.iter().skip(i + 1).all(|o| o.name != s.name));
+            assert_eq!(find(s.name).map(|f| f.name).ok(), Some(s.name));
+        }
+        assert!(matches!(find("nope"), Err(SimError::UnknownStrategy(_))));
+    }
+}

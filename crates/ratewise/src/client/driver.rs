@@ -1,0 +1,415 @@
+//! The async driver of [`Throttle`] (feature `tokio`): call an operation,
+//! classify its result, wait and retry as the throttle says.
+//!
+//! The driver is a thin loop over the sans-IO core — acquire a slot
+//! ([`Throttle::acquire_at`]), sleep, call, classify, record
+//! ([`Throttle::record_at`]) — with time read from tokio's clock, so tests
+//! under `#[tokio::test(start_paused = true)]` run instantly and exactly.
+//!
+//! **Cancellation safety.** No lock is held across an `.await`. If the
+//! returned future is dropped while sleeping or while the operation runs, the
+//! reserved slot is simply not used (the pacer errs on the slow side), a paid
+//! budget token stays paid, and every counter is already consistent: nothing
+//! needs undoing.
+
+use std::future::Future;
+use std::hash::Hash;
+use std::time::Duration;
+
+use super::throttle::{Step, StopReason, Throttle};
+use super::{Outcome, ServerHints, Signal};
+use crate::time::Timestamp;
+
+/// How a response is turned into an [`Outcome`] when no classifier is given.
+///
+/// Implemented for [`Outcome`] itself and for `Result<T, E>` (an `Err` is a
+/// [`Signal::Failure`], not retried). HTTP classification lives in the
+/// classification module (feature `http`).
+pub trait Classify {
+    /// The outcome this response represents.
+    fn classify(&self) -> Outcome;
+}
+
+impl Classify for Outcome {
+    fn classify(&self) -> Outcome {
+        *self
+    }
+}
+
+impl<T: Classify, E> Classify for Result<T, E> {
+    fn classify(&self) -> Outcome {
+        match self {
+            Ok(t) => t.classify(),
+            Err(_) => Outcome {
+                signal: Signal::Failure,
+                hints: ServerHints::default(),
+            },
+        }
+    }
+}
+
+/// `http` responses (feature `http`) are classified from their status and
+/// headers with the default [`Classifier`](super::Classifier); a body-based
+/// rule (Google's 403 reasons) needs [`Throttle::run_with`] and the
+/// classifier's body-aware methods.
+#[cfg(feature = "http")]
+impl<B> Classify for http::Response<B> {
+    fn classify(&self) -> Outcome {
+        super::classify::outcome_parts(&self.status(), self.headers(), std::time::SystemTime::now())
+    }
+}
+
+/// A call the throttle stopped. Carries the last response, if any attempt was
+/// made, and says whether the refusal was the client's own.
+#[derive(Debug)]
+pub struct ThrottleError<R> {
+    reason: StopReason,
+    last: Option<R>,
+    attempts: u32,
+    client_side: bool,
+}
+
+impl<R> ThrottleError<R> {
+    /// Why the call stopped.
+    pub fn reason(&self) -> StopReason {
+        self.reason
+    }
+
+    /// The last response received, if any attempt was made.
+    pub fn last_response(&self) -> Option<&R> {
+        self.last.as_ref()
+    }
+
+    /// The last response, by value.
+    pub fn into_last_response(self) -> Option<R> {
+        self.last
+    }
+
+    /// Attempts made.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// `true` when the client refused to send the next attempt (local SRE
+    /// rejection, or a deadline the next slot would pass); `false` when the
+    /// server's refusals ran out the attempts or the budget.
+    pub fn is_client_side(&self) -> bool {
+        self.client_side
+    }
+}
+
+impl<R> std::fmt::Display for ThrottleError<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "call stopped after {} attempt(s) ({}): {}",
+            self.attempts,
+            if self.client_side {
+                "client-side refusal"
+            } else {
+                "server kept refusing"
+            },
+            self.reason
+        )
+    }
+}
+
+impl<R: std::fmt::Debug> std::error::Error for ThrottleError<R> {}
+
+impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
+    /// The throttle's notion of now on tokio's clock (origin: first use).
+    pub fn now(&self) -> Timestamp {
+        let origin = *self.origin().get_or_init(tokio::time::Instant::now);
+        Timestamp::from_duration(tokio::time::Instant::now().saturating_duration_since(origin))
+    }
+
+    /// [`Throttle::try_acquire_at`] now: `Err(wait)` says "would wait this
+    /// long", taking nothing.
+    ///
+    /// # Errors
+    /// The wait, when the partition is paused or its pacer is empty.
+    pub fn try_acquire(&self, key: &K) -> Result<(), Duration> {
+        self.try_acquire_at(key, self.now())
+    }
+
+    /// Runs `op` under the throttle in `key`'s partition, classifying its
+    /// results with [`Classify`].
+    ///
+    /// # Errors
+    /// [`ThrottleError`] when the throttle stops the call.
+    pub async fn run<R, F, Fut>(&self, key: &K, op: F) -> Result<R, ThrottleError<R>>
+    where
+        R: Classify,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = R>,
+    {
+        self.run_with(key, |r: &R| r.classify(), op).await
+    }
+
+    /// Runs `op` under the throttle in `key`'s partition, classifying its
+    /// results with `classify`.
+    ///
+    /// # Errors
+    /// [`ThrottleError`] when the throttle stops the call.
+    pub async fn run_with<R, C, F, Fut>(
+        &self,
+        key: &K,
+        mut classify: C,
+        mut op: F,
+    ) -> Result<R, ThrottleError<R>>
+    where
+        C: FnMut(&R) -> Outcome,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = R>,
+    {
+        let start = self.now();
+        let mut call = self.begin(start);
+        let mut not_before = start;
+        let mut last: Option<R> = None;
+        loop {
+            // Sleep out a retry's delay first, then take a slot: reserving a
+            // slot far ahead would hold the partition's pacer until then.
+            let now = self.now();
+            if not_before > now {
+                tokio::time::sleep(not_before.saturating_duration_since(now)).await;
+            }
+            let now = self.now();
+            match self.acquire_at(key, &mut call, now, now) {
+                Ok(wait) => {
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+                Err(reason) => {
+                    return Err(ThrottleError {
+                        reason,
+                        last,
+                        attempts: call.attempts(),
+                        client_side: true,
+                    })
+                }
+            }
+            let response = op().await;
+            let outcome = classify(&response);
+            let now = self.now();
+            match self.record_at(key, &mut call, now, &outcome) {
+                Step::Done => return Ok(response),
+                Step::Retry(delay) => {
+                    last = Some(response);
+                    not_before = now.saturating_add(delay);
+                }
+                Step::GiveUp(reason) => {
+                    return Err(ThrottleError {
+                        reason,
+                        last: Some(response),
+                        attempts: call.attempts(),
+                        client_side: false,
+                    })
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::backoff::{BackoffConfig, Jitter};
+    use crate::client::throttle::{Adaptation, ThrottleConfig};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    fn config() -> ThrottleConfig {
+        ThrottleConfig {
+            adaptation: Adaptation::None,
+            backoff: BackoffConfig::exponential(Duration::from_millis(100), 2.0)
+                .with_jitter(Jitter::None),
+            pause_jitter: 0.0,
+            max_attempts: 3,
+            ..ThrottleConfig::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_then_succeeds_honouring_retry_after() {
+        let th: Throttle<()> = Throttle::new(config()).unwrap();
+        let n = AtomicU32::new(0);
+        let t0 = tokio::time::Instant::now();
+        let r = th
+            .run(&(), || async {
+                if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                    Outcome::throttled().with_hints(ServerHints {
+                        retry_after: Some(Duration::from_secs(3)),
+                        ..ServerHints::default()
+                    })
+                } else {
+                    Outcome::success()
+                }
+            })
+            .await;
+        assert!(matches!(r, Ok(o) if o.signal == Signal::Success));
+        assert_eq!(n.load(Ordering::SeqCst), 2);
+        assert_eq!(t0.elapsed(), Duration::from_secs(3));
+        let m = th.metrics();
+        assert_eq!(
+            (m.attempts, m.successes, m.throttled, m.retries),
+            (2, 1, 1, 1)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_with_the_last_response() {
+        let th: Throttle<()> = Throttle::new(config()).unwrap();
+        let err = th
+            .run(&(), || async { Ok::<_, ()>(Outcome::throttled()) })
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), StopReason::MaxAttempts);
+        assert_eq!(err.attempts(), 3);
+        assert!(!err.is_client_side());
+        assert_eq!(err.last_response().map(|r| r.is_ok()), Some(true));
+        assert!(err.to_string().contains("3 attempt"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_refusal_is_client_side() {
+        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(1.0),
+            burst: Some(1),
+            deadline: Some(Duration::from_millis(500)),
+            ..config()
+        })
+        .unwrap();
+        // The first call takes the only slot of this second.
+        assert!(th.run(&(), || async { Outcome::success() }).await.is_ok());
+        let err = th
+            .run(&(), || async { Outcome::success() })
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), StopReason::Deadline);
+        assert!(err.is_client_side());
+        assert_eq!(err.attempts(), 0);
+        assert!(err.last_response().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_delay_does_not_hold_the_partition() {
+        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(10.0),
+            burst: Some(1),
+            backoff: BackoffConfig::constant(Duration::from_secs(5)),
+            ..config()
+        })
+        .unwrap();
+        let t0 = tokio::time::Instant::now();
+        let n = AtomicU32::new(0);
+        let a = th.run(&(), || async {
+            if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                Outcome {
+                    signal: Signal::ServerError,
+                    hints: ServerHints::default(),
+                }
+            } else {
+                Outcome::success()
+            }
+        });
+        let b = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let r = th.run(&(), || async { Outcome::success() }).await;
+            (r.is_ok(), t0.elapsed())
+        };
+        let (ra, (b_ok, b_done)) = tokio::join!(a, b);
+        assert!(ra.is_ok());
+        assert!(b_ok);
+        assert!(
+            b_done < Duration::from_millis(300),
+            "B finished at {b_done:?}"
+        );
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(5),
+            "A retried after its 5 s"
+        );
+        assert_eq!(th.metrics().total_sleep, Duration::from_secs(5));
+    }
+
+    #[cfg(feature = "http")]
+    #[tokio::test(start_paused = true)]
+    async fn http_responses_classify_by_default() {
+        let th: Throttle<()> = Throttle::new(config()).unwrap();
+        let n = AtomicU32::new(0);
+        let r = th
+            .run(&(), || async {
+                let status = if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                    429
+                } else {
+                    200
+                };
+                http::Response::builder()
+                    .status(status)
+                    .header("Retry-After", "2")
+                    .body(())
+                    .unwrap_or_default()
+            })
+            .await;
+        assert_eq!(r.map(|resp| resp.status().as_u16()).ok(), Some(200));
+        assert_eq!(th.metrics().throttled, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn try_acquire_answers_would_wait() {
+        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(2.0),
+            burst: Some(1),
+            ..config()
+        })
+        .unwrap();
+        assert_eq!(th.try_acquire(&()), Ok(()));
+        assert_eq!(th.try_acquire(&()), Err(Duration::from_millis(500)));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!(th.try_acquire(&()), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelled_calls_leave_state_consistent() {
+        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(1.0),
+            burst: Some(1),
+            ..config()
+        })
+        .unwrap();
+        let calls = Arc::new(AtomicU32::new(0));
+        // Take the slot, then start a call that must wait ~1 s and drop it.
+        assert!(th.try_acquire(&()).is_ok());
+        let c = Arc::clone(&calls);
+        let fut = th.run(&(), move || {
+            let c = Arc::clone(&c);
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Outcome::success()
+            }
+        });
+        let r = tokio::time::timeout(Duration::from_millis(10), fut).await;
+        assert!(r.is_err(), "timed out while waiting for its slot");
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "never sent");
+        // The dropped call's slot stays used (conservative); the next call
+        // simply waits behind it and then succeeds.
+        let t0 = tokio::time::Instant::now();
+        let c = Arc::clone(&calls);
+        let r = th
+            .run(&(), move || {
+                let c = Arc::clone(&c);
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    Outcome::success()
+                }
+            })
+            .await;
+        assert!(r.is_ok());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(t0.elapsed() >= Duration::from_millis(1900));
+        let m = th.metrics();
+        assert_eq!(m.successes, 1);
+        assert!(m.attempts >= m.successes + m.throttled);
+    }
+}

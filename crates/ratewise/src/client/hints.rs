@@ -1,0 +1,217 @@
+//! Pacing from server hints: when a response says how much quota is left
+//! (`RateLimit-Remaining`) and when it comes back (`RateLimit-Reset`), spread
+//! what is left over the time left — *before* any 429.
+//!
+//! The rule is deliberately one-sided: a header can only **lower** the pace.
+//! Other clients share the same quota, so "remaining 4000" is not an
+//! invitation to send 4000 now; raising the rate is the controller's job
+//! (AIMD or CUBIC), which feels its way up. Concretely:
+//!
+//! * `remaining > 0` and a reset in `r` seconds cap the rate at
+//!   `remaining / r` until the reset;
+//! * `remaining = 0` and a reset pause sends until the reset;
+//! * a remaining count without a reset time says nothing about time and is
+//!   ignored here (Heroku's proportional-remaining decrease uses it instead,
+//!   see [`heroku`](super::heroku)).
+//!
+//! `RateLimit-Reset` is read as the end of the current quota window (GitHub,
+//! the IETF drafts): exact for window quotas, and on the safe (slow) side for
+//! a token bucket whose reset is the time to refill completely, since the
+//! bucket keeps refilling before then. Servers of that kind are better paced
+//! by the controller; turn hints off in [`ThrottleConfig`] for them.
+//!
+//! [`ThrottleConfig`]: super::throttle::ThrottleConfig
+//!
+//! [`HintCap`] is the bookkeeping; [`WithHints`] applies it to any strategy
+//! through a core [`Pacer`].
+
+use std::time::Duration;
+
+use super::pacer::Pacer;
+use super::{Next, Outcome, ServerHints, Strategy};
+use crate::time::Timestamp;
+
+/// What the latest hints allow: a rate cap and a pause, each until a time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HintCap {
+    cap: Option<(f64, Timestamp)>,
+    pause_until: Timestamp,
+}
+
+impl HintCap {
+    /// No hints seen.
+    pub fn new() -> Self {
+        HintCap::default()
+    }
+
+    /// Takes in the hints of a response received at `now`.
+    pub fn observe(&mut self, now: Timestamp, hints: &ServerHints) {
+        let (Some(remaining), Some(reset)) = (hints.remaining, hints.reset_after) else {
+            return;
+        };
+        let until = now.saturating_add(reset);
+        if remaining == 0 {
+            self.pause_until = self.pause_until.max(until);
+            self.cap = None;
+        } else if !reset.is_zero() {
+            self.cap = Some((remaining as f64 / reset.as_secs_f64(), until));
+        } else {
+            self.cap = None;
+        }
+    }
+
+    /// The rate cap in force at `now`, if any.
+    pub fn cap_at(&self, now: Timestamp) -> Option<f64> {
+        self.cap.filter(|(_, until)| now < *until).map(|(r, _)| r)
+    }
+
+    /// The end of a "nothing left" pause (in the past when none).
+    pub fn pause_until(&self) -> Timestamp {
+        self.pause_until
+    }
+
+    /// `rate` lowered to the cap in force at `now` (never raised).
+    pub fn limit(&self, rate: Option<f64>, now: Timestamp) -> Option<f64> {
+        match (rate, self.cap_at(now)) {
+            (Some(r), Some(c)) => Some(r.min(c)),
+            (None, c) => c,
+            (r, None) => r,
+        }
+    }
+}
+
+/// Any strategy, plus pacing from server hints: the inner strategy's waits
+/// are kept, and each attempt additionally waits for a slot at the hinted
+/// rate and for a hinted pause to end.
+#[derive(Debug)]
+pub struct WithHints<S> {
+    inner: S,
+    hints: HintCap,
+    /// Created at the first cap.
+    pacer: Option<Pacer>,
+}
+
+impl<S: Strategy> WithHints<S> {
+    /// `inner` with hint pacing.
+    pub fn new(inner: S) -> Self {
+        WithHints {
+            inner,
+            hints: HintCap::new(),
+            pacer: None,
+        }
+    }
+
+    /// The hint state.
+    pub fn hints(&self) -> &HintCap {
+        &self.hints
+    }
+
+    fn gate(&mut self, now: Timestamp, wait: Duration) -> Duration {
+        let not_before = now.saturating_add(wait).max(self.hints.pause_until());
+        let Some(cap) = self.hints.cap_at(now) else {
+            return not_before.saturating_duration_since(now);
+        };
+        if self.pacer.is_none() {
+            // Smooth pacing: a burst of one. A cap no pacer can represent
+            // (below one request per 10⁶ s) is clamped by `set_rate_at`.
+            self.pacer = Pacer::new(1.0).and_then(|p| p.with_burst(1)).ok();
+        }
+        match &self.pacer {
+            Some(p) => {
+                p.set_rate_at(cap, now);
+                p.acquire_at(now, not_before)
+            }
+            None => not_before.saturating_duration_since(now),
+        }
+    }
+}
+
+impl<S: Strategy> Strategy for WithHints<S> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn before_call(&mut self, now: Timestamp) -> Duration {
+        let wait = self.inner.before_call(now);
+        self.gate(now, wait)
+    }
+
+    fn after_attempt(&mut self, now: Timestamp, outcome: &Outcome) -> Next {
+        self.hints.observe(now, &outcome.hints);
+        match self.inner.after_attempt(now, outcome) {
+            Next::Retry(wait) => Next::Retry(self.gate(now, wait)),
+            other => other,
+        }
+    }
+
+    fn current_delay(&self) -> Duration {
+        self.inner.current_delay()
+    }
+
+    fn current_rate(&self) -> Option<f64> {
+        self.inner.current_rate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::backoff::{BackoffConfig, BackoffStrategy};
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn hinted(remaining: u64, reset: u64) -> Outcome {
+        Outcome::success().with_hints(ServerHints {
+            remaining: Some(remaining),
+            reset_after: Some(secs(reset)),
+            ..ServerHints::default()
+        })
+    }
+
+    #[test]
+    fn remaining_over_reset_caps_and_never_raises() {
+        let mut h = HintCap::new();
+        let t = Timestamp::ZERO;
+        h.observe(t, &hinted(10, 20).hints);
+        assert_eq!(h.cap_at(t), Some(0.5));
+        assert_eq!(h.limit(Some(5.0), t), Some(0.5), "lowered");
+        assert_eq!(h.limit(Some(0.1), t), Some(0.1), "never raised");
+        assert_eq!(h.limit(None, t), Some(0.5));
+        assert_eq!(h.cap_at(t + secs(20)), None, "expires at the reset");
+        // Hints without a reset are ignored.
+        let mut h2 = HintCap::new();
+        h2.observe(
+            t,
+            &ServerHints {
+                remaining: Some(0),
+                ..ServerHints::default()
+            },
+        );
+        assert_eq!(h2, HintCap::new());
+    }
+
+    #[test]
+    fn nothing_left_pauses_until_reset() {
+        let inner = BackoffStrategy::new(BackoffConfig::constant(secs(1)), 0).unwrap();
+        let mut s = WithHints::new(inner);
+        let t = Timestamp::ZERO;
+        assert_eq!(s.before_call(t), Duration::ZERO);
+        assert_eq!(s.after_attempt(t, &hinted(0, 30)), Next::Done);
+        assert_eq!(s.before_call(t + secs(10)), secs(20));
+    }
+
+    #[test]
+    fn low_remaining_spreads_calls_before_any_429() {
+        let inner = BackoffStrategy::new(BackoffConfig::constant(secs(1)), 0).unwrap();
+        let mut s = WithHints::new(inner);
+        let t = Timestamp::ZERO;
+        s.before_call(t);
+        s.after_attempt(t, &hinted(5, 10)); // 0.5/s until t = 10 s
+        let waits: Vec<_> = (0..4).map(|_| s.before_call(t)).collect();
+        assert_eq!(waits[0], Duration::ZERO);
+        assert_eq!(waits[1], secs(2));
+        assert_eq!(waits[3], secs(6));
+    }
+}

@@ -1,0 +1,221 @@
+//! Proactive pacing: a core limiter whose rate an adaptive controller adjusts.
+//!
+//! The rate strategies ([`aimd`](super::aimd), [`cubic`](super::cubic),
+//! [`hints`](super::hints)) do not re-implement a token bucket: they drive a
+//! [`Gcra`] (lock-free, one atomic word) through its sans-IO `*_at` methods,
+//! changing its quota with `set_quota_at` when the controller moves. Every
+//! attempt, retries included, takes a slot from the pacer, so a lowered rate
+//! is felt at once — the "closed loop" the AWS SDKs converged on.
+//!
+//! A slot is *reserved* (never refused): the answer is how long to wait. The
+//! reservation is made when it is asked for, so concurrent callers queue
+//! behind each other instead of all waking at the same instant, and the
+//! limiter's capacity never goes negative.
+
+use std::time::Duration;
+
+use super::Outcome;
+use crate::error::QuotaError;
+use crate::gcra::Gcra;
+use crate::limiter::RateLimiter;
+use crate::quota::Quota;
+use crate::time::{ManualClock, Timestamp};
+
+/// The slowest pace a pacer accepts: one request per 10⁶ s.
+pub const MIN_PACER_RATE: f64 = 1e-6;
+/// The fastest pace a pacer accepts: 10⁹ requests per second.
+pub const MAX_PACER_RATE: f64 = 1e9;
+
+/// A rate limiter for our own sends, told the time by its caller.
+///
+/// Its burst is `max(1, floor(rate))` — about one second of rate, as in the
+/// AWS adaptive limiter — unless fixed with [`Pacer::with_burst`].
+#[derive(Debug)]
+pub struct Pacer {
+    limiter: Gcra<ManualClock>,
+    fixed_burst: Option<u64>,
+}
+
+impl Pacer {
+    /// A pacer at `rate` requests per second, starting with a full burst.
+    ///
+    /// # Errors
+    /// [`QuotaError`] when `rate` is not a finite positive number.
+    pub fn new(rate: f64) -> Result<Self, QuotaError> {
+        let quota = Quota::from_rate(rate)?;
+        Ok(Pacer {
+            limiter: Gcra::with_clock(quota, ManualClock::new()),
+            fixed_burst: None,
+        })
+    }
+
+    /// The same pacer with a fixed burst (`burst` ≥ 1).
+    ///
+    /// # Errors
+    /// [`QuotaError::ZeroBurst`] or an overflow of `burst × interval`.
+    pub fn with_burst(self, burst: u64) -> Result<Self, QuotaError> {
+        let quota = self.limiter.quota().with_burst(burst)?;
+        Ok(Pacer {
+            limiter: Gcra::with_clock(quota, ManualClock::new()),
+            fixed_burst: Some(burst),
+        })
+    }
+
+    /// A new pacer with this one's quota, starting with a full burst.
+    pub fn fresh(&self) -> Pacer {
+        Pacer {
+            limiter: Gcra::with_clock(self.limiter.quota(), ManualClock::new()),
+            fixed_burst: self.fixed_burst,
+        }
+    }
+
+    /// The current rate in requests per second.
+    pub fn rate(&self) -> f64 {
+        self.limiter.quota().rate_per_second()
+    }
+
+    /// The underlying limiter's quota.
+    pub fn quota(&self) -> Quota {
+        self.limiter.quota()
+    }
+
+    /// Sets the rate at `now`, clamped to
+    /// [[`MIN_PACER_RATE`], [`MAX_PACER_RATE`]]; NaN leaves it unchanged.
+    /// Capacity already used stays used.
+    pub fn set_rate_at(&self, rate: f64, now: Timestamp) {
+        if rate.is_nan() {
+            return;
+        }
+        let rate = rate.clamp(MIN_PACER_RATE, MAX_PACER_RATE);
+        let quota = match self.fixed_burst {
+            Some(b) => Quota::from_rate(rate).and_then(|q| q.with_burst(b)),
+            None => Quota::from_rate(rate),
+        };
+        // The clamp makes every rate valid; a fixed burst that overflows at a
+        // very low rate keeps the old quota rather than failing.
+        if let Ok(q) = quota {
+            self.limiter.set_quota_at(q, now);
+        }
+    }
+
+    /// Reserves one slot no earlier than `not_before`, returning how long
+    /// after `now` the caller may send.
+    pub fn acquire_at(&self, now: Timestamp, not_before: Timestamp) -> Duration {
+        let at = now.max(not_before);
+        match self.limiter.reserve_at(1, at) {
+            Ok(r) => r.act_at().saturating_duration_since(now),
+            // One unit never exceeds a burst of at least one; should the
+            // impossible happen, wait as long as asked rather than panic.
+            Err(_) => at.saturating_duration_since(now),
+        }
+    }
+
+    /// Like [`Pacer::acquire_at`], but only if the slot comes within
+    /// `max_wait` of `not_before`; otherwise takes nothing and returns how long
+    /// after `now` the caller would have had to wait.
+    pub fn acquire_within_at(
+        &self,
+        now: Timestamp,
+        not_before: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Duration, Duration> {
+        let at = now.max(not_before);
+        match self.limiter.reserve_within_at(1, at, max_wait) {
+            Ok(r) => Ok(r.act_at().saturating_duration_since(now)),
+            Err(crate::error::ReserveError::WouldWaitTooLong { wait, .. }) => {
+                Err(at.saturating_duration_since(now).saturating_add(wait))
+            }
+            Err(_) => Err(Duration::MAX),
+        }
+    }
+
+    /// Takes a slot only if one is free at `now`; otherwise says how long the
+    /// caller would have to wait, and takes nothing.
+    pub fn try_acquire_at(&self, now: Timestamp) -> Result<(), Duration> {
+        match self.limiter.check_at(1, now) {
+            Ok(d) if d.allowed => Ok(()),
+            Ok(d) => Err(d.retry_after.unwrap_or(Duration::ZERO)),
+            Err(_) => Err(Duration::MAX),
+        }
+    }
+}
+
+/// An adaptive rate controller: told every send and every outcome, it moves a
+/// target rate. Controllers hold no limiter; whoever owns one applies its rate
+/// to a [`Pacer`]. This is what [`Throttle`](super::throttle::Throttle)
+/// composes.
+pub trait RateController: Send {
+    /// A short, stable name.
+    fn name(&self) -> &str;
+
+    /// The target rate in requests per second, or `None` while the controller
+    /// does not want to pace at all (AWS adaptive mode before its first
+    /// throttle).
+    fn rate(&self) -> Option<f64>;
+
+    /// Told that a request is being sent at `now`.
+    fn on_send(&mut self, _now: Timestamp) {}
+
+    /// Told what a request produced at `now`; returns the new target rate
+    /// (as [`RateController::rate`]).
+    fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) -> Option<f64>;
+}
+
+impl<R: RateController + ?Sized> RateController for Box<R> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn rate(&self) -> Option<f64> {
+        (**self).rate()
+    }
+    fn on_send(&mut self, now: Timestamp) {
+        (**self).on_send(now)
+    }
+    fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) -> Option<f64> {
+        (**self).on_outcome(now, outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn reservations_queue_at_the_rate() {
+        let p = Pacer::new(10.0).unwrap().with_burst(1).unwrap();
+        let t = Timestamp::ZERO;
+        assert_eq!(p.acquire_at(t, t), Duration::ZERO);
+        assert_eq!(p.acquire_at(t, t), ms(100));
+        assert_eq!(p.acquire_at(t, t), ms(200));
+        assert_eq!(p.try_acquire_at(t), Err(ms(300)));
+        assert_eq!(p.acquire_within_at(t, t, ms(299)), Err(ms(300)));
+        assert_eq!(p.acquire_within_at(t, t, ms(300)), Ok(ms(300)));
+        assert_eq!(p.acquire_at(t, t), ms(400));
+    }
+
+    #[test]
+    fn not_before_is_respected() {
+        let p = Pacer::new(10.0).unwrap().with_burst(1).unwrap();
+        let t = Timestamp::ZERO;
+        assert_eq!(p.acquire_at(t, t + ms(500)), ms(500));
+        assert_eq!(p.acquire_at(t, t), ms(600));
+    }
+
+    #[test]
+    fn lowering_the_rate_is_felt_at_once() {
+        let p = Pacer::new(10.0).unwrap().with_burst(1).unwrap();
+        let t = Timestamp::ZERO;
+        assert_eq!(p.acquire_at(t, t), Duration::ZERO);
+        p.set_rate_at(1.0, t);
+        assert!(p.acquire_at(t, t) >= ms(900));
+        assert!((p.rate() - 1.0).abs() < 1e-9);
+        p.set_rate_at(f64::NAN, t);
+        assert!((p.rate() - 1.0).abs() < 1e-9);
+        p.set_rate_at(0.0, t);
+        assert!(p.rate() > 0.0);
+    }
+}

@@ -1,0 +1,977 @@
+//! [`Throttle`]: the client strategies composed for real use, shared by many
+//! tasks.
+//!
+//! A throttle is, per partition (per host, credential, DynamoDB table, …):
+//!
+//! 1. a **pacer** — a core [`Gcra`](crate::Gcra) whose rate an adaptive
+//!    controller ([`Adaptation`]: fixed, AIMD or CUBIC) moves, lowered further
+//!    by server hints (`RateLimit-Remaining` over the time to reset). Every
+//!    attempt, retries included, takes a slot, so a cut is felt at once;
+//! 2. a **pause** — a throttled response stops the *whole partition* until the
+//!    server's `Retry-After` (capped) or the backoff delay has passed, with a
+//!    little jitter so a fleet does not resume on the same instant;
+//! 3. a per-call **backoff** policy and attempt limit, an optional per-call
+//!    deadline, an optional **retry budget** (AWS standard mode) and an
+//!    optional **SRE adaptive throttle** that rejects calls locally while the
+//!    backend keeps refusing.
+//!
+//! The core is sans-IO like everything else: [`Throttle::acquire_at`],
+//! [`Throttle::try_acquire_at`] and [`Throttle::record_at`] take `now`. The
+//! async driver (`Throttle::run`, feature `tokio`) is a loop around them.
+//!
+//! # Sharing and consistency
+//!
+//! `Throttle` is a cheap `Clone` (an `Arc`). Each partition's pacer is
+//! lock-free; the rest of its state sits behind a mutex that is held only for
+//! a few arithmetic steps, never across an `.await`. Because a slot is
+//! reserved before waiting, a caller that is cancelled while waiting leaves
+//! the state consistent: its slot simply goes unused (conservative), a budget
+//! token it paid stays paid, and no counter is left half-updated.
+//!
+//! # Invariants
+//! * The pacer's rate is `min(controller, hint cap)`; hints never raise it.
+//! * A Retry-After never pauses a partition longer than `max_retry_after`.
+//! * `attempts ≥ successes + throttled`; every counter only grows.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::aimd::{Aimd, AimdConfig};
+use super::backoff::{retryable, Backoff, BackoffConfig};
+use super::budget::{RetryBudget, RetryBudgetConfig};
+use super::config::{within, ConfigError};
+use super::cubic::{Cubic, CubicConfig};
+use super::hints::HintCap;
+use super::pacer::{Pacer, RateController};
+use super::sre::{SreConfig, SreThrottler};
+use super::{Outcome, Signal};
+use crate::time::{duration_to_nanos_saturating, Timestamp};
+
+/// How a partition's pacing rate adapts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Adaptation {
+    /// No proactive pacing (hints may still pace).
+    None,
+    /// A fixed rate, requests per second.
+    Fixed(f64),
+    /// Additive increase, multiplicative decrease (reference 001).
+    Aimd(AimdConfig),
+    /// CUBIC as in the AWS SDKs' adaptive mode; paces only after the first
+    /// throttle.
+    Cubic(CubicConfig),
+}
+
+/// Everything a [`Throttle`] is made of.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ThrottleConfig {
+    /// Pacing controller (default: AIMD with its defaults and a 1 s
+    /// decrease cooldown, so one burst of 429s cuts the rate once).
+    pub adaptation: Adaptation,
+    /// Backoff between attempts of one call (default: 100 ms × 2ⁿ, full
+    /// jitter, capped at 20 s). Its `max_retries`, if set, also limits retries.
+    pub backoff: BackoffConfig,
+    /// The pacer's burst; `None` (default) for about one second of rate,
+    /// `max(1, floor(rate))`, as the AWS adaptive limiter. `Some(1)` paces
+    /// strictly evenly.
+    pub burst: Option<u64>,
+    /// Attempts per call, the first included (default 5).
+    pub max_attempts: u32,
+    /// Longest a call may take, waits included (default none).
+    pub deadline: Option<Duration>,
+    /// The longest `Retry-After` honoured (default 60 s).
+    pub max_retry_after: Duration,
+    /// Jitter fraction added to a partition pause (default 0.1).
+    pub pause_jitter: f64,
+    /// Retry budget (default: AWS standard, 500 tokens).
+    pub budget: Option<RetryBudgetConfig>,
+    /// SRE client-side adaptive throttling (default off).
+    pub sre: Option<SreConfig>,
+    /// Whether `RateLimit-Remaining` / reset hints lower the pace (default on).
+    pub use_hints: bool,
+    /// Seed for every random draw (jitter, SRE coin flips).
+    pub seed: u64,
+}
+
+impl Default for ThrottleConfig {
+    fn default() -> Self {
+        ThrottleConfig {
+            adaptation: Adaptation::Aimd(AimdConfig {
+                decrease_cooldown: Duration::from_secs(1),
+                ..AimdConfig::default()
+            }),
+            backoff: BackoffConfig::exponential(Duration::from_millis(100), 2.0)
+                .with_max_delay(Duration::from_secs(20)),
+            burst: None,
+            max_attempts: 5,
+            deadline: None,
+            max_retry_after: Duration::from_secs(60),
+            pause_jitter: 0.1,
+            budget: Some(RetryBudgetConfig::default()),
+            sre: None,
+            use_hints: true,
+            seed: 0,
+        }
+    }
+}
+
+/// Why a call stopped without success.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The attempt limit (or the backoff's retry limit) was reached.
+    MaxAttempts,
+    /// The next attempt could not start before the call's deadline.
+    Deadline,
+    /// The retry budget could not pay for another retry.
+    BudgetExhausted,
+    /// The SRE throttle rejected the call locally.
+    RejectedLocally,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::MaxAttempts => "the attempt limit was reached",
+            StopReason::Deadline => "the call's deadline would pass before the next attempt",
+            StopReason::BudgetExhausted => "the retry budget is exhausted",
+            StopReason::RejectedLocally => {
+                "rejected locally: the backend has been refusing most requests"
+            }
+        })
+    }
+}
+
+/// What [`Throttle::record_at`] says to do next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The call is over; hand the response to the caller.
+    Done,
+    /// Attempt again, not before this long from now (then acquire a slot).
+    Retry(Duration),
+    /// Stop, reporting the last response as a failure.
+    GiveUp(StopReason),
+}
+
+/// The per-call state: attempts, backoff, budget cost, start time.
+#[derive(Debug)]
+pub struct Call {
+    started: Timestamp,
+    attempts: u32,
+    backoff: Backoff,
+    last_cost: Option<u32>,
+}
+
+impl Call {
+    /// Attempts made so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    fn deadline(&self, deadline: Option<Duration>) -> Option<Timestamp> {
+        deadline.map(|d| self.started.saturating_add(d))
+    }
+}
+
+/// A throttle's counters, as a snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ThrottleMetrics {
+    /// Attempts sent (retries included).
+    pub attempts: u64,
+    /// Successful attempts.
+    pub successes: u64,
+    /// Throttled attempts.
+    pub throttled: u64,
+    /// Retries decided.
+    pub retries: u64,
+    /// Calls that gave up (any [`StopReason`]).
+    pub gave_up: u64,
+    /// Calls rejected locally (SRE).
+    pub rejected_locally: u64,
+    /// Sum of the waits handed out before attempts.
+    pub total_sleep: Duration,
+    /// The longest such wait.
+    pub max_sleep: Duration,
+    /// The latest such wait.
+    pub current_delay: Duration,
+    /// The latest pacing rate set in any partition, if pacing.
+    pub current_rate: Option<f64>,
+}
+
+#[derive(Default, Debug)]
+struct Counters {
+    attempts: AtomicU64,
+    successes: AtomicU64,
+    throttled: AtomicU64,
+    retries: AtomicU64,
+    gave_up: AtomicU64,
+    rejected_locally: AtomicU64,
+    total_sleep_ns: AtomicU64,
+    max_sleep_ns: AtomicU64,
+    current_delay_ns: AtomicU64,
+    /// `f64::to_bits` of the latest rate; NaN bits mean "not pacing".
+    current_rate_bits: AtomicU64,
+}
+
+impl Counters {
+    fn note_wait(&self, d: Duration) {
+        let ns = duration_to_nanos_saturating(d);
+        self.total_sleep_ns.fetch_add(ns, Ordering::Relaxed);
+        self.max_sleep_ns.fetch_max(ns, Ordering::Relaxed);
+        self.current_delay_ns.store(ns, Ordering::Relaxed);
+    }
+}
+
+struct PartitionState {
+    controller: Option<Box<dyn RateController>>,
+    hints: HintCap,
+    paused_until: Timestamp,
+    budget: Option<RetryBudget>,
+    sre: Option<SreThrottler>,
+    rng: SmallRng,
+    /// Whether the pacer is in force (a controller or hint rate exists).
+    pacing: bool,
+}
+
+struct Partition {
+    pacer: Pacer,
+    state: Mutex<PartitionState>,
+}
+
+/// A validated controller, cloned into each new partition.
+#[derive(Clone, Debug)]
+enum ControllerTemplate {
+    Aimd(Aimd),
+    Cubic(Cubic),
+}
+
+/// Validated parts, cloned into each new partition: building a partition
+/// cannot fail once `Throttle::new` has succeeded.
+struct Template {
+    pacer: Pacer,
+    controller: Option<ControllerTemplate>,
+    budget: Option<RetryBudget>,
+    sre: Option<SreThrottler>,
+    pacing: bool,
+    backoff: Backoff,
+}
+
+impl Template {
+    fn new(config: &ThrottleConfig) -> Result<Template, ConfigError> {
+        let (controller, rate) = match config.adaptation {
+            Adaptation::None => (None, 1.0),
+            Adaptation::Fixed(r) => (None, super::config::positive("fixed rate", r)?),
+            Adaptation::Aimd(c) => (
+                Some(ControllerTemplate::Aimd(Aimd::new(c)?)),
+                c.initial_rate,
+            ),
+            Adaptation::Cubic(c) => (
+                Some(ControllerTemplate::Cubic(Cubic::new(c)?)),
+                c.min_fill_rate,
+            ),
+        };
+        let pacer = Pacer::new(rate)
+            .and_then(|p| match config.burst {
+                Some(b) => p.with_burst(b),
+                None => Ok(p),
+            })
+            .map_err(|_| ConfigError::OutOfRange {
+                field: "rate and burst",
+                expected: "a rate and burst a pacer can represent",
+                value: rate,
+            })?;
+        let pacing = match &controller {
+            None => matches!(config.adaptation, Adaptation::Fixed(_)),
+            Some(ControllerTemplate::Aimd(_)) => true,
+            Some(ControllerTemplate::Cubic(c)) => c.rate().is_some(),
+        };
+        Ok(Template {
+            pacer,
+            controller,
+            budget: config.budget.map(RetryBudget::new).transpose()?,
+            sre: config.sre.map(|c| SreThrottler::new(c, 0)).transpose()?,
+            pacing,
+            backoff: Backoff::new(config.backoff, 0)?,
+        })
+    }
+
+    fn partition(&self, seed: u64) -> Partition {
+        let controller: Option<Box<dyn RateController>> = match &self.controller {
+            None => None,
+            Some(ControllerTemplate::Aimd(a)) => Some(Box::new(a.clone())),
+            Some(ControllerTemplate::Cubic(c)) => Some(Box::new(c.clone())),
+        };
+        Partition {
+            pacer: self.pacer.fresh(),
+            state: Mutex::new(PartitionState {
+                controller,
+                hints: HintCap::new(),
+                paused_until: Timestamp::ZERO,
+                budget: self.budget.clone(),
+                sre: self.sre.as_ref().map(|s| s.with_seed(seed_for(seed, 1))),
+                rng: SmallRng::seed_from_u64(seed_for(seed, 2)),
+                pacing: self.pacing,
+            }),
+        }
+    }
+}
+
+struct Inner<K> {
+    config: ThrottleConfig,
+    template: Template,
+    calls: AtomicU64,
+    partitions: RwLock<HashMap<K, Arc<Partition>>>,
+    created: AtomicU64,
+    counters: Counters,
+    #[cfg(feature = "tokio")]
+    pub(super) origin: std::sync::OnceLock<tokio::time::Instant>,
+}
+
+/// An adaptive client throttle, shared by cloning, partitioned by `K`.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::client::throttle::{Step, Throttle, ThrottleConfig};
+/// use ratewise::client::Outcome;
+/// use ratewise::Timestamp;
+///
+/// let throttle: Throttle<&str> = Throttle::new(ThrottleConfig::default())?;
+/// let t = Timestamp::ZERO;
+/// let mut call = throttle.begin(t);
+/// let wait = throttle.acquire_at(&"api.example.com", &mut call, t, t).unwrap();
+/// assert_eq!(wait, Duration::ZERO);
+/// let step = throttle.record_at(&"api.example.com", &mut call, t, &Outcome::throttled());
+/// assert!(matches!(step, Step::Retry(_)));
+/// // The whole partition is paused, not just this call.
+/// assert!(throttle.try_acquire_at(&"api.example.com", t).is_err());
+/// assert!(throttle.try_acquire_at(&"other.example.com", t).is_ok());
+/// # Ok::<(), ratewise::client::ConfigError>(())
+/// ```
+pub struct Throttle<K = ()> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K> Clone for Throttle<K> {
+    fn clone(&self) -> Self {
+        Throttle {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for Throttle<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Throttle")
+            .field("config", &self.inner.config)
+            .field("metrics", &self.metrics())
+            .finish()
+    }
+}
+
+fn seed_for(seed: u64, n: u64) -> u64 {
+    seed ^ n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
+    /// A throttle with `config`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for any invalid part (all are validated here, once,
+    /// into the template every partition is cloned from), `max_attempts = 0`,
+    /// or a pause jitter outside `[0, 1]`.
+    pub fn new(config: ThrottleConfig) -> Result<Self, ConfigError> {
+        if config.max_attempts == 0 {
+            return Err(ConfigError::OutOfRange {
+                field: "max_attempts",
+                expected: "at least 1",
+                value: 0.0,
+            });
+        }
+        within("pause_jitter", config.pause_jitter, 0.0, 1.0)?;
+        let template = Template::new(&config)?;
+        Ok(Throttle {
+            inner: Arc::new(Inner {
+                config,
+                template,
+                calls: AtomicU64::new(0),
+                partitions: RwLock::new(HashMap::new()),
+                created: AtomicU64::new(0),
+                counters: Counters {
+                    current_rate_bits: AtomicU64::new(f64::NAN.to_bits()),
+                    ..Counters::default()
+                },
+                #[cfg(feature = "tokio")]
+                origin: std::sync::OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ThrottleConfig {
+        &self.inner.config
+    }
+
+    #[cfg(feature = "tokio")]
+    pub(super) fn origin(&self) -> &std::sync::OnceLock<tokio::time::Instant> {
+        &self.inner.origin
+    }
+
+    fn partition(&self, key: &K) -> Arc<Partition> {
+        {
+            let map = self
+                .inner
+                .partitions
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(p) = map.get(key) {
+                return Arc::clone(p);
+            }
+        }
+        let mut map = self
+            .inner
+            .partitions
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(p) = map.get(key) {
+            return Arc::clone(p);
+        }
+        let n = self.inner.created.fetch_add(1, Ordering::Relaxed);
+        let p = Arc::new(
+            self.inner
+                .template
+                .partition(seed_for(self.inner.config.seed, n)),
+        );
+        map.insert(key.clone(), Arc::clone(&p));
+        p
+    }
+
+    /// Drops `key`'s partition (its pacer, pause, budget and statistics); the
+    /// next use starts it afresh. Partitions are never dropped otherwise, so
+    /// callers with unbounded key sets should forget idle keys.
+    pub fn forget(&self, key: &K) {
+        self.inner
+            .partitions
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
+    /// Number of partitions in use.
+    pub fn partitions(&self) -> usize {
+        self.inner
+            .partitions
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Starts a call at `now`.
+    pub fn begin(&self, now: Timestamp) -> Call {
+        let n = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        Call {
+            started: now,
+            attempts: 0,
+            backoff: self
+                .inner
+                .template
+                .backoff
+                .with_seed(seed_for(self.inner.config.seed, n.wrapping_add(1 << 32))),
+            last_cost: None,
+        }
+    }
+
+    /// Reserves the next attempt's slot in `key`'s partition: no earlier than
+    /// `not_before`, after any pause, at the pacer's rate. Returns how long
+    /// after `now` to send. Counts the attempt.
+    ///
+    /// A slot reserved for a future instant holds the pacer until then, so
+    /// for a retry prefer sleeping until its `not_before` first and acquiring
+    /// then (as the async driver does): "sleep, then re-acquire".
+    ///
+    /// # Errors
+    /// [`StopReason::RejectedLocally`] when the SRE throttle refuses, and
+    /// [`StopReason::Deadline`] when the slot would come after the call's
+    /// deadline (nothing is reserved then).
+    pub fn acquire_at(
+        &self,
+        key: &K,
+        call: &mut Call,
+        now: Timestamp,
+        not_before: Timestamp,
+    ) -> Result<Duration, StopReason> {
+        let part = self.partition(key);
+        let c = &self.inner.counters;
+        let (pacing, start) = {
+            let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(sre) = st.sre.as_mut() {
+                if !sre.should_send(now) {
+                    c.rejected_locally.fetch_add(1, Ordering::Relaxed);
+                    c.gave_up.fetch_add(1, Ordering::Relaxed);
+                    return Err(StopReason::RejectedLocally);
+                }
+            }
+            if let Some(ctl) = st.controller.as_mut() {
+                ctl.on_send(now);
+            }
+            (st.pacing, not_before.max(st.paused_until).max(now))
+        };
+        let deadline = call.deadline(self.inner.config.deadline);
+        let wait = match (pacing, deadline) {
+            (true, Some(dl)) => part
+                .pacer
+                .acquire_within_at(now, start, dl.saturating_duration_since(start))
+                .map_err(|_| StopReason::Deadline),
+            (true, None) => Ok(part.pacer.acquire_at(now, start)),
+            (false, Some(dl)) if start > dl => Err(StopReason::Deadline),
+            (false, _) => Ok(start.saturating_duration_since(now)),
+        };
+        match wait {
+            Ok(w) => {
+                call.attempts += 1;
+                c.attempts.fetch_add(1, Ordering::Relaxed);
+                // Count only the wait the pacer or a pause added; a retry's
+                // own delay was counted when `record_at` decided it.
+                c.note_wait(w.saturating_sub(not_before.saturating_duration_since(now)));
+                Ok(w)
+            }
+            Err(e) => {
+                c.gave_up.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Non-blocking: takes a slot in `key`'s partition if one is free at
+    /// `now`, else says how long the caller would wait (taking nothing).
+    /// For servers that turn their own empty bucket into a 429.
+    ///
+    /// # Errors
+    /// The wait, when the partition is paused or its pacer is empty.
+    pub fn try_acquire_at(&self, key: &K, now: Timestamp) -> Result<(), Duration> {
+        let part = self.partition(key);
+        let (pacing, paused_until) = {
+            let st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
+            (st.pacing, st.paused_until)
+        };
+        if paused_until > now {
+            return Err(paused_until.saturating_duration_since(now));
+        }
+        if pacing {
+            part.pacer.try_acquire_at(now)?;
+        }
+        self.inner.counters.attempts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Records what an attempt in `key`'s partition produced at `now`, adapts
+    /// the partition, and says what the call should do next.
+    pub fn record_at(&self, key: &K, call: &mut Call, now: Timestamp, outcome: &Outcome) -> Step {
+        let cfg = &self.inner.config;
+        let c = &self.inner.counters;
+        let part = self.partition(key);
+        let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
+
+        // 1. Adapt the pace: controller first, then hints may only lower it.
+        let controller_rate = match cfg.adaptation {
+            Adaptation::Fixed(r) => Some(r),
+            _ => st
+                .controller
+                .as_mut()
+                .and_then(|ctl| ctl.on_outcome(now, outcome)),
+        };
+        if cfg.use_hints {
+            st.hints.observe(now, &outcome.hints);
+            st.paused_until = st.paused_until.max(st.hints.pause_until());
+        }
+        let rate = if cfg.use_hints {
+            st.hints.limit(controller_rate, now)
+        } else {
+            controller_rate
+        };
+        st.pacing = rate.is_some();
+        if let Some(r) = rate {
+            if (r - part.pacer.rate()).abs() > 1e-9 * r.max(1.0) {
+                part.pacer.set_rate_at(r, now);
+            }
+            c.current_rate_bits
+                .store(part.pacer.rate().to_bits(), Ordering::Relaxed);
+        }
+        if let Some(sre) = st.sre.as_mut() {
+            sre.on_outcome(now, outcome);
+        }
+
+        // 2. Success or a failure not worth retrying ends the call.
+        match outcome.signal {
+            Signal::Success => {
+                c.successes.fetch_add(1, Ordering::Relaxed);
+                if let Some(b) = st.budget.as_mut() {
+                    b.on_success(call.last_cost.take());
+                }
+                return Step::Done;
+            }
+            Signal::Throttled => {
+                c.throttled.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        if !retryable(outcome.signal) {
+            return Step::Done;
+        }
+
+        // 3. How long: the backoff, or the server's word (capped) if longer.
+        let retry_after = outcome
+            .hints
+            .retry_after
+            .map(|d| d.min(cfg.max_retry_after));
+        let backoff = call.backoff.next_delay();
+        let delay = match (backoff, retry_after) {
+            (Some(b), Some(r)) => Some(b.max(r)),
+            (b, r) => b.or(r),
+        };
+
+        // 4. A throttle pauses the whole partition, with jitter on the resume.
+        if outcome.signal == Signal::Throttled {
+            let pause = retry_after.or(delay).unwrap_or(Duration::ZERO);
+            let u: f64 = st.rng.random();
+            let pause = pause.saturating_add(pause.mul_f64(u * cfg.pause_jitter));
+            st.paused_until = st.paused_until.max(now.saturating_add(pause));
+        }
+
+        // 5. May we retry at all?
+        let Some(delay) = delay else {
+            return self.give_up(StopReason::MaxAttempts);
+        };
+        if call.attempts >= cfg.max_attempts {
+            return self.give_up(StopReason::MaxAttempts);
+        }
+        if let Some(dl) = call.deadline(cfg.deadline) {
+            if now.saturating_add(delay) > dl {
+                return self.give_up(StopReason::Deadline);
+            }
+        }
+        if let Some(b) = st.budget.as_mut() {
+            match b.try_acquire(outcome.signal) {
+                Some(cost) => call.last_cost = Some(cost),
+                None => return self.give_up(StopReason::BudgetExhausted),
+            }
+        }
+        c.retries.fetch_add(1, Ordering::Relaxed);
+        c.note_wait(delay);
+        Step::Retry(delay)
+    }
+
+    fn give_up(&self, reason: StopReason) -> Step {
+        self.inner.counters.gave_up.fetch_add(1, Ordering::Relaxed);
+        Step::GiveUp(reason)
+    }
+
+    /// The pacing rate of `key`'s partition, if it paces.
+    pub fn rate_of(&self, key: &K) -> Option<f64> {
+        let part = self.partition(key);
+        let pacing = part
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pacing;
+        pacing.then(|| part.pacer.rate())
+    }
+
+    /// Retry-budget tokens left in `key`'s partition, if it has a budget.
+    pub fn budget_of(&self, key: &K) -> Option<u32> {
+        let part = self.partition(key);
+        let st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
+        st.budget.as_ref().map(RetryBudget::available)
+    }
+}
+
+impl<K> Throttle<K> {
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> ThrottleMetrics {
+        let c = &self.inner.counters;
+        let rate = f64::from_bits(c.current_rate_bits.load(Ordering::Relaxed));
+        ThrottleMetrics {
+            attempts: c.attempts.load(Ordering::Relaxed),
+            successes: c.successes.load(Ordering::Relaxed),
+            throttled: c.throttled.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            gave_up: c.gave_up.load(Ordering::Relaxed),
+            rejected_locally: c.rejected_locally.load(Ordering::Relaxed),
+            total_sleep: Duration::from_nanos(c.total_sleep_ns.load(Ordering::Relaxed)),
+            max_sleep: Duration::from_nanos(c.max_sleep_ns.load(Ordering::Relaxed)),
+            current_delay: Duration::from_nanos(c.current_delay_ns.load(Ordering::Relaxed)),
+            current_rate: (!rate.is_nan()).then_some(rate),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::backoff::Jitter;
+    use crate::client::ServerHints;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn config() -> ThrottleConfig {
+        ThrottleConfig {
+            adaptation: Adaptation::Aimd(AimdConfig::default()),
+            backoff: BackoffConfig::exponential(ms(100), 2.0).with_jitter(Jitter::None),
+            pause_jitter: 0.0,
+            burst: Some(1),
+            ..ThrottleConfig::default()
+        }
+    }
+
+    #[test]
+    fn every_attempt_goes_through_the_pacer() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let t = Timestamp::ZERO;
+        let mut waits = vec![];
+        for _ in 0..3 {
+            let mut call = th.begin(t);
+            waits.push(th.acquire_at(&0, &mut call, t, t).unwrap());
+        }
+        assert_eq!(waits, [ms(0), ms(100), ms(200)], "10/s AIMD start, burst 1");
+        assert_eq!(th.metrics().attempts, 3);
+    }
+
+    #[test]
+    fn a_throttle_pauses_the_partition_and_cuts_the_rate() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let t = Timestamp::ZERO;
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        let hint = Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(Duration::from_secs(2)),
+            ..ServerHints::default()
+        });
+        assert_eq!(
+            th.record_at(&0, &mut call, t, &hint),
+            Step::Retry(Duration::from_secs(2))
+        );
+        assert_eq!(th.rate_of(&0), Some(5.0));
+        // Another call in the same partition waits out the pause too.
+        let mut other = th.begin(t);
+        assert!(th.acquire_at(&0, &mut other, t, t).unwrap() >= Duration::from_secs(2));
+        assert_eq!(th.try_acquire_at(&0, t + ms(500)), Err(ms(1500)));
+        // Another partition is untouched.
+        assert_eq!(th.try_acquire_at(&1, t), Ok(()));
+        assert_eq!(th.partitions(), 2);
+        th.forget(&0);
+        assert_eq!(th.partitions(), 1);
+        assert_eq!(th.try_acquire_at(&0, t), Ok(()), "a fresh partition");
+    }
+
+    #[test]
+    fn retry_after_is_capped() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            max_retry_after: Duration::from_secs(5),
+            ..config()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        let hint = Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(Duration::from_secs(3600)),
+            ..ServerHints::default()
+        });
+        assert_eq!(
+            th.record_at(&0, &mut call, t, &hint),
+            Step::Retry(Duration::from_secs(5))
+        );
+        assert_eq!(th.try_acquire_at(&0, t), Err(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn stops_at_max_attempts_deadline_and_budget() {
+        let t = Timestamp::ZERO;
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            max_attempts: 2,
+            adaptation: Adaptation::None,
+            ..config()
+        })
+        .unwrap();
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        let Step::Retry(d) = th.record_at(&0, &mut call, t, &Outcome::throttled()) else {
+            panic!("expected a retry");
+        };
+        let t1 = t + d;
+        th.acquire_at(&0, &mut call, t1, t1).unwrap();
+        assert_eq!(
+            th.record_at(&0, &mut call, t1, &Outcome::throttled()),
+            Step::GiveUp(StopReason::MaxAttempts)
+        );
+
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            deadline: Some(ms(150)),
+            adaptation: Adaptation::None,
+            ..config()
+        })
+        .unwrap();
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        assert_eq!(
+            th.record_at(&0, &mut call, t, &Outcome::throttled()),
+            Step::Retry(ms(100))
+        );
+        let t1 = t + ms(100);
+        th.acquire_at(&0, &mut call, t1, t1).unwrap();
+        assert_eq!(
+            th.record_at(&0, &mut call, t1, &Outcome::throttled()),
+            Step::GiveUp(StopReason::Deadline),
+            "200 ms more would pass the 150 ms deadline"
+        );
+
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            budget: Some(RetryBudgetConfig {
+                capacity: 5,
+                ..RetryBudgetConfig::default()
+            }),
+            adaptation: Adaptation::None,
+            ..config()
+        })
+        .unwrap();
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        assert!(matches!(
+            th.record_at(&0, &mut call, t, &Outcome::throttled()),
+            Step::Retry(_)
+        ));
+        assert_eq!(th.budget_of(&0), Some(0));
+        assert_eq!(
+            th.record_at(&0, &mut call, t, &Outcome::throttled()),
+            Step::GiveUp(StopReason::BudgetExhausted)
+        );
+        assert_eq!(th.metrics().gave_up, 1);
+    }
+
+    #[test]
+    fn hints_lower_the_pace_before_any_429() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let t = Timestamp::ZERO;
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        let ok = Outcome::success().with_hints(ServerHints {
+            remaining: Some(2),
+            reset_after: Some(Duration::from_secs(10)),
+            ..ServerHints::default()
+        });
+        assert_eq!(th.record_at(&0, &mut call, t, &ok), Step::Done);
+        assert_eq!(
+            th.rate_of(&0),
+            Some(0.2),
+            "2 left over 10 s, below AIMD's 10/s"
+        );
+        assert_eq!(th.metrics().throttled, 0);
+        // A generous hint never raises the rate above the controller's.
+        let lots = Outcome::success().with_hints(ServerHints {
+            remaining: Some(1_000_000),
+            reset_after: Some(Duration::from_secs(1)),
+            ..ServerHints::default()
+        });
+        th.record_at(&0, &mut th.begin(t), t, &lots);
+        assert_eq!(th.rate_of(&0), Some(10.0));
+    }
+
+    #[test]
+    fn sre_rejects_locally_when_the_backend_refuses() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            sre: Some(SreConfig::default()),
+            adaptation: Adaptation::None,
+            budget: None,
+            max_attempts: 1,
+            ..config()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        let mut rejected = 0;
+        for _ in 0..200 {
+            let mut call = th.begin(t);
+            match th.acquire_at(&0, &mut call, t, t) {
+                Ok(_) => {
+                    th.record_at(
+                        &0,
+                        &mut call,
+                        t,
+                        &Outcome {
+                            signal: Signal::ServerError,
+                            hints: ServerHints::default(),
+                        },
+                    );
+                }
+                Err(StopReason::RejectedLocally) => rejected += 1,
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+        assert!(rejected > 100, "{rejected}");
+        assert_eq!(th.metrics().rejected_locally, rejected);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn invariants_hold_under_random_traffic(
+            seed in proptest::prelude::any::<u64>(),
+            steps in proptest::collection::vec(
+                (0u8..3, 0u8..5, 0u64..500, proptest::option::of(0u64..10_000),
+                 proptest::option::of((0u64..100, 0u64..120))),
+                1..300,
+            ),
+        ) {
+            let cfg = ThrottleConfig {
+                seed,
+                max_retry_after: Duration::from_secs(30),
+                pause_jitter: 0.1,
+                ..ThrottleConfig::default()
+            };
+            let th: Throttle<u8> = Throttle::new(cfg).unwrap();
+            let mut now = Timestamp::ZERO;
+            for (key, sig, gap_ms, retry_after_ms, hint) in steps {
+                now = now + ms(gap_ms);
+                let mut call = th.begin(now);
+                let wait = th.acquire_at(&key, &mut call, now, now);
+                proptest::prop_assert!(wait.is_ok());
+                let signal = [Signal::Success, Signal::Throttled, Signal::ServerError,
+                              Signal::Timeout, Signal::Failure][usize::from(sig)];
+                let hints = ServerHints {
+                    retry_after: retry_after_ms.map(ms),
+                    remaining: hint.map(|h| h.0),
+                    reset_after: hint.map(|h| Duration::from_secs(h.1)),
+                    limit: None,
+                };
+                let step = th.record_at(&key, &mut call, now, &Outcome { signal, hints });
+                if let Step::Retry(d) = step {
+                    proptest::prop_assert!(d <= Duration::from_secs(30).max(Duration::from_secs(20)));
+                }
+                if let Some(rate) = th.rate_of(&key) {
+                    proptest::prop_assert!(rate > 0.0 && rate <= 10.0 + 1e-6, "rate {}", rate);
+                }
+                let m = th.metrics();
+                proptest::prop_assert!(m.attempts >= m.successes + m.throttled);
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_configs() {
+        assert!(Throttle::<u8>::new(ThrottleConfig {
+            max_attempts: 0,
+            ..config()
+        })
+        .is_err());
+        assert!(Throttle::<u8>::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(f64::NAN),
+            ..config()
+        })
+        .is_err());
+    }
+}
