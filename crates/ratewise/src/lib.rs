@@ -38,6 +38,11 @@
 //! |---|---|---|---|
 //! | [`Gcra`] | one atomic word, lock-free | up to `burst` | yes |
 //! | [`TokenBucket`] | balance + time | up to `burst` | yes |
+//! | [`LeakyMeter`] | level + time | up to `burst` | yes |
+//! | [`LeakyQueue`] | one departure time | never at the output (admitted requests are delayed) | yes |
+//! | [`FixedWindow`] | window index + count | up to `2·burst` across a boundary | per window only |
+//! | [`SlidingWindowCounter`] | window index + two counts | up to `burst` | no (trailing count is estimated) |
+//! | [`SlidingWindowLog`] | up to `burst` timestamps, 16 B each | at most `burst` in any window | yes |
 //!
 //! Answers are [`Decision`]s that carry their evidence — limit, remaining,
 //! reset and retry-after — so a server can write `RateLimit-*` and
@@ -46,18 +51,28 @@
 //!
 //! # Features
 //!
-//! * `tokio` — async drivers (`until_ready`, deadlines).
+//! * `tokio` — async drivers (`until_ready`, deadlines; the [`debounce`]
+//!   handles).
+//! * `stream` — `Stream` adapters (`debounce::stream`).
 //! * `http` — classification of `http` crate responses for client throttling.
 
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod debounce;
 pub mod decision;
 pub mod error;
+pub mod fixed_window;
 pub mod gcra;
+pub mod leaky_meter;
+pub mod leaky_queue;
 pub mod limiter;
 pub mod quota;
+pub mod sliding_window_counter;
+pub mod sliding_window_log;
 mod sync;
+#[cfg(test)]
+mod test_support;
 pub mod time;
 pub mod token_bucket;
 #[cfg(feature = "tokio")]
@@ -65,9 +80,14 @@ pub mod wait;
 
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError, ReserveError};
+pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
+pub use leaky_meter::LeakyMeter;
+pub use leaky_queue::LeakyQueue;
 pub use limiter::{RateLimiter, Reservation};
 pub use quota::Quota;
+pub use sliding_window_counter::SlidingWindowCounter;
+pub use sliding_window_log::SlidingWindowLog;
 pub use time::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
 pub use token_bucket::TokenBucket;
 #[cfg(feature = "tokio")]

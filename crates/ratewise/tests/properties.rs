@@ -4,6 +4,11 @@
 mod common;
 
 use common::{bound, build, ALGORITHMS};
+
+/// Algorithms whose reserve-then-cancel is exactly a no-op. The window
+/// algorithms may book a future window and stay conservative after the
+/// cancel (documented in each module).
+const EXACT_CANCEL: &[&str] = &["gcra", "token_bucket", "leaky_meter", "leaky_queue"];
 use proptest::prelude::*;
 use ratewise::{Gcra, ManualClock, Quota, RateLimiter, Timestamp, TokenBucket};
 
@@ -95,7 +100,8 @@ proptest! {
                 let w = w.min(q.burst());
                 let d = l.check_at(w, Timestamp::from_nanos(now as u64)).expect("valid weight");
                 if d.allowed {
-                    admitted.push((latest + d.delay.as_nanos() as u64, w));
+                    // The queue's departure is an absolute time: `now + delay`.
+                    admitted.push((latest.max(now as u64 + d.delay.as_nanos() as u64), w));
                 }
             }
             admitted.sort_unstable();
@@ -131,7 +137,7 @@ proptest! {
     #[test]
     fn reserve_then_cancel_is_a_no_op(q in quota(), before in arrivals(), after in arrivals(),
         weight in 1u64..12, cancel_frac in 0.0f64..=1.0) {
-        for name in ["gcra", "token_bucket"] {
+        for name in EXACT_CANCEL {
             let a = build(name, q);
             let b = build(name, q);
             let mut now = 0u64;

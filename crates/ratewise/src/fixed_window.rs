@@ -1,0 +1,459 @@
+//! The fixed-window counter.
+//!
+//! Time is cut into windows of length `W = burst·interval`
+//! ([`Quota::window`]), aligned to the clock's origin: the window of `now` is
+//! `now / W`. Each window admits up to `burst` units; the count starts again
+//! from zero at every boundary. It is the cheapest algorithm (a window index
+//! and a count) and the easiest to explain in a `RateLimit-Reset` header —
+//! and the loosest: a client can spend one window's limit at the end of it
+//! and the next window's at the start, `2·burst` in a moment. Choose it when
+//! that is acceptable.
+//!
+//! # Invariants
+//!
+//! * The state is `(index, count)`: `count` units were admitted in window
+//!   `index`; every later window is empty.
+//! * A request of weight `n` at `now` is admitted iff the window of `now` is
+//!   not before `index` and its count plus `n` is at most `burst`.
+//! * A denied request changes nothing and is told `retry_after` = the true
+//!   earliest time it would pass: the start of the next window (which is
+//!   empty) — or, while the latest window is a future one booked by a
+//!   reservation, the earliest time in or after that window.
+//! * A `now` earlier than the latest time seen is treated as that latest time.
+//!
+//! # Reservations
+//!
+//! A reservation that does not fit in the current window is booked at the
+//! start of the next window that has room, which may be in the future. To
+//! keep the state two numbers, the latest window then *is* that future one:
+//! checks made before it starts are denied conservatively (the remainder of
+//! the current window is given up). Cancelling returns the reservation's
+//! weight while its window is still the latest one, and nothing once a later
+//! window has been opened (its count is no longer kept).
+//!
+//! # Re-configuration
+//!
+//! [`RateLimiter::set_quota_at`] keeps the latest window's *free room* (if
+//! that window is current or in the future), capped at the new burst, in the
+//! window of the new length that contains the old window's start — the rule
+//! every algorithm follows (the token bucket's tokens). Keeping the count
+//! instead would let a burst lowered and raised again hand out capacity.
+//! Counts of earlier windows are forgotten, as they are at every boundary.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::error::{CheckError, ReserveError};
+use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::quota::Quota;
+use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+
+/// A fixed-window counter. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::{FixedWindow, ManualClock, Quota, RateLimiter};
+///
+/// let clock = ManualClock::new();
+/// // 10 per window of 1 s.
+/// let limiter = FixedWindow::with_clock(Quota::per_second(10)?, clock.clone());
+/// clock.advance(Duration::from_millis(900));
+/// assert!(limiter.check(10)?.is_allowed());
+/// let denied = limiter.check(1)?;
+/// assert_eq!(denied.retry_after, Some(Duration::from_millis(100)));
+/// clock.advance(Duration::from_millis(100)); // a new window
+/// assert!(limiter.check(10)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct FixedWindow<C = MonotonicClock> {
+    state: Mutex<State>,
+    clock: C,
+}
+
+#[derive(Debug)]
+struct State {
+    quota: Quota,
+    /// Latest time seen; earlier `now`s are raised to it.
+    last: u64,
+    /// The latest window with admissions (possibly a future one).
+    index: u64,
+    /// Units admitted in window `index`.
+    count: u64,
+}
+
+impl State {
+    fn window(&self) -> u64 {
+        self.quota.window_nanos()
+    }
+
+    fn start(&self, index: u64) -> u64 {
+        index.saturating_mul(self.window())
+    }
+
+    /// Units already counted in the window of `t` (`t` not before the
+    /// latest window's start).
+    fn used_at(&self, t: u64) -> u64 {
+        if t / self.window() == self.index {
+            self.count
+        } else {
+            0
+        }
+    }
+
+    /// The earliest time at or after `now` at which `n` units fit.
+    fn earliest(&self, n: u64, now: u64) -> u64 {
+        let t = now.max(self.start(self.index));
+        if self.used_at(t).saturating_add(n) <= self.quota.burst() {
+            t
+        } else {
+            // The next window is empty, and `n ≤ burst`.
+            self.start((t / self.window()).saturating_add(1))
+        }
+    }
+
+    fn admit(&mut self, n: u64, at: u64) {
+        let k = at / self.window();
+        if k != self.index {
+            self.index = k;
+            self.count = 0;
+        }
+        self.count = self.count.saturating_add(n);
+    }
+
+    fn decision(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+        let t = now.max(self.start(self.index));
+        let end = self.start((t / self.window()).saturating_add(1));
+        Decision {
+            allowed: retry_at.is_none(),
+            limit: self.quota.burst(),
+            remaining: if now < self.start(self.index) {
+                0
+            } else {
+                self.quota.burst().saturating_sub(self.used_at(t))
+            },
+            reset_after: Duration::from_nanos(end.saturating_sub(caller_now)),
+            retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+impl FixedWindow<MonotonicClock> {
+    /// A fixed-window counter on the production clock.
+    pub fn new(quota: Quota) -> Self {
+        FixedWindow::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> FixedWindow<C> {
+    /// A fixed-window counter on `clock`, with nothing counted yet.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        let now = clock.now().as_nanos();
+        FixedWindow {
+            state: Mutex::new(State {
+                quota,
+                last: now,
+                index: now / quota.window_nanos(),
+                count: 0,
+            }),
+            clock,
+        }
+    }
+
+    /// The limiter's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is plain numbers, consistent between statements, so a
+        // panic elsewhere cannot leave it torn.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<C: Clock> RateLimiter for FixedWindow<C> {
+    fn quota(&self) -> Quota {
+        self.lock().quota
+    }
+
+    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
+        let mut s = self.lock();
+        s.last = s.last.max(now.as_nanos());
+        let now = s.last;
+        let old_start = s.start(s.index);
+        let used = if s.index >= now / s.window() {
+            s.count
+        } else {
+            0
+        };
+        // Keep the free room, not the count: capping the count at a smaller
+        // burst and then raising the burst again would hand out capacity.
+        let free = s.quota.burst().saturating_sub(used);
+        s.quota = quota;
+        let w = quota.window_nanos();
+        s.index = (now / w).max(old_start / w);
+        s.count = quota.burst() - free.min(quota.burst());
+    }
+
+    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let caller = now.as_nanos();
+        s.last = s.last.max(caller);
+        let now = s.last;
+        let at = s.earliest(n, now);
+        if at > now {
+            return Ok(s.decision(caller, now, Some(at)));
+        }
+        s.admit(n, now);
+        Ok(s.decision(caller, now, None))
+    }
+
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let caller = now.as_nanos();
+        s.last = s.last.max(caller);
+        let now = s.last;
+        let at = s.earliest(n, now);
+        Ok(s.decision(caller, now, (at > now).then_some(at)))
+    }
+
+    fn reserve_within_at(
+        &self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let caller = now.as_nanos();
+        s.last = s.last.max(caller);
+        let at = s.earliest(n, s.last);
+        let wait = at.saturating_sub(caller);
+        if wait > duration_to_nanos_saturating(max_wait) {
+            return Err(ReserveError::WouldWaitTooLong {
+                wait: Duration::from_nanos(wait),
+                max_wait,
+            });
+        }
+        s.admit(n, at);
+        Ok(Reservation::new(
+            n,
+            now,
+            Timestamp::from_nanos(at),
+            s.index,
+            n,
+        ))
+    }
+
+    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+        let mut s = self.lock();
+        s.last = s.last.max(now.as_nanos());
+        // Past its act time (on the limiter's clock) it may have been used.
+        if s.last > reservation.act_at.as_nanos() || reservation.mark != s.index {
+            return 0;
+        }
+        let back = reservation.cost.min(s.count);
+        s.count -= back;
+        back
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+impl<C> std::fmt::Debug for FixedWindow<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("FixedWindow")
+            .field("quota", &s.quota)
+            .field("index", &s.index)
+            .field("count", &s.count)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::time::ManualClock;
+
+    fn fixed(rate: u64, burst: u64) -> FixedWindow<ManualClock> {
+        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
+        FixedWindow::with_clock(q, ManualClock::new())
+    }
+
+    #[test]
+    fn counts_per_window_and_resets_at_the_boundary() {
+        let l = fixed(10, 10); // 10 per 1 s window
+        assert_eq!(admitted(&l, 4, 1, ms(0)), 4);
+        let d = l.check_at(1, ms(250)).unwrap();
+        assert_eq!(d.remaining, 5);
+        assert_eq!(d.reset_after, Duration::from_millis(750));
+        assert_eq!(admitted(&l, 10, 1, ms(999)), 5);
+        // The boundary weakness: 10 more at once in the next window.
+        assert_eq!(admitted(&l, 20, 1, ms(1000)), 10);
+        assert_eq!(admitted(&l, 1, 1, ms(3500)), 1);
+        assert_eq!(l.peek_at(1, ms(3500)).unwrap().remaining, 9);
+    }
+
+    #[test]
+    fn weights_and_errors() {
+        let l = fixed(10, 5); // 5 per 500 ms
+        assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
+        assert!(matches!(
+            l.check_at(6, ms(0)),
+            Err(CheckError::ExceedsBurst { .. })
+        ));
+        assert!(l.check_at(3, ms(0)).unwrap().allowed);
+        assert!(!l.check_at(3, ms(0)).unwrap().allowed);
+        assert!(l.check_at(2, ms(0)).unwrap().allowed);
+    }
+
+    #[test]
+    fn retry_after_is_exact() {
+        let l = fixed(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(300)), 10);
+        assert_eq!(assert_retry_exact(&l, 1, ms(300)), ms(1000));
+        assert_eq!(admitted(&l, 9, 1, ms(1000)), 9); // 10 in window 1
+        assert_eq!(assert_retry_exact(&l, 2, ms(1700)), ms(2000));
+        let odd = FixedWindow::with_clock(Quota::per_second(3).unwrap(), ManualClock::new());
+        assert_eq!(admitted(&odd, 5, 1, ms(10)), 3);
+        assert_eq!(
+            assert_retry_exact(&odd, 1, ms(10)),
+            Timestamp::from_nanos(1_000_000_002)
+        );
+    }
+
+    #[test]
+    fn peek_does_not_consume() {
+        let l = fixed(10, 2);
+        for _ in 0..5 {
+            assert!(l.peek_at(2, ms(0)).unwrap().allowed);
+        }
+        assert_eq!(l.peek_at(1, ms(0)).unwrap().remaining, 2);
+        assert_eq!(admitted(&l, 5, 1, ms(0)), 2);
+    }
+
+    #[test]
+    fn backwards_time_is_not_more_permissive() {
+        let l = fixed(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(5500)), 10);
+        // Window 0 is long gone, but an old `now` does not reopen it.
+        assert_eq!(admitted(&l, 10, 1, ms(100)), 0);
+        let d = l.check_at(1, ms(100)).unwrap();
+        assert_eq!(d.retry_after, Some(Duration::from_millis(5900)));
+        assert_eq!(admitted(&l, 20, 1, ms(6000)), 10);
+    }
+
+    #[test]
+    fn reservations_book_future_windows() {
+        let l = fixed(10, 10);
+        assert_eq!(admitted(&l, 8, 1, ms(200)), 8);
+        let now = l.reserve_at(2, ms(200)).unwrap();
+        assert_eq!(now.act_at(), ms(200));
+        let next = l.reserve_at(4, ms(300)).unwrap();
+        assert_eq!(next.act_at(), ms(1000));
+        assert!(matches!(
+            l.reserve_within_at(7, ms(300), Duration::from_millis(699)),
+            Err(ReserveError::WouldWaitTooLong { .. })
+        ));
+        // Window 0 was full anyway; checks before window 1 are denied, and
+        // told when window 1 has room.
+        let d = l.check_at(6, ms(400)).unwrap();
+        assert_eq!(d.retry_after, Some(Duration::from_millis(600)));
+        assert_eq!(d.remaining, 0);
+        assert_eq!(assert_retry_exact(&l, 7, ms(500)), ms(2000));
+        // `now` was in a window no longer kept: nothing to give back.
+        assert_eq!(l.cancel_at(&now, ms(200)), 0);
+        // `next` is in the latest window and not yet due: all of it.
+        let l = fixed(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
+        let next = l.reserve_at(4, ms(0)).unwrap();
+        assert_eq!(l.cancel_at(&next, ms(999)), 4);
+        assert_eq!(l.peek_at(1, ms(1000)).unwrap().remaining, 10);
+        let late = l.reserve_at(4, ms(1000)).unwrap();
+        assert_eq!(l.cancel_at(&late, ms(1001)), 0);
+    }
+
+    #[test]
+    fn set_quota_keeps_the_free_room() {
+        let l = fixed(10, 10);
+        assert_eq!(admitted(&l, 6, 1, ms(1500)), 6);
+        // 20 per 2 s window, in window [0, 2 s): the 4 free units stay 4 (a
+        // larger burst hands nothing out by itself, as in the token bucket).
+        l.set_quota_at(
+            Quota::per_second(10).unwrap().with_burst(20).unwrap(),
+            ms(1500),
+        );
+        let d = l.peek_at(1, ms(1500)).unwrap();
+        assert_eq!(
+            (d.remaining, d.reset_after),
+            (4, Duration::from_millis(500))
+        );
+        // Down to a burst of 2: the free room is capped at 2...
+        l.set_quota_at(
+            Quota::per_second(10).unwrap().with_burst(2).unwrap(),
+            ms(1500),
+        );
+        assert_eq!(admitted(&l, 5, 1, ms(1500)), 2);
+        // ...and back up to 20: nothing more until the window turns.
+        l.set_quota_at(
+            Quota::per_second(10).unwrap().with_burst(20).unwrap(),
+            ms(1500),
+        );
+        assert!(!l.peek_at(1, ms(1500)).unwrap().allowed);
+        assert!(l.peek_at(20, ms(2000)).unwrap().allowed);
+    }
+
+    proptest::proptest! {
+        /// Exact retry_after, denials change nothing, and at most
+        /// `b·(⌈D/W⌉ + 1)` units are admitted within any span of `D` ns
+        /// (a span meets at most `⌈D/W⌉ + 1` windows).
+        #[test]
+        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
+            let q = Quota::from_parts(i, b).unwrap();
+            let w = i * b;
+            crate::test_support::check_workload(
+                || FixedWindow::with_clock(q, ManualClock::new()),
+                &ops,
+                |span| b * (span.div_ceil(w) + 1),
+            );
+        }
+    }
+
+    #[test]
+    fn extreme_times_do_not_panic() {
+        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
+            let q = Quota::from_parts(i, b).unwrap();
+            for n in [1, b] {
+                let l = FixedWindow::with_clock(q, ManualClock::new());
+                crate::test_support::exercise_extremes(&l, n);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// With reservations and cancellations mixed in, what acts (checks
+        /// admitted, reservations at their act time, minus those cancelled
+        /// in time) still respects the same span bound.
+        #[test]
+        fn prop_reservations_keep_the_bound((i, b, ops) in crate::test_support::mixed_workload()) {
+            let l = FixedWindow::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
+            let acts = crate::test_support::run_mixed(&l, &ops);
+            crate::test_support::assert_span_bound(&acts, |span| b * (span.div_ceil(i * b) + 1));
+        }
+    }
+
+    #[test]
+    fn is_send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<FixedWindow>();
+        assert_send_sync::<FixedWindow<ManualClock>>();
+    }
+}

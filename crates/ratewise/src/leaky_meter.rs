@@ -1,0 +1,430 @@
+//! The leaky bucket as a meter.
+//!
+//! A bucket of capacity `burst` whose level drains continuously at the
+//! quota's rate. Each admitted request pours its weight in; a request of
+//! weight `n` is admitted iff `level + n ≤ capacity`, otherwise it is denied
+//! and the level is left untouched. Requests are never delayed — that is the
+//! [queue variant](crate::LeakyQueue)'s job.
+//!
+//! The meter is the [token bucket](crate::TokenBucket) seen upside down
+//! (`level = capacity − tokens`), so it admits the same sequences as a token
+//! bucket that starts full. It exists as its own type because it **starts
+//! empty** by default, and because "level" is the vocabulary of the
+//! leaky-bucket literature and of its `reset_after` (time to drain).
+//!
+//! # Invariants
+//!
+//! * The level is kept in nanoseconds of drain time (one unit = one emission
+//!   interval), so the arithmetic is exact integers: no float drift over any
+//!   run length.
+//! * Without reservations `0 ≤ level ≤ burst·interval`. A reservation may
+//!   pour past the brim (a debt later requests queue behind, as in Go's
+//!   `x/time/rate`); the level then drains back below the brim before anyone
+//!   else is admitted.
+//! * A `now` earlier than the latest time seen drains nothing.
+//!
+//! **Re-configuring** with [`RateLimiter::set_quota_at`] keeps the number of
+//! *free* units (capacity − level, re-scaled to the new interval and rounded
+//! towards less room), capped at the new capacity, exactly as the token
+//! bucket keeps its tokens; a debt from reservations stays a debt.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::error::{CheckError, ReserveError};
+use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::quota::Quota;
+use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+
+/// A leaky bucket used as a meter. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::{LeakyMeter, ManualClock, Quota, RateLimiter};
+///
+/// let clock = ManualClock::new();
+/// let meter = LeakyMeter::with_clock(Quota::per_second(10)?.with_burst(20)?, clock.clone());
+/// assert!(meter.check(15)?.is_allowed()); // level 15 of 20
+/// assert!(!meter.check(10)?.is_allowed()); // would overflow
+/// clock.advance(Duration::from_millis(500)); // drained to 10
+/// assert!(meter.check(10)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct LeakyMeter<C = MonotonicClock> {
+    state: Mutex<State>,
+    clock: C,
+}
+
+#[derive(Debug)]
+struct State {
+    quota: Quota,
+    /// Latest time seen; draining is computed from here.
+    last: u64,
+    /// Level in nanoseconds of drain time. Above `quota.window_nanos()` only
+    /// after reservations.
+    level: u128,
+    /// Total poured in, minus what cancellations took out; a reservation
+    /// remembers it to tell which pours came after it.
+    ledger: u128,
+}
+
+impl State {
+    fn drain(&mut self, now: u64) {
+        if now > self.last {
+            self.level = self.level.saturating_sub(u128::from(now - self.last));
+            self.last = now;
+        }
+    }
+
+    fn capacity(&self) -> u128 {
+        u128::from(self.quota.window_nanos())
+    }
+
+    /// How long until `cost` more fits (zero if it fits now).
+    fn wait_for(&self, cost: u128) -> u64 {
+        clamp_u64((self.level + cost).saturating_sub(self.capacity()))
+    }
+
+    fn decision(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
+        let e = u128::from(self.quota.emission_nanos());
+        Decision {
+            allowed,
+            limit: self.quota.burst(),
+            remaining: clamp_u64(self.capacity().saturating_sub(self.level) / e),
+            reset_after: Duration::from_nanos(clamp_u64(self.level)),
+            retry_after: retry_after.map(Duration::from_nanos),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+fn clamp_u64(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+impl LeakyMeter<MonotonicClock> {
+    /// An empty meter on the production clock.
+    pub fn new(quota: Quota) -> Self {
+        LeakyMeter::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> LeakyMeter<C> {
+    /// An empty meter on `clock`.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        let now = clock.now().as_nanos();
+        LeakyMeter {
+            state: Mutex::new(State {
+                quota,
+                last: now,
+                level: 0,
+                ledger: 0,
+            }),
+            clock,
+        }
+    }
+
+    /// The meter's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is plain numbers, consistent between statements, so a
+        // panic elsewhere cannot leave it torn.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<C: Clock> RateLimiter for LeakyMeter<C> {
+    fn quota(&self) -> Quota {
+        self.lock().quota
+    }
+
+    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
+        let mut s = self.lock();
+        s.drain(now.as_nanos());
+        // Keep the number of *free* units (capacity − level), as the token
+        // bucket keeps its tokens: re-scale to the new interval rounding
+        // towards less room, cap at the new capacity, and keep any debt.
+        // Preserving the level instead would hand out capacity when a burst
+        // is lowered and raised again.
+        let old_e = i128::from(s.quota.emission_nanos());
+        let new_e = i128::from(quota.emission_nanos());
+        let new_cap = i128::from(quota.window_nanos());
+        let free = i128::try_from(s.capacity()).unwrap_or(i128::MAX)
+            - i128::try_from(s.level).unwrap_or(i128::MAX);
+        let free = free.saturating_mul(new_e).div_euclid(old_e).min(new_cap);
+        s.level = u128::try_from(new_cap - free).unwrap_or(u128::MAX);
+        s.quota = quota;
+    }
+
+    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        s.drain(now.as_nanos());
+        let cost = u128::from(s.quota.cost_nanos(n));
+        match s.wait_for(cost) {
+            0 => {
+                s.level += cost;
+                s.ledger = s.ledger.saturating_add(cost);
+                Ok(s.decision(true, None))
+            }
+            wait => Ok(s.decision(false, Some(wait))),
+        }
+    }
+
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        // Draining is not consuming: peek may bring the level up to date.
+        s.drain(now.as_nanos());
+        let cost = u128::from(s.quota.cost_nanos(n));
+        match s.wait_for(cost) {
+            0 => Ok(s.decision(true, None)),
+            wait => Ok(s.decision(false, Some(wait))),
+        }
+    }
+
+    fn reserve_within_at(
+        &self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let now_ns = now.as_nanos();
+        s.drain(now_ns);
+        let cost = s.quota.cost_nanos(n);
+        let wait = s.wait_for(u128::from(cost));
+        if wait > duration_to_nanos_saturating(max_wait) {
+            return Err(ReserveError::WouldWaitTooLong {
+                wait: Duration::from_nanos(wait),
+                max_wait,
+            });
+        }
+        s.level = s.level.saturating_add(u128::from(cost));
+        s.ledger = s.ledger.saturating_add(u128::from(cost));
+        let mark = clamp_u64(s.ledger);
+        // Measured from the meter's own latest time, which is `now` unless
+        // the caller's clock ran backwards.
+        let act_at = Timestamp::from_nanos(s.last.max(now_ns).saturating_add(wait));
+        Ok(Reservation::new(n, now, act_at, mark, cost))
+    }
+
+    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+        if now > reservation.act_at {
+            return 0;
+        }
+        let mut s = self.lock();
+        s.drain(now.as_nanos());
+        // What was poured after this reservation was promised room on top of
+        // it; only the rest comes back out (the `x/time/rate` rule).
+        let later = s.ledger.saturating_sub(u128::from(reservation.mark));
+        let restore = u128::from(reservation.cost).saturating_sub(later);
+        let before = s.level;
+        s.level = s.level.saturating_sub(restore);
+        s.ledger = s.ledger.saturating_sub(restore);
+        clamp_u64((before - s.level) / u128::from(s.quota.emission_nanos()))
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+impl<C> std::fmt::Debug for LeakyMeter<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("LeakyMeter")
+            .field("quota", &s.quota)
+            .field("level_nanos", &s.level)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::time::ManualClock;
+
+    fn meter(rate: u64, burst: u64) -> LeakyMeter<ManualClock> {
+        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
+        LeakyMeter::with_clock(q, ManualClock::new())
+    }
+
+    /// 003, "Leaky Bucket — The Mathematics", meter worked example.
+    #[test]
+    fn worked_example_r10_c20() {
+        let m = meter(10, 20);
+        assert_eq!(admitted(&m, 10, 1, ms(0)), 10);
+        assert_eq!(m.peek_at(1, ms(0)).unwrap().remaining, 10);
+        // Drained by 5 to 5; ten more make 15.
+        assert_eq!(admitted(&m, 10, 1, ms(500)), 10);
+        // Drained by 5 to 10; of 30, 10 fit.
+        assert_eq!(m.peek_at(1, ms(1000)).unwrap().remaining, 10);
+        assert_eq!(admitted(&m, 30, 1, ms(1000)), 10);
+        // 10 + 10 + 10 = 30 = r·1 + c.
+        let full = m.peek_at(1, ms(1000)).unwrap();
+        assert_eq!(full.reset_after, Duration::from_secs(2));
+        assert_eq!(full.retry_after, Some(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn starts_empty() {
+        let m = meter(10, 5);
+        let d = m.peek_at(1, ms(0)).unwrap();
+        assert_eq!((d.allowed, d.remaining, d.limit), (true, 5, 5));
+        assert_eq!(d.reset_after, Duration::ZERO);
+    }
+
+    #[test]
+    fn weights_and_errors() {
+        let m = meter(10, 5);
+        assert_eq!(m.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
+        assert_eq!(
+            m.check_at(6, ms(0)),
+            Err(CheckError::ExceedsBurst {
+                requested: 6,
+                burst: 5
+            })
+        );
+        assert!(m.check_at(3, ms(0)).unwrap().allowed);
+        let denied = m.check_at(3, ms(0)).unwrap();
+        assert!(!denied.allowed);
+        assert_eq!(denied.retry_after, Some(Duration::from_millis(100)));
+        // The denial changed nothing.
+        assert_eq!(denied.remaining, 2);
+        assert!(m.check_at(2, ms(0)).unwrap().allowed);
+    }
+
+    #[test]
+    fn retry_after_is_exact() {
+        let m = meter(10, 20);
+        assert_eq!(admitted(&m, 20, 1, ms(0)), 20);
+        let t = assert_retry_exact(&m, 1, ms(0));
+        assert_eq!(t, ms(100));
+        let t = assert_retry_exact(&m, 7, ms(130));
+        assert_eq!(t, ms(800));
+        let q = Quota::per_second(3).unwrap();
+        let odd = LeakyMeter::with_clock(q, ManualClock::new());
+        assert_eq!(admitted(&odd, 5, 1, ms(0)), 3);
+        assert_retry_exact(&odd, 2, Timestamp::from_nanos(12_345));
+    }
+
+    #[test]
+    fn peek_does_not_consume() {
+        let m = meter(10, 3);
+        for _ in 0..10 {
+            assert!(m.peek_at(1, ms(0)).unwrap().allowed);
+        }
+        assert_eq!(admitted(&m, 5, 1, ms(0)), 3);
+    }
+
+    #[test]
+    fn backwards_time_drains_nothing() {
+        let m = meter(10, 10);
+        assert_eq!(admitted(&m, 10, 1, ms(5000)), 10);
+        assert_eq!(admitted(&m, 10, 1, ms(0)), 0);
+        assert_eq!(admitted(&m, 10, 1, ms(5100)), 1);
+    }
+
+    #[test]
+    fn reservation_and_cancel() {
+        let m = meter(10, 10);
+        assert_eq!(admitted(&m, 10, 1, ms(0)), 10);
+        let r = m.reserve_at(5, ms(0)).unwrap();
+        assert_eq!(r.act_at(), ms(500));
+        let later = m.reserve_at(2, ms(0)).unwrap();
+        assert_eq!(later.act_at(), ms(700));
+        // Too long a wait reserves nothing.
+        assert!(matches!(
+            m.reserve_within_at(1, ms(0), Duration::from_millis(799)),
+            Err(ReserveError::WouldWaitTooLong { .. })
+        ));
+        // Two of the five were promised to `later`.
+        assert_eq!(m.cancel_at(&r, ms(200)), 3);
+        assert_eq!(m.cancel_at(&later, ms(200)), 2);
+        // As in `x/time/rate`, the two units `r` could not return stay used
+        // even once `later` is gone: 10 drained by 2, plus 2.
+        assert_eq!(m.peek_at(1, ms(200)).unwrap().remaining, 0);
+        assert_eq!(m.peek_at(1, ms(400)).unwrap().remaining, 2);
+        // Cancelling after the act time gives nothing back.
+        let r = m.reserve_at(1, ms(400)).unwrap();
+        assert_eq!(m.cancel_at(&r, ms(401)), 0);
+    }
+
+    #[test]
+    fn set_quota_keeps_free_units() {
+        let m = meter(10, 10);
+        assert_eq!(admitted(&m, 6, 1, ms(0)), 6);
+        m.set_quota_at(Quota::per_second(1).unwrap().with_burst(10).unwrap(), ms(0));
+        assert_eq!(m.peek_at(1, ms(0)).unwrap().remaining, 4);
+        // Draining at the new rate: one unit per second.
+        assert_eq!(m.peek_at(1, ms(1000)).unwrap().remaining, 5);
+        // A smaller capacity caps the free units...
+        m.set_quota_at(
+            Quota::per_second(1).unwrap().with_burst(3).unwrap(),
+            ms(1000),
+        );
+        assert_eq!(m.peek_at(1, ms(1000)).unwrap().remaining, 3);
+        assert_eq!(admitted(&m, 5, 1, ms(1000)), 3);
+        // ...and raising it again hands nothing out by itself.
+        m.set_quota_at(
+            Quota::per_second(1).unwrap().with_burst(10).unwrap(),
+            ms(1000),
+        );
+        assert_eq!(m.peek_at(1, ms(1000)).unwrap().remaining, 0);
+        assert_eq!(
+            m.peek_at(1, ms(1000)).unwrap().retry_after,
+            Some(Duration::from_secs(1))
+        );
+    }
+
+    proptest::proptest! {
+        /// Exact retry_after, denials change nothing, and at most
+        /// `b + ⌊D/I⌋` units are admitted within any span of `D` ns.
+        #[test]
+        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
+            let q = Quota::from_parts(i, b).unwrap();
+            crate::test_support::check_workload(
+                || LeakyMeter::with_clock(q, ManualClock::new()),
+                &ops,
+                |span| b + span / i,
+            );
+        }
+    }
+
+    #[test]
+    fn extreme_times_do_not_panic() {
+        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
+            let q = Quota::from_parts(i, b).unwrap();
+            for n in [1, b] {
+                let l = LeakyMeter::with_clock(q, ManualClock::new());
+                crate::test_support::exercise_extremes(&l, n);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// With reservations and cancellations mixed in, what acts (checks
+        /// admitted, reservations at their act time, minus those cancelled
+        /// in time) still respects the same span bound.
+        #[test]
+        fn prop_reservations_keep_the_bound((i, b, ops) in crate::test_support::mixed_workload()) {
+            let l = LeakyMeter::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
+            let acts = crate::test_support::run_mixed(&l, &ops);
+            crate::test_support::assert_span_bound(&acts, |span| b + span / i);
+        }
+    }
+
+    #[test]
+    fn is_send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<LeakyMeter>();
+        assert_send_sync::<LeakyMeter<ManualClock>>();
+    }
+}

@@ -1,0 +1,501 @@
+//! The leaky bucket as a queue: a scheduler that never lets output burst.
+//!
+//! Admitted requests join a bounded FIFO that drains at the quota's rate.
+//! Instead of holding the requests (this crate does no I/O), the queue hands
+//! each one its **departure time** — when it reaches the head of the queue —
+//! as [`Decision::delay`] (or [`Reservation::act_at`]); the caller waits that
+//! long and then acts. A request of weight `n` occupies the head for
+//! `n·interval`, so
+//!
+//! ```text
+//! departure(i) ≥ departure(i−1) + weight(i−1)·interval
+//! ```
+//!
+//! and the output never exceeds the rate, however bursty the input.
+//!
+//! # Model and invariants
+//!
+//! The whole queue is one number, `tail`: the time at which everything
+//! admitted so far has been served (the next free departure slot). At `now`
+//! the queue holds `tail − now` nanoseconds of work, i.e. `(tail − now) /
+//! interval` units, counting the unserved part of the request at the head.
+//! A request of weight `n` is admitted iff
+//!
+//! ```text
+//! (max(tail, now) − now) + n·interval ≤ burst·interval
+//! ```
+//!
+//! departs at `max(tail, now)`, and moves `tail` to `departure + n·interval`.
+//! Hence every request admitted by a check waits at most
+//! `(burst − n)·interval` (a reservation may wait longer, see below). An
+//! overflowing request is denied, changes nothing, and is told
+//! `retry_after` = when enough work has drained for it to fit.
+//!
+//! The admission test is exactly [GCRA](crate::Gcra)'s (with `tail` as the
+//! theoretical arrival time); the difference is that GCRA lets an admitted
+//! request act *now* and this queue makes it act at its departure.
+//!
+//! # Reservations and cancellation
+//!
+//! [`RateLimiter::reserve_within_at`] books the next departure slot, and may
+//! book it beyond the queue's capacity (the request then waits outside the
+//! queue until room appears, then in it): `act_at` is the departure and the
+//! wait checked against `max_wait` is `act_at − now`. Later checks see an
+//! over-full queue and are denied until it drains below the brim.
+//!
+//! Cancellation follows Go's `x/time/rate` rule — capacity promised to later
+//! requests is not given back — as far as a FIFO allows. Every request
+//! admitted after a reservation was scheduled *behind* it and has been told
+//! its departure time; moving the tail back would let a new request depart
+//! in the middle of theirs and make the output burst. So a cancelled
+//! reservation gives back its whole weight if it is still the last one in
+//! the queue (the tail moves back to its departure; cancelling several in
+//! reverse order gives back each), and nothing otherwise: its slot becomes
+//! idle time in the output.
+//!
+//! # Re-configuration and time
+//!
+//! [`RateLimiter::set_quota_at`] keeps `tail`: work already scheduled keeps
+//! its departure times, the backlog stays used, and new admissions are
+//! measured against the new capacity (`burst'·interval'`) and spaced by the
+//! new interval. A `now` earlier than the latest time seen is treated as
+//! that latest time, which is never more permissive.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::error::{CheckError, ReserveError};
+use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::quota::Quota;
+use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+
+/// A leaky bucket used as a queue (a scheduler). See the [module
+/// docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::{LeakyQueue, ManualClock, Quota, RateLimiter};
+///
+/// let clock = ManualClock::new();
+/// let queue = LeakyQueue::with_clock(Quota::per_second(10)?.with_burst(3)?, clock.clone());
+/// let delays: Vec<_> = (0..3).map(|_| queue.check(1).unwrap().delay).collect();
+/// assert_eq!(delays, [0, 100, 200].map(Duration::from_millis));
+/// // Full: the fourth must wait until one unit of work has drained.
+/// let denied = queue.check(1)?;
+/// assert_eq!(denied.retry_after, Some(Duration::from_millis(100)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct LeakyQueue<C = MonotonicClock> {
+    state: Mutex<State>,
+    clock: C,
+}
+
+#[derive(Debug)]
+struct State {
+    quota: Quota,
+    /// Latest time seen; earlier `now`s are raised to it.
+    last: u64,
+    /// When all admitted work has been served: the next free departure slot.
+    tail: u64,
+}
+
+/// Where a request of some weight would go at some time.
+struct Slot {
+    /// The clamped `now`.
+    now: u64,
+    /// Its departure: `max(tail, now)`.
+    departure: u64,
+    /// `tail` after admitting it.
+    tail_after: u64,
+    /// How long until it fits in the queue (zero if it fits now).
+    wait: u64,
+}
+
+impl State {
+    fn slot(&mut self, n: u64, now: u64) -> Slot {
+        self.last = self.last.max(now);
+        let now = self.last;
+        let departure = self.tail.max(now);
+        let tail_after = departure.saturating_add(self.quota.cost_nanos(n));
+        let wait = (tail_after - now).saturating_sub(self.quota.window_nanos());
+        Slot {
+            now,
+            departure,
+            tail_after,
+            wait,
+        }
+    }
+
+    fn decision(&self, now: u64, tail: u64, retry_after: Option<u64>, delay: u64) -> Decision {
+        let backlog = tail.saturating_sub(now);
+        Decision {
+            allowed: retry_after.is_none(),
+            limit: self.quota.burst(),
+            remaining: self.quota.window_nanos().saturating_sub(backlog)
+                / self.quota.emission_nanos(),
+            reset_after: Duration::from_nanos(backlog),
+            retry_after: retry_after.map(Duration::from_nanos),
+            delay: Duration::from_nanos(delay),
+        }
+    }
+}
+
+impl LeakyQueue<MonotonicClock> {
+    /// An empty queue on the production clock.
+    pub fn new(quota: Quota) -> Self {
+        LeakyQueue::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> LeakyQueue<C> {
+    /// An empty queue on `clock`.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        let now = clock.now().as_nanos();
+        LeakyQueue {
+            state: Mutex::new(State {
+                quota,
+                last: now,
+                tail: now,
+            }),
+            clock,
+        }
+    }
+
+    /// The queue's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is plain numbers, consistent between statements, so a
+        // panic elsewhere cannot leave it torn.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<C: Clock> RateLimiter for LeakyQueue<C> {
+    fn quota(&self) -> Quota {
+        self.lock().quota
+    }
+
+    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
+        let mut s = self.lock();
+        s.last = s.last.max(now.as_nanos());
+        // `tail` is kept: scheduled departures stand (see the module docs).
+        s.quota = quota;
+    }
+
+    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let slot = s.slot(n, now.as_nanos());
+        if slot.wait > 0 {
+            return Ok(s.decision(slot.now, s.tail, Some(slot.wait), 0));
+        }
+        s.tail = slot.tail_after;
+        let delay = slot.departure.saturating_sub(now.as_nanos());
+        Ok(s.decision(slot.now, s.tail, None, delay))
+    }
+
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let slot = s.slot(n, now.as_nanos());
+        if slot.wait > 0 {
+            Ok(s.decision(slot.now, s.tail, Some(slot.wait), 0))
+        } else {
+            let delay = slot.departure.saturating_sub(now.as_nanos());
+            Ok(s.decision(slot.now, s.tail, None, delay))
+        }
+    }
+
+    fn reserve_within_at(
+        &self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let slot = s.slot(n, now.as_nanos());
+        let wait = slot.departure.saturating_sub(now.as_nanos());
+        if wait > duration_to_nanos_saturating(max_wait) {
+            return Err(ReserveError::WouldWaitTooLong {
+                wait: Duration::from_nanos(wait),
+                max_wait,
+            });
+        }
+        s.tail = slot.tail_after;
+        Ok(Reservation::new(
+            n,
+            now,
+            Timestamp::from_nanos(slot.departure),
+            slot.tail_after,
+            slot.tail_after - slot.departure,
+        ))
+    }
+
+    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+        let mut s = self.lock();
+        s.last = s.last.max(now.as_nanos());
+        // Past its act time (on the queue's clock) it may have been used.
+        if s.last > reservation.act_at.as_nanos() {
+            return 0;
+        }
+        // Only the last request in the queue can leave without leaving a hole
+        // that a newcomer would fill out of order.
+        if s.tail != reservation.mark || reservation.mark < reservation.cost {
+            return 0;
+        }
+        s.tail = reservation.mark - reservation.cost;
+        reservation.weight
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+impl<C> std::fmt::Debug for LeakyQueue<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("LeakyQueue")
+            .field("quota", &s.quota)
+            .field("tail_nanos", &s.tail)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::time::ManualClock;
+
+    fn queue(rate: u64, burst: u64) -> LeakyQueue<ManualClock> {
+        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
+        LeakyQueue::with_clock(q, ManualClock::new())
+    }
+
+    /// Admits `count` requests of weight 1 at `at`; returns the departure
+    /// times (ms) of those admitted.
+    fn departures(l: &LeakyQueue<ManualClock>, count: u64, at: Timestamp) -> Vec<u64> {
+        (0..count)
+            .filter_map(|_| {
+                let d = l.check_at(1, at).unwrap();
+                d.allowed.then(|| (at + d.delay).as_nanos() / 1_000_000)
+            })
+            .collect()
+    }
+
+    /// 003, "Leaky Bucket — The Mathematics", queue worked example.
+    #[test]
+    fn worked_example_r10_c20() {
+        let l = queue(10, 20);
+        let first = departures(&l, 10, ms(0));
+        assert_eq!(first, (0..10).map(|i| i * 100).collect::<Vec<_>>());
+        // By t = 1 s all ten have departed; of 30 arrivals, 20 fit.
+        assert_eq!(l.peek_at(1, ms(1000)).unwrap().remaining, 20);
+        let second = departures(&l, 30, ms(1000));
+        assert_eq!(second, (0..20).map(|i| 1000 + i * 100).collect::<Vec<_>>());
+        // The last departs at 2.9 s: latency at most c/r = 2 s.
+        let full = l.peek_at(1, ms(1000)).unwrap();
+        assert_eq!(full.reset_after, Duration::from_secs(2));
+        assert_eq!(full.retry_after, Some(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn weighted_departures_are_spaced_by_weight() {
+        let l = queue(10, 10);
+        let a = l.check_at(3, ms(0)).unwrap();
+        let b = l.check_at(1, ms(0)).unwrap();
+        let c = l.check_at(2, ms(50)).unwrap();
+        assert_eq!(a.delay, Duration::ZERO);
+        assert_eq!(b.delay, Duration::from_millis(300));
+        assert_eq!(c.delay, Duration::from_millis(350)); // departs at 400
+        assert_eq!(c.remaining, 4); // 550 ms of work queued at 50 ms
+        assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
+        assert!(matches!(
+            l.check_at(11, ms(0)),
+            Err(CheckError::ExceedsBurst { .. })
+        ));
+    }
+
+    #[test]
+    fn retry_after_is_exact() {
+        let l = queue(10, 20);
+        assert_eq!(admitted(&l, 25, 1, ms(0)), 20);
+        assert_eq!(assert_retry_exact(&l, 1, ms(0)), ms(100));
+        assert_eq!(assert_retry_exact(&l, 5, ms(130)), ms(600));
+        let odd = LeakyQueue::with_clock(Quota::per_second(3).unwrap(), ManualClock::new());
+        assert_eq!(admitted(&odd, 5, 1, ms(0)), 3);
+        assert_retry_exact(&odd, 2, Timestamp::from_nanos(77));
+    }
+
+    #[test]
+    fn denial_and_peek_change_nothing() {
+        let l = queue(10, 2);
+        for _ in 0..5 {
+            assert!(l.peek_at(2, ms(0)).unwrap().allowed);
+        }
+        assert!(l.check_at(2, ms(0)).unwrap().allowed);
+        for _ in 0..5 {
+            assert!(!l.check_at(1, ms(50)).unwrap().allowed);
+        }
+        let d = l.check_at(1, ms(100)).unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.delay, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn backwards_time_is_not_more_permissive() {
+        let l = queue(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(5000)), 10);
+        assert_eq!(admitted(&l, 10, 1, ms(0)), 0);
+        let d = l.check_at(1, ms(5100)).unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.delay, Duration::from_millis(900));
+        // A caller whose clock is behind is told to wait from its own now.
+        let q = queue(10, 10);
+        assert!(q.check_at(1, ms(1000)).unwrap().allowed);
+        let d = q.check_at(1, ms(400)).unwrap();
+        assert_eq!(d.delay, Duration::from_millis(700));
+    }
+
+    #[test]
+    fn reservations_book_departures_and_cancel_from_the_tail() {
+        let l = queue(10, 5);
+        let a = l.reserve_at(2, ms(0)).unwrap();
+        let b = l.reserve_at(3, ms(0)).unwrap();
+        assert_eq!((a.act_at(), b.act_at()), (ms(0), ms(200)));
+        // The queue is full; a reservation may wait outside it.
+        let c = l.reserve_at(1, ms(0)).unwrap();
+        assert_eq!(c.act_at(), ms(500));
+        assert!(!l.peek_at(1, ms(0)).unwrap().allowed);
+        assert!(matches!(
+            l.reserve_within_at(1, ms(0), Duration::from_millis(599)),
+            Err(ReserveError::WouldWaitTooLong { .. })
+        ));
+        // `a` is not last: later requests were scheduled behind it.
+        assert_eq!(l.cancel_at(&a, ms(0)), 0);
+        // From the tail, in reverse order, each gives back its weight.
+        assert_eq!(l.cancel_at(&c, ms(0)), 1);
+        assert_eq!(l.cancel_at(&c, ms(0)), 0); // twice is once
+        assert_eq!(l.cancel_at(&b, ms(100)), 3);
+        let d = l.check_at(1, ms(100)).unwrap();
+        // Right behind `a`.
+        assert_eq!(d.delay, Duration::from_millis(100));
+        // After its act time, a reservation cannot be cancelled.
+        let e = l.reserve_at(1, ms(300)).unwrap();
+        assert_eq!(e.act_at(), ms(300));
+        assert_eq!(l.cancel_at(&e, ms(301)), 0);
+    }
+
+    #[test]
+    fn set_quota_keeps_the_backlog() {
+        let l = queue(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(0)), 10); // 1 s of work
+        l.set_quota_at(Quota::per_second(1).unwrap().with_burst(4).unwrap(), ms(0));
+        // 1 s of backlog is one unit at the new rate; three more fit.
+        let d = l.check_at(3, ms(0)).unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.delay, Duration::from_secs(1));
+        assert_eq!(d.reset_after, Duration::from_secs(4));
+        assert!(!l.check_at(1, ms(0)).unwrap().allowed);
+    }
+
+    proptest::proptest! {
+        /// Exact retry_after, denials change nothing, at most `b + ⌊D/I⌋`
+        /// units admitted within any span of `D` ns; departures are spaced
+        /// by the previous weight and no admitted request waits more than
+        /// `(b − n)·I`.
+        #[test]
+        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
+            let q = Quota::from_parts(i, b).unwrap();
+            let admitted = crate::test_support::check_workload(
+                || LeakyQueue::with_clock(q, ManualClock::new()),
+                &ops,
+                |span| b + span / i,
+            );
+            let mut prev: Option<(u64, u64)> = None;
+            for (t, n, d) in admitted {
+                let delay = u64::try_from(d.delay.as_nanos()).unwrap();
+                proptest::prop_assert!(delay <= (b - n) * i);
+                let departure = t + delay;
+                if let Some((pd, pn)) = prev {
+                    proptest::prop_assert!(departure >= pd + pn * i);
+                }
+                prev = Some((departure, n));
+            }
+        }
+    }
+
+    #[test]
+    fn extreme_times_do_not_panic() {
+        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
+            let q = Quota::from_parts(i, b).unwrap();
+            for n in [1, b] {
+                let l = LeakyQueue::with_clock(q, ManualClock::new());
+                crate::test_support::exercise_extremes(&l, n);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// With reservations and cancellations mixed in, the departures of
+        /// what acts stay spaced by the preceding weight: cancelling never
+        /// lets a newcomer depart inside another request's slot.
+        #[test]
+        fn prop_output_never_bursts((i, b, ops) in crate::test_support::mixed_workload()) {
+            let l = LeakyQueue::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
+            // For the queue, a request acts at its departure.
+            let mut departures = Vec::new();
+            let mut t = 0u64;
+            let mut reservations = Vec::new();
+            for &(dt, kind, n) in &ops {
+                t += dt;
+                let now = Timestamp::from_nanos(t);
+                match kind {
+                    0 => {
+                        let d = l.check_at(n, now).unwrap();
+                        if d.allowed {
+                            departures.push(Some((t + u64::try_from(d.delay.as_nanos()).unwrap(), n)));
+                        }
+                    }
+                    1 | 2 => {
+                        let max_wait = if kind == 1 { Duration::MAX } else { Duration::from_nanos(n * 3) };
+                        if let Ok(r) = l.reserve_within_at(n, now, max_wait) {
+                            reservations.push((departures.len(), r));
+                            departures.push(Some((r.act_at().as_nanos(), n)));
+                        }
+                    }
+                    _ => {
+                        if reservations.is_empty() {
+                            continue;
+                        }
+                        let k = (n as usize) % reservations.len();
+                        let (slot, r) = reservations.swap_remove(k);
+                        let back = l.cancel_at(&r, now);
+                        if r.act_at() >= now {
+                            proptest::prop_assert!(back == 0 || back == r.weight());
+                            departures[slot] = None;
+                        }
+                    }
+                }
+            }
+            let mut departures: Vec<_> = departures.into_iter().flatten().collect();
+            departures.sort_unstable();
+            for w in departures.windows(2) {
+                proptest::prop_assert!(w[1].0 >= w[0].0 + w[0].1 * i, "{:?}", w);
+            }
+        }
+    }
+
+    #[test]
+    fn is_send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<LeakyQueue>();
+        assert_send_sync::<LeakyQueue<ManualClock>>();
+    }
+}

@@ -1,0 +1,533 @@
+//! The sliding-window counter: a fixed window's memory with (almost) a
+//! sliding window's fairness.
+//!
+//! Windows of length `W = burst·interval` ([`Quota::window`]) are aligned to
+//! the clock's origin, as in [`FixedWindow`](crate::FixedWindow), but the
+//! limiter keeps the previous window's count too and estimates the number of
+//! units in the trailing window `(now − W, now]` by assuming the previous
+//! window's were spread evenly:
+//!
+//! ```text
+//! estimate = prev·(1 − f) + cur,   f = (now − window start) / W
+//! ```
+//!
+//! A request of weight `n` is admitted iff `estimate + n ≤ burst`. The test
+//! is done in exact integers — `prev·(W − elapsed) + (cur + n)·W ≤ burst·W`
+//! in `u128` — so there is no float rounding at any boundary and
+//! `retry_after` can be computed exactly.
+//!
+//! # Invariants
+//!
+//! * The state is `(index, prev, cur)`: `cur` units admitted in window
+//!   `index`, `prev` in window `index − 1`. Windows after `index` are empty.
+//! * Within a window the estimate only falls as time passes, and at a
+//!   boundary it does not rise (`prev·(W − elapsed)/W + cur ≥ cur`, the new
+//!   estimate's starting value), so the earliest admission time of a denied
+//!   request is found in closed form and is exact.
+//! * A denied request changes nothing. A `now` earlier than the latest time
+//!   seen is treated as that latest time.
+//!
+//! # Reservations
+//!
+//! A reservation is booked at the earliest time the request passes — in the
+//! current window or a later one — and counted there. If that is in a future
+//! window, the latest window becomes that future one: checks made before it
+//! starts are denied conservatively. Cancelling (before the act time) gives
+//! back the reservation's weight while its window is the latest or the one
+//! before it (the two counts kept), and nothing once it has been forgotten.
+//! Giving it back is exact, not merely safe: the cancelled units never act.
+//!
+//! # Re-configuration
+//!
+//! [`RateLimiter::set_quota_at`] keeps the free room: `burst − ⌈estimate⌉`
+//! units, capped at the new burst, stay free in the current window of the
+//! new length (whose count is set accordingly, with an empty previous
+//! window). This is the rule every algorithm follows (the token bucket's
+//! tokens); keeping the count would let a burst lowered and raised again
+//! hand out capacity.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::error::{CheckError, ReserveError};
+use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::quota::Quota;
+use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+
+/// A sliding-window counter. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::{ManualClock, Quota, RateLimiter, SlidingWindowCounter};
+///
+/// let clock = ManualClock::new();
+/// // 10 per sliding window of 1 s.
+/// let limiter = SlidingWindowCounter::with_clock(Quota::per_second(10)?, clock.clone());
+/// assert!(limiter.check(10)?.is_allowed());
+/// // Half-way through the next window, half of the previous one still counts.
+/// clock.advance(Duration::from_millis(1500));
+/// assert_eq!(limiter.peek(1)?.remaining, 5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SlidingWindowCounter<C = MonotonicClock> {
+    state: Mutex<State>,
+    clock: C,
+}
+
+#[derive(Debug)]
+struct State {
+    quota: Quota,
+    /// Latest time seen; earlier `now`s are raised to it.
+    last: u64,
+    /// The latest window with admissions (possibly a future one).
+    index: u64,
+    /// Units admitted in window `index − 1`.
+    prev: u64,
+    /// Units admitted in window `index`.
+    cur: u64,
+}
+
+impl State {
+    fn window(&self) -> u64 {
+        self.quota.window_nanos()
+    }
+
+    fn start(&self, index: u64) -> u64 {
+        index.saturating_mul(self.window())
+    }
+
+    /// `(prev, cur)` as seen from window `k ≥ index`.
+    fn counts(&self, k: u64) -> (u64, u64) {
+        if k == self.index {
+            (self.prev, self.cur)
+        } else if k == self.index.saturating_add(1) {
+            (self.cur, 0)
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// `estimate·W` at `t` (not before the latest window's start), plus
+    /// `n·W`.
+    fn weighted(&self, n: u64, t: u64) -> u128 {
+        let w = u128::from(self.window());
+        let k = t / self.window();
+        let elapsed = u128::from(t - self.start(k));
+        let (p, c) = self.counts(k);
+        u128::from(p) * (w - elapsed) + (u128::from(c) + u128::from(n)) * w
+    }
+
+    /// The earliest time at or after `now` at which `n` units pass.
+    fn earliest(&self, n: u64, now: u64) -> u64 {
+        let t0 = now.max(self.start(self.index));
+        let k0 = t0 / self.window();
+        let w = u128::from(self.window());
+        let limit = u128::from(self.quota.burst());
+        for k in k0..=k0.saturating_add(2) {
+            let (p, c) = self.counts(k);
+            let room = limit.saturating_sub(u128::from(c) + u128::from(n));
+            if u128::from(c) + u128::from(n) > limit {
+                continue;
+            }
+            // p·(W − e) ≤ room·W  ⟺  e ≥ W − ⌊room·W / p⌋.
+            let need = match p {
+                0 => 0,
+                p => w - (room * w / u128::from(p)).min(w),
+            };
+            let from = if k == k0 {
+                u128::from(t0 - self.start(k0))
+            } else {
+                0
+            };
+            let e = need.max(from);
+            if e < w {
+                return self
+                    .start(k)
+                    .saturating_add(u64::try_from(e).unwrap_or(u64::MAX));
+            }
+        }
+        // Unreachable: window k0 + 2 is empty and n ≤ burst. Stay total.
+        self.start(k0.saturating_add(2))
+    }
+
+    fn admit(&mut self, n: u64, at: u64) {
+        let k = at / self.window();
+        if k == self.index.saturating_add(1) {
+            self.prev = self.cur;
+            self.cur = 0;
+        } else if k > self.index {
+            self.prev = 0;
+            self.cur = 0;
+        }
+        self.index = self.index.max(k);
+        self.cur = self.cur.saturating_add(n);
+    }
+
+    fn decision(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+        let w = u128::from(self.window());
+        let t = now.max(self.start(self.index));
+        let k = t / self.window();
+        let (p, c) = self.counts(k);
+        let remaining = if now < self.start(self.index) {
+            0
+        } else {
+            let free = (u128::from(self.quota.burst()) * w).saturating_sub(self.weighted(0, t));
+            u64::try_from(free / w).unwrap_or(u64::MAX)
+        };
+        // The estimate reaches zero when the last non-empty count has slid
+        // out of the trailing window.
+        let reset_at = if c > 0 {
+            self.start(k.saturating_add(2))
+        } else if p > 0 {
+            self.start(k.saturating_add(1))
+        } else {
+            now
+        };
+        Decision {
+            allowed: retry_at.is_none(),
+            limit: self.quota.burst(),
+            remaining,
+            reset_after: Duration::from_nanos(reset_at.saturating_sub(caller_now)),
+            retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+impl SlidingWindowCounter<MonotonicClock> {
+    /// A sliding-window counter on the production clock.
+    pub fn new(quota: Quota) -> Self {
+        SlidingWindowCounter::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> SlidingWindowCounter<C> {
+    /// A sliding-window counter on `clock`, with nothing counted yet.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        let now = clock.now().as_nanos();
+        SlidingWindowCounter {
+            state: Mutex::new(State {
+                quota,
+                last: now,
+                index: now / quota.window_nanos(),
+                prev: 0,
+                cur: 0,
+            }),
+            clock,
+        }
+    }
+
+    /// The limiter's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is plain numbers, consistent between statements, so a
+        // panic elsewhere cannot leave it torn.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<C: Clock> RateLimiter for SlidingWindowCounter<C> {
+    fn quota(&self) -> Quota {
+        self.lock().quota
+    }
+
+    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
+        let mut s = self.lock();
+        s.last = s.last.max(now.as_nanos());
+        let t = s.last.max(s.start(s.index));
+        let w = u128::from(s.window());
+        let used = u64::try_from(s.weighted(0, t).div_ceil(w)).unwrap_or(u64::MAX);
+        // Keep the free room, not the count: capping the count at a smaller
+        // burst and then raising the burst again would hand out capacity.
+        let free = s.quota.burst().saturating_sub(used);
+        s.quota = quota;
+        s.index = t / quota.window_nanos();
+        s.prev = 0;
+        s.cur = quota.burst() - free.min(quota.burst());
+    }
+
+    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let caller = now.as_nanos();
+        s.last = s.last.max(caller);
+        let now = s.last;
+        let at = s.earliest(n, now);
+        if at > now {
+            return Ok(s.decision(caller, now, Some(at)));
+        }
+        s.admit(n, now);
+        Ok(s.decision(caller, now, None))
+    }
+
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let caller = now.as_nanos();
+        s.last = s.last.max(caller);
+        let now = s.last;
+        let at = s.earliest(n, now);
+        Ok(s.decision(caller, now, (at > now).then_some(at)))
+    }
+
+    fn reserve_within_at(
+        &self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let caller = now.as_nanos();
+        s.last = s.last.max(caller);
+        let at = s.earliest(n, s.last);
+        let wait = at.saturating_sub(caller);
+        if wait > duration_to_nanos_saturating(max_wait) {
+            return Err(ReserveError::WouldWaitTooLong {
+                wait: Duration::from_nanos(wait),
+                max_wait,
+            });
+        }
+        s.admit(n, at);
+        Ok(Reservation::new(
+            n,
+            now,
+            Timestamp::from_nanos(at),
+            s.index,
+            n,
+        ))
+    }
+
+    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+        let mut s = self.lock();
+        s.last = s.last.max(now.as_nanos());
+        // Past its act time (on the limiter's clock) it may have been used.
+        if s.last > reservation.act_at.as_nanos() {
+            return 0;
+        }
+        let slot = if reservation.mark == s.index {
+            &mut s.cur
+        } else if reservation.mark.saturating_add(1) == s.index {
+            &mut s.prev
+        } else {
+            return 0;
+        };
+        let back = reservation.cost.min(*slot);
+        *slot -= back;
+        back
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+impl<C> std::fmt::Debug for SlidingWindowCounter<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("SlidingWindowCounter")
+            .field("quota", &s.quota)
+            .field("index", &s.index)
+            .field("prev", &s.prev)
+            .field("cur", &s.cur)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::time::ManualClock;
+
+    fn swc(rate: u64, burst: u64) -> SlidingWindowCounter<ManualClock> {
+        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
+        SlidingWindowCounter::with_clock(q, ManualClock::new())
+    }
+
+    #[test]
+    fn estimate_weights_the_previous_window() {
+        let l = swc(100, 100); // 100 per 1 s
+        assert_eq!(admitted(&l, 100, 1, ms(0)), 100);
+        // At 1.25 s: 100·0.75 = 75 counted, 25 free.
+        assert_eq!(l.peek_at(1, ms(1250)).unwrap().remaining, 25);
+        assert_eq!(admitted(&l, 30, 1, ms(1250)), 25);
+        // 003's example: at 2.05 s, prev = 25, so 25·0.95 = 23.75 → 76 free.
+        assert_eq!(admitted(&l, 100, 1, ms(2050)), 76);
+        let d = l.peek_at(1, ms(2050)).unwrap();
+        assert_eq!(d.reset_after, Duration::from_millis(1950));
+        assert_eq!(d.limit, 100);
+    }
+
+    #[test]
+    fn no_double_burst_at_the_boundary() {
+        let l = swc(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(999)), 10);
+        // A fixed window would admit 10 more here.
+        assert_eq!(admitted(&l, 10, 1, ms(1000)), 0);
+        assert_eq!(admitted(&l, 10, 1, ms(1100)), 1);
+    }
+
+    #[test]
+    fn weights_and_errors() {
+        let l = swc(10, 5);
+        assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
+        assert!(matches!(
+            l.check_at(6, ms(0)),
+            Err(CheckError::ExceedsBurst { .. })
+        ));
+        assert!(l.check_at(3, ms(0)).unwrap().allowed);
+        assert!(!l.check_at(3, ms(0)).unwrap().allowed);
+        assert!(l.check_at(2, ms(0)).unwrap().allowed);
+    }
+
+    #[test]
+    fn retry_after_is_exact() {
+        let l = swc(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
+        // Same window, full: the next window at 1.1 s counts 9.
+        assert_eq!(assert_retry_exact(&l, 1, ms(500)), ms(1100));
+        // prev = 10, cur = 1: 4 fit once 10·(1 − f) ≤ 5, at f = 0.5.
+        assert_eq!(assert_retry_exact(&l, 4, ms(1200)), ms(1500));
+        // prev = 10, cur = 5: 6 cannot fit in this window; in the next, prev
+        // = 5 and 5·(1 − f) ≤ 4 at f = 0.2.
+        assert_eq!(assert_retry_exact(&l, 6, ms(1600)), ms(2200));
+        // A full burst with a non-empty previous window waits for it to go.
+        assert_eq!(assert_retry_exact(&l, 10, ms(2300)), ms(4000));
+        // Uneven intervals and a prev that does not divide the window.
+        let q = Quota::per_second(3).unwrap().with_burst(7).unwrap();
+        let odd = SlidingWindowCounter::with_clock(q, ManualClock::new());
+        assert_eq!(admitted(&odd, 9, 1, Timestamp::from_nanos(5)), 7);
+        assert_retry_exact(&odd, 1, Timestamp::from_nanos(6));
+        assert_retry_exact(&odd, 3, Timestamp::from_nanos(2_500_000_007));
+        assert_retry_exact(&odd, 7, Timestamp::from_nanos(2_600_000_007));
+    }
+
+    #[test]
+    fn peek_does_not_consume() {
+        let l = swc(10, 2);
+        for _ in 0..5 {
+            assert!(l.peek_at(2, ms(0)).unwrap().allowed);
+        }
+        assert_eq!(admitted(&l, 5, 1, ms(0)), 2);
+    }
+
+    #[test]
+    fn backwards_time_is_not_more_permissive() {
+        let l = swc(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(5500)), 10);
+        assert_eq!(admitted(&l, 10, 1, ms(0)), 0);
+        let d = l.check_at(1, ms(0)).unwrap();
+        assert_eq!(d.retry_after, Some(Duration::from_millis(6100)));
+        assert_eq!(admitted(&l, 10, 1, ms(6100)), 1);
+    }
+
+    #[test]
+    fn reservations_and_cancel() {
+        let l = swc(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
+        let r = l.reserve_at(5, ms(100)).unwrap();
+        assert_eq!(r.act_at(), ms(1500));
+        assert!(matches!(
+            l.reserve_within_at(5, ms(100), Duration::from_millis(1899)),
+            Err(ReserveError::WouldWaitTooLong { .. })
+        ));
+        // Window 1 is booked: checks before it are denied, with the exact
+        // time they would pass.
+        assert_eq!(l.peek_at(1, ms(900)).unwrap().remaining, 0);
+        assert_eq!(assert_retry_exact(&l, 1, ms(900)), ms(1600));
+
+        let l = swc(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
+        let r = l.reserve_at(5, ms(100)).unwrap();
+        assert_eq!(r.act_at(), ms(1500));
+        // prev = 10, cur = 5: 4 more fit in window 1 once 10·(1 − f) ≤ 1.
+        let soon = l.reserve_at(4, ms(1000)).unwrap();
+        assert_eq!(soon.act_at(), ms(1900));
+        assert_eq!(l.cancel_at(&soon, ms(1000)), 4);
+        // 6 do not fit in window 1; in window 2 prev = 5 and 5·(1 − f) ≤ 4.
+        let later = l.reserve_at(6, ms(1000)).unwrap();
+        assert_eq!(later.act_at(), ms(2200));
+        // `r`'s window is now the previous one: still given back in full.
+        assert_eq!(l.cancel_at(&r, ms(1000)), 5);
+        assert_eq!(l.cancel_at(&later, ms(2199)), 6);
+        assert_eq!(l.peek_at(1, ms(2199)).unwrap().remaining, 10);
+        let gone = l.reserve_at(1, ms(2300)).unwrap();
+        assert_eq!(l.cancel_at(&gone, ms(2301)), 0);
+    }
+
+    #[test]
+    fn set_quota_keeps_free_units() {
+        let l = swc(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
+        // At 1.5 s five are counted, five free; a larger burst keeps five
+        // free (it hands nothing out by itself, as in the token bucket).
+        l.set_quota_at(
+            Quota::per_second(10).unwrap().with_burst(20).unwrap(),
+            ms(1500),
+        );
+        assert_eq!(l.peek_at(1, ms(1500)).unwrap().remaining, 5);
+        // A smaller burst caps the free room...
+        l.set_quota_at(
+            Quota::per_second(10).unwrap().with_burst(3).unwrap(),
+            ms(1500),
+        );
+        assert_eq!(admitted(&l, 5, 1, ms(1500)), 3);
+        // ...and raising it again gives nothing back.
+        l.set_quota_at(
+            Quota::per_second(10).unwrap().with_burst(20).unwrap(),
+            ms(1500),
+        );
+        assert!(!l.peek_at(1, ms(1500)).unwrap().allowed);
+    }
+
+    proptest::proptest! {
+        /// Exact retry_after, denials change nothing, and at most
+        /// `b + ⌊D/I⌋` units are admitted within any span of `D` ns: the
+        /// estimate falls by at most `b/W = 1/I` per nanosecond, across
+        /// boundaries too, so it is a leaky bucket's level in disguise.
+        #[test]
+        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
+            let q = Quota::from_parts(i, b).unwrap();
+            crate::test_support::check_workload(
+                || SlidingWindowCounter::with_clock(q, ManualClock::new()),
+                &ops,
+                |span| b + span / i,
+            );
+        }
+    }
+
+    #[test]
+    fn extreme_times_do_not_panic() {
+        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
+            let q = Quota::from_parts(i, b).unwrap();
+            for n in [1, b] {
+                let l = SlidingWindowCounter::with_clock(q, ManualClock::new());
+                crate::test_support::exercise_extremes(&l, n);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// With reservations and cancellations mixed in, what acts (checks
+        /// admitted, reservations at their act time, minus those cancelled
+        /// in time) still respects the same span bound.
+        #[test]
+        fn prop_reservations_keep_the_bound((i, b, ops) in crate::test_support::mixed_workload()) {
+            let l = SlidingWindowCounter::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
+            let acts = crate::test_support::run_mixed(&l, &ops);
+            crate::test_support::assert_span_bound(&acts, |span| b + span / i);
+        }
+    }
+
+    #[test]
+    fn is_send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<SlidingWindowCounter>();
+        assert_send_sync::<SlidingWindowCounter<ManualClock>>();
+    }
+}

@@ -1,0 +1,528 @@
+//! The sliding-window log: exact, at the price of memory.
+//!
+//! The limiter remembers when each admitted unit was admitted, and admits a
+//! request of weight `n` at `now` iff the total weight admitted in the
+//! trailing window `(now − W, now]` plus `n` is at most `burst`, with
+//! `W = burst·interval` ([`Quota::window`]). There is no estimate and no
+//! boundary: *every* window of length `W` holds at most `burst` units.
+//!
+//! # Memory
+//!
+//! The log is a ring buffer (`VecDeque`) of `(time, weight)` entries, 16
+//! bytes each; requests admitted at the same nanosecond share one entry.
+//! Entries leave as they slide out of the window, so the log's total weight
+//! never exceeds `burst` and it holds **at most `burst` entries** — at most
+//! `16·burst` bytes, plus the ring's rounding up to a power of two (so under
+//! `32·burst` bytes). It starts empty and grows only as traffic needs; once it
+//! has grown, checks reuse its storage and do not allocate. (After
+//! [`RateLimiter::set_quota_at`] lowers the burst, entries admitted under the
+//! old one stay until they expire.) A denial walks the log to compute the
+//! exact `retry_after`, which is `O(entries)`; an admission is `O(1)`
+//! amortised.
+//!
+//! # Invariants
+//!
+//! * Entries are in non-decreasing time order; the newest may lie in the
+//!   future (a reservation). Every decision is made at a time no earlier than
+//!   the latest time anything was logged at: a check made before it is denied
+//!   conservatively, with the exact time it would pass. Entries at or before
+//!   that time minus `W` can then never count again and are dropped.
+//! * A denied request changes nothing. A `now` earlier than the latest time
+//!   seen is treated as that latest time.
+//!
+//! # Reservations
+//!
+//! A reservation is logged at the earliest time it passes (when enough old
+//! entries have expired). Cancelling it before that time removes its weight
+//! from the log — safe, since the cancelled units never act; later
+//! reservations were admitted with it counted and keep their times. Nothing
+//! comes back once its act time has passed. One limit: checks made before a
+//! cancelled reservation's time stay denied until that time (older entries
+//! that would have counted then were already dropped, so reopening that
+//! stretch could over-admit).
+//!
+//! # Re-configuration
+//!
+//! [`RateLimiter::set_quota_at`] keeps the log: every unit admitted in the
+//! last window stays counted against the new burst, within the new window
+//! length. Entries older than the old window were already forgotten.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::error::{CheckError, ReserveError};
+use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::quota::Quota;
+use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+
+/// A sliding-window log. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::{ManualClock, Quota, RateLimiter, SlidingWindowLog};
+///
+/// let clock = ManualClock::new();
+/// // 3 in any window of 3 s.
+/// let limiter = SlidingWindowLog::with_clock(Quota::per_second(1)?.with_burst(3)?, clock.clone());
+/// for _ in 0..3 {
+///     assert!(limiter.check(1)?.is_allowed());
+///     clock.advance(Duration::from_secs(1));
+/// }
+/// // At 3 s the first has just left the window (0 s, 3 s].
+/// assert!(limiter.check(1)?.is_allowed());
+/// let denied = limiter.check(1)?;
+/// assert_eq!(denied.retry_after, Some(Duration::from_secs(1)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SlidingWindowLog<C = MonotonicClock> {
+    state: Mutex<State>,
+    clock: C,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    at: u64,
+    weight: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    quota: Quota,
+    /// Latest time seen; earlier `now`s are raised to it.
+    last: u64,
+    /// No decision is made before this time: the latest time anything was
+    /// logged at (a reservation's may be in the future). Entries that have
+    /// left the window by then were dropped, so it never moves back, not
+    /// even when a cancellation removes the entry that raised it.
+    floor: u64,
+    /// Admissions, oldest first.
+    log: VecDeque<Entry>,
+    /// Sum of the log's weights.
+    total: u64,
+}
+
+impl State {
+    fn newest(&self) -> Option<u64> {
+        self.log.back().map(|e| e.at)
+    }
+
+    /// Drops entries that can never count again for a decision at `t` or
+    /// later: those at or before `t − W`.
+    fn prune(&mut self, t: u64) {
+        let w = self.quota.window_nanos();
+        while let Some(e) = self.log.front() {
+            if e.at.saturating_add(w) > t {
+                break;
+            }
+            self.total -= e.weight;
+            self.log.pop_front();
+        }
+    }
+
+    /// Raises `now` to the latest time seen, prunes, and returns the time a
+    /// decision is made at (`now`, or the newest entry if later).
+    fn settle(&mut self, now: u64) -> (u64, u64) {
+        self.last = self.last.max(now);
+        let now = self.last;
+        let t0 = self.floor.max(now);
+        self.prune(t0);
+        (now, t0)
+    }
+
+    /// The earliest time at or after `t0` at which `n` more units pass.
+    /// Assumes the log has been pruned at `t0`.
+    fn earliest(&self, n: u64, t0: u64) -> u64 {
+        let limit = self.quota.burst();
+        if self.total.saturating_add(n) <= limit {
+            return t0;
+        }
+        let w = self.quota.window_nanos();
+        let mut left = self.total;
+        for e in &self.log {
+            left -= e.weight;
+            if left.saturating_add(n) <= limit {
+                // Entries up to and including `e` have all left the window
+                // `(t − W, t]` once `t ≥ e.at + W`.
+                return e.at.saturating_add(w);
+            }
+        }
+        // Unreachable: an empty log admits any `n ≤ burst`. Stay total.
+        t0
+    }
+
+    fn push(&mut self, n: u64, at: u64) {
+        match self.log.back_mut() {
+            Some(e) if e.at == at => e.weight += n,
+            _ => self.log.push_back(Entry { at, weight: n }),
+        }
+        self.total += n;
+        // Decisions are never made before `at` from now on.
+        self.floor = self.floor.max(at);
+        self.prune(at);
+    }
+
+    fn decision(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+        let w = self.quota.window_nanos();
+        let empty_at = self.newest().map_or(caller_now, |at| at.saturating_add(w));
+        Decision {
+            allowed: retry_at.is_none(),
+            limit: self.quota.burst(),
+            // Nothing is available before the floor (see `floor`).
+            remaining: if now < self.floor {
+                0
+            } else {
+                self.quota.burst().saturating_sub(self.total)
+            },
+            reset_after: Duration::from_nanos(empty_at.saturating_sub(caller_now)),
+            retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+impl SlidingWindowLog<MonotonicClock> {
+    /// A sliding-window log on the production clock.
+    pub fn new(quota: Quota) -> Self {
+        SlidingWindowLog::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> SlidingWindowLog<C> {
+    /// A sliding-window log on `clock`, empty (it allocates on first use).
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        let now = clock.now().as_nanos();
+        SlidingWindowLog {
+            state: Mutex::new(State {
+                quota,
+                last: now,
+                floor: now,
+                log: VecDeque::new(),
+                total: 0,
+            }),
+            clock,
+        }
+    }
+
+    /// The limiter's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// How many entries the log holds now (at most the burst).
+    pub fn len(&self) -> usize {
+        self.lock().log.len()
+    }
+
+    /// `true` if the log holds no entries.
+    pub fn is_empty(&self) -> bool {
+        self.lock().log.is_empty()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every statement leaves `log` and `total` consistent (plain pushes,
+        // pops and additions that cannot panic), so a panic elsewhere cannot
+        // leave the state torn.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<C: Clock> RateLimiter for SlidingWindowLog<C> {
+    fn quota(&self) -> Quota {
+        self.lock().quota
+    }
+
+    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
+        let mut s = self.lock();
+        s.quota = quota;
+        // Drop what has left the new window.
+        s.settle(now.as_nanos());
+    }
+
+    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let caller = now.as_nanos();
+        let (now, t0) = s.settle(caller);
+        let at = s.earliest(n, t0);
+        if at > now {
+            return Ok(s.decision(caller, now, Some(at)));
+        }
+        s.push(n, now);
+        Ok(s.decision(caller, now, None))
+    }
+
+    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let caller = now.as_nanos();
+        // Pruning expired entries is not consuming.
+        let (now, t0) = s.settle(caller);
+        let at = s.earliest(n, t0);
+        Ok(s.decision(caller, now, (at > now).then_some(at)))
+    }
+
+    fn reserve_within_at(
+        &self,
+        n: u64,
+        now: Timestamp,
+        max_wait: Duration,
+    ) -> Result<Reservation, ReserveError> {
+        let mut s = self.lock();
+        validate_weight(n, s.quota.burst())?;
+        let caller = now.as_nanos();
+        let (_, t0) = s.settle(caller);
+        let at = s.earliest(n, t0);
+        let wait = at.saturating_sub(caller);
+        if wait > duration_to_nanos_saturating(max_wait) {
+            return Err(ReserveError::WouldWaitTooLong {
+                wait: Duration::from_nanos(wait),
+                max_wait,
+            });
+        }
+        s.push(n, at);
+        Ok(Reservation::new(n, now, Timestamp::from_nanos(at), at, n))
+    }
+
+    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+        let mut s = self.lock();
+        s.last = s.last.max(now.as_nanos());
+        // Past its act time (on the limiter's clock) it may have been used.
+        if s.last > reservation.act_at.as_nanos() {
+            return 0;
+        }
+        let Ok(i) = s.log.binary_search_by_key(&reservation.mark, |e| e.at) else {
+            return 0;
+        };
+        let Some(e) = s.log.get_mut(i) else {
+            return 0;
+        };
+        let back = reservation.cost.min(e.weight);
+        e.weight -= back;
+        if e.weight == 0 {
+            s.log.remove(i);
+        }
+        s.total -= back;
+        back
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+impl<C> std::fmt::Debug for SlidingWindowLog<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("SlidingWindowLog")
+            .field("quota", &s.quota)
+            .field("entries", &s.log.len())
+            .field("total", &s.total)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::time::ManualClock;
+
+    fn swl(rate: u64, burst: u64) -> SlidingWindowLog<ManualClock> {
+        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
+        SlidingWindowLog::with_clock(q, ManualClock::new())
+    }
+
+    #[test]
+    fn every_window_holds_at_most_burst() {
+        let l = swl(10, 10); // 10 in any 1 s
+        assert_eq!(admitted(&l, 5, 1, ms(0)), 5);
+        assert_eq!(admitted(&l, 10, 1, ms(600)), 5);
+        // No boundary: at 1 s the five from t = 0 have left, not the others.
+        assert_eq!(admitted(&l, 10, 1, ms(999)), 0);
+        assert_eq!(admitted(&l, 10, 1, ms(1000)), 5);
+        assert_eq!(admitted(&l, 10, 1, ms(1599)), 0);
+        let d = l.peek_at(1, ms(1599)).unwrap();
+        assert_eq!(d.reset_after, Duration::from_millis(401));
+        assert_eq!(admitted(&l, 10, 1, ms(1600)), 5);
+        // Same-time admissions share an entry.
+        assert_eq!(l.len(), 2);
+    }
+
+    #[test]
+    fn weights_and_errors() {
+        let l = swl(10, 5);
+        assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
+        assert!(matches!(
+            l.check_at(6, ms(0)),
+            Err(CheckError::ExceedsBurst { .. })
+        ));
+        assert!(l.check_at(3, ms(0)).unwrap().allowed);
+        let d = l.check_at(3, ms(100)).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 2);
+        assert!(l.check_at(2, ms(100)).unwrap().allowed);
+    }
+
+    #[test]
+    fn retry_after_is_exact() {
+        let l = swl(10, 10);
+        for i in 0..10 {
+            assert!(l.check_at(1, ms(i * 50)).unwrap().allowed);
+        }
+        assert_eq!(assert_retry_exact(&l, 1, ms(500)), ms(1000));
+        // Three must wait for the entries at 50, 100 and 150 ms to leave.
+        assert_eq!(assert_retry_exact(&l, 3, ms(1000)), ms(1150));
+        assert_eq!(assert_retry_exact(&l, 10, ms(1151)), ms(2150));
+        let q = Quota::per_second(3).unwrap().with_burst(4).unwrap();
+        let odd = SlidingWindowLog::with_clock(q, ManualClock::new());
+        assert_eq!(admitted(&odd, 2, 2, Timestamp::from_nanos(9)), 2);
+        assert_retry_exact(&odd, 1, Timestamp::from_nanos(10));
+    }
+
+    #[test]
+    fn peek_does_not_consume() {
+        let l = swl(10, 2);
+        for _ in 0..5 {
+            assert!(l.peek_at(2, ms(0)).unwrap().allowed);
+        }
+        assert!(l.is_empty());
+        assert_eq!(admitted(&l, 5, 1, ms(0)), 2);
+    }
+
+    #[test]
+    fn backwards_time_is_not_more_permissive() {
+        let l = swl(10, 10);
+        assert_eq!(admitted(&l, 10, 1, ms(5500)), 10);
+        assert_eq!(admitted(&l, 10, 1, ms(0)), 0);
+        let d = l.check_at(1, ms(0)).unwrap();
+        assert_eq!(d.retry_after, Some(Duration::from_millis(6500)));
+        assert_eq!(admitted(&l, 20, 1, ms(6500)), 10);
+    }
+
+    #[test]
+    fn memory_is_bounded_by_burst() {
+        let l = swl(1000, 8);
+        for i in 0..10_000u64 {
+            let _ = l.check_at(1 + i % 3, Timestamp::from_nanos(i * 400_000));
+            assert!(l.len() <= 8);
+            let _ = l.reserve_within_at(1, Timestamp::from_nanos(i * 400_000), Duration::MAX);
+            assert!(l.len() <= 8);
+        }
+    }
+
+    #[test]
+    fn reservations_and_cancel() {
+        let l = swl(10, 10);
+        assert_eq!(admitted(&l, 4, 1, ms(0)), 4);
+        assert_eq!(admitted(&l, 6, 1, ms(300)), 6);
+        // Removing the 4 from t = 0 is not enough; the 6 at 300 ms must go.
+        let r = l.reserve_at(5, ms(400)).unwrap();
+        assert_eq!(r.act_at(), ms(1300));
+        // Before the reservation's time checks are denied, and told when
+        // they pass; at 1.3 s the window (0.3 s, 1.3 s] holds only `r`.
+        let d = l.peek_at(1, ms(500)).unwrap();
+        assert_eq!((d.allowed, d.remaining), (false, 0));
+        assert_eq!(assert_retry_exact(&l, 1, ms(500)), ms(1300));
+        assert_eq!(l.peek_at(1, ms(1300)).unwrap().remaining, 4);
+
+        let l = swl(10, 10);
+        assert_eq!(admitted(&l, 4, 1, ms(0)), 4);
+        assert_eq!(admitted(&l, 6, 1, ms(300)), 6);
+        let r = l.reserve_at(5, ms(400)).unwrap();
+        assert!(matches!(
+            l.reserve_within_at(6, ms(500), Duration::from_millis(1799)),
+            Err(ReserveError::WouldWaitTooLong { .. })
+        ));
+        let later = l.reserve_at(5, ms(500)).unwrap();
+        assert_eq!(later.act_at(), ms(1300));
+        assert_eq!(l.len(), 1); // one entry for both
+        assert_eq!(l.cancel_at(&r, ms(1000)), 5);
+        assert_eq!(l.cancel_at(&r, ms(1000)), 5); // misuse: takes `later`'s
+        assert_eq!(l.cancel_at(&later, ms(1000)), 0);
+        assert!(l.is_empty());
+        // The 6 from 300 ms were dropped when `r` was logged, so the stretch
+        // before 1.3 s stays closed.
+        let d = l.check_at(10, ms(1000)).unwrap();
+        assert_eq!(d.retry_after, Some(Duration::from_millis(300)));
+        assert!(l.check_at(10, ms(1300)).unwrap().allowed);
+        let due = l.reserve_at(1, ms(2300)).unwrap();
+        assert_eq!(l.cancel_at(&due, ms(2301)), 0);
+    }
+
+    #[test]
+    fn set_quota_keeps_the_log() {
+        let l = swl(10, 10);
+        assert_eq!(admitted(&l, 8, 1, ms(0)), 8);
+        l.set_quota_at(
+            Quota::per_second(10).unwrap().with_burst(20).unwrap(),
+            ms(500),
+        );
+        assert_eq!(l.peek_at(1, ms(500)).unwrap().remaining, 12);
+        // Now the window is 2 s: the eight count until 2 s.
+        assert_eq!(l.peek_at(1, ms(1999)).unwrap().remaining, 12);
+        assert_eq!(l.peek_at(1, ms(2000)).unwrap().remaining, 20);
+
+        let l = swl(10, 10);
+        assert_eq!(admitted(&l, 8, 1, ms(0)), 8);
+        // A burst of 5 (window 500 ms): the eight over-fill it until 500 ms.
+        l.set_quota_at(
+            Quota::per_second(10).unwrap().with_burst(5).unwrap(),
+            ms(100),
+        );
+        let d = l.peek_at(1, ms(100)).unwrap();
+        assert_eq!(
+            (d.remaining, d.retry_after),
+            (0, Some(Duration::from_millis(400)))
+        );
+        assert!(l.check_at(5, ms(500)).unwrap().allowed);
+    }
+
+    proptest::proptest! {
+        /// Exact retry_after, denials change nothing, and at most
+        /// `b·⌈(D + 1)/W⌉` units are admitted within any span of `D` ns (at
+        /// most `b` in each of the `⌈(D + 1)/W⌉` windows `(t − W, t]` that
+        /// cover it).
+        #[test]
+        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
+            let q = Quota::from_parts(i, b).unwrap();
+            let w = i * b;
+            crate::test_support::check_workload(
+                || SlidingWindowLog::with_clock(q, ManualClock::new()),
+                &ops,
+                |span| b * (span + 1).div_ceil(w),
+            );
+        }
+    }
+
+    #[test]
+    fn extreme_times_do_not_panic() {
+        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
+            let q = Quota::from_parts(i, b).unwrap();
+            for n in [1, b] {
+                let l = SlidingWindowLog::with_clock(q, ManualClock::new());
+                crate::test_support::exercise_extremes(&l, n);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// With reservations and cancellations mixed in, what acts (checks
+        /// admitted, reservations at their act time, minus those cancelled
+        /// in time) still respects the same span bound.
+        #[test]
+        fn prop_reservations_keep_the_bound((i, b, ops) in crate::test_support::mixed_workload()) {
+            let l = SlidingWindowLog::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
+            let acts = crate::test_support::run_mixed(&l, &ops);
+            crate::test_support::assert_span_bound(&acts, |span| b * (span + 1).div_ceil(i * b));
+        }
+    }
+
+    #[test]
+    fn is_send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<SlidingWindowLog>();
+        assert_send_sync::<SlidingWindowLog<ManualClock>>();
+    }
+}

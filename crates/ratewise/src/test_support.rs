@@ -1,0 +1,244 @@
+//! Helpers shared by the algorithms' unit tests.
+
+use std::time::Duration;
+
+use crate::limiter::RateLimiter;
+use crate::time::Timestamp;
+
+/// A timestamp `v` milliseconds after the origin.
+pub(crate) fn ms(v: u64) -> Timestamp {
+    Timestamp::from_nanos(v * 1_000_000)
+}
+
+/// Checks `n` at `at` `count` times and returns how many were admitted.
+pub(crate) fn admitted<L: RateLimiter>(l: &L, count: u64, n: u64, at: Timestamp) -> u64 {
+    (0..count)
+        .filter(|_| l.check_at(n, at).map(|d| d.allowed).unwrap_or(false))
+        .count() as u64
+}
+
+/// Asserts that a request of weight `n` is denied at `now` and that its
+/// `retry_after` is exact: still denied one nanosecond before
+/// `now + retry_after`, admitted at it. Consumes the request at that time and
+/// returns the time it passed.
+pub(crate) fn assert_retry_exact<L: RateLimiter>(l: &L, n: u64, now: Timestamp) -> Timestamp {
+    let d = l.peek_at(n, now).unwrap();
+    assert!(!d.allowed, "expected a denial at {now}");
+    let again = l.check_at(n, now).unwrap();
+    assert_eq!(again, d, "check and peek disagree at {now}");
+    let retry = d.retry_after.expect("a denial carries retry_after");
+    assert!(retry > Duration::ZERO, "a denial must wait");
+    let at = now + retry;
+    let before = Timestamp::from_nanos(at.as_nanos() - 1);
+    let early = l.check_at(n, before).unwrap();
+    assert!(
+        !early.allowed,
+        "admitted 1 ns before retry_after ({before})"
+    );
+    assert_eq!(
+        early.retry_after,
+        Some(Duration::from_nanos(1)),
+        "retry_after at {before} should be 1 ns"
+    );
+    let ok = l.check_at(n, at).unwrap();
+    assert!(ok.allowed, "denied at now + retry_after ({at})");
+    at
+}
+
+/// A random workload for property tests: a quota's raw parts and a list of
+/// `(time step, weight)` checks, scaled to the quota so that every regime
+/// (idle, saturated, window boundaries) is reached.
+pub(crate) fn workload() -> impl proptest::strategy::Strategy<Value = (u64, u64, Vec<(u64, u64)>)> {
+    use proptest::prelude::*;
+    (1u64..=40, 1u64..=8).prop_flat_map(|(interval, burst)| {
+        let window = interval * burst;
+        let step = prop_oneof![
+            3 => Just(0u64),
+            4 => 0..=interval,
+            2 => 0..=3 * window,
+        ];
+        let ops = proptest::collection::vec((step, 1..=burst), 1..80);
+        (Just(interval), Just(burst), ops)
+    })
+}
+
+/// Runs `ops` (time steps and weights) through a limiter from `make` and
+/// checks, for every request:
+///
+/// * a denial changes nothing (an immediate peek answers the same);
+/// * a denial's `retry_after` is exact: on a replica that saw the same
+///   history, the request is still denied 1 ns before `now + retry_after`
+///   and admitted at it;
+/// * for every two admissions, the weight admitted between them (inclusive)
+///   is at most `bound(span)`.
+///
+/// Returns the admissions as `(time, weight, decision)`.
+pub(crate) fn check_workload<L: RateLimiter>(
+    make: impl Fn() -> L,
+    ops: &[(u64, u64)],
+    bound: impl Fn(u64) -> u64,
+) -> Vec<(u64, u64, crate::Decision)> {
+    let l = make();
+    let mut t = 0u64;
+    let mut admitted = Vec::new();
+    for (k, &(dt, n)) in ops.iter().enumerate() {
+        t += dt;
+        let now = Timestamp::from_nanos(t);
+        let d = l.check_at(n, now).unwrap();
+        if d.allowed {
+            admitted.push((t, n, d));
+            continue;
+        }
+        assert_eq!(l.peek_at(n, now).unwrap(), d, "a denial changed the state");
+        let retry = d.retry_after.expect("a denial carries retry_after");
+        assert!(retry > Duration::ZERO);
+        let replica = make();
+        let mut u = 0u64;
+        for &(dt, n) in &ops[..k] {
+            u += dt;
+            let _ = replica.check_at(n, Timestamp::from_nanos(u));
+        }
+        let at = now + retry;
+        let early = replica
+            .check_at(n, Timestamp::from_nanos(at.as_nanos() - 1))
+            .unwrap();
+        assert!(!early.allowed, "admitted 1 ns before retry_after");
+        assert!(
+            replica.check_at(n, at).unwrap().allowed,
+            "denied at retry_after"
+        );
+    }
+    for (i, &(ti, _, _)) in admitted.iter().enumerate() {
+        let mut sum = 0;
+        for &(tj, nj, _) in &admitted[i..] {
+            // Times never decrease, so this prefix is the weight admitted in
+            // [ti, tj] once `j` is the last admission at `tj`.
+            sum += nj;
+            assert!(
+                sum <= bound(tj - ti),
+                "{sum} admitted within {} ns, bound {}",
+                tj - ti,
+                bound(tj - ti)
+            );
+        }
+    }
+    admitted
+}
+
+/// Drives a limiter near the end of time with the given weight: nothing
+/// may panic or overflow, and answers stay well-formed.
+pub(crate) fn exercise_extremes<L: RateLimiter>(l: &L, n: u64) {
+    let times = [
+        0,
+        u64::MAX / 2,
+        u64::MAX - 3,
+        u64::MAX - 1,
+        u64::MAX,
+        5, // backwards
+        u64::MAX,
+    ];
+    for t in times {
+        let now = Timestamp::from_nanos(t);
+        for _ in 0..3 {
+            let d = l.check_at(n, now).unwrap();
+            assert!(d.remaining <= d.limit);
+            let _ = l.peek_at(n, now).unwrap();
+            if let Ok(r) = l.reserve_within_at(n, now, Duration::MAX) {
+                let _ = l.cancel_at(&r, now);
+                let _ = l.cancel_at(&r, now);
+            }
+            let r = l.reserve_within_at(n, now, Duration::ZERO);
+            if let Ok(r) = r {
+                let _ = l.cancel_at(&r, Timestamp::MAX);
+            }
+        }
+        l.set_quota_at(l.quota(), now);
+    }
+}
+
+/// A random workload mixing checks (kind 0), reservations with an unbounded
+/// (kind 1) or short (kind 2) wait, and cancellations (kind 3, of an earlier
+/// reservation chosen by the weight field).
+pub(crate) fn mixed_workload(
+) -> impl proptest::strategy::Strategy<Value = (u64, u64, Vec<(u64, u8, u64)>)> {
+    use proptest::prelude::*;
+    (1u64..=40, 1u64..=8).prop_flat_map(|(interval, burst)| {
+        let window = interval * burst;
+        let step = prop_oneof![
+            3 => Just(0u64),
+            4 => 0..=interval,
+            2 => 0..=3 * window,
+        ];
+        let ops = proptest::collection::vec((step, 0u8..4, 1..=burst), 1..80);
+        (Just(interval), Just(burst), ops)
+    })
+}
+
+/// Runs a [`mixed_workload`] and returns what will act: `(act time, weight)`
+/// of every admitted check and every reservation not cancelled, in the order
+/// they were granted. Checks that cancelling never returns more than the
+/// reservation's weight, and that nothing can be cancelled after its act
+/// time.
+pub(crate) fn run_mixed<L: RateLimiter>(l: &L, ops: &[(u64, u8, u64)]) -> Vec<(u64, u64)> {
+    let mut t = 0u64;
+    let mut acts: Vec<Option<(u64, u64)>> = Vec::new();
+    let mut reservations: Vec<(usize, crate::Reservation)> = Vec::new();
+    for &(dt, kind, n) in ops {
+        t += dt;
+        let now = Timestamp::from_nanos(t);
+        match kind {
+            0 => {
+                if l.check_at(n, now).unwrap().allowed {
+                    acts.push(Some((t, n)));
+                }
+            }
+            1 | 2 => {
+                let max_wait = if kind == 1 {
+                    Duration::MAX
+                } else {
+                    Duration::from_nanos(n * 3)
+                };
+                if let Ok(r) = l.reserve_within_at(n, now, max_wait) {
+                    assert!(r.act_at() >= now);
+                    reservations.push((acts.len(), r));
+                    acts.push(Some((r.act_at().as_nanos(), n)));
+                }
+            }
+            _ => {
+                if reservations.is_empty() {
+                    continue;
+                }
+                let k = (n as usize) % reservations.len();
+                let (slot, r) = reservations.swap_remove(k);
+                let back = l.cancel_at(&r, now);
+                assert!(back <= r.weight());
+                if r.act_at() >= now {
+                    // Not yet due: the caller will not act.
+                    acts[slot] = None;
+                } else {
+                    assert_eq!(back, 0, "cancelled after its act time");
+                }
+            }
+        }
+    }
+    acts.into_iter().flatten().collect()
+}
+
+/// Asserts that the weight of `acts` within any span of `D` ns is at most
+/// `bound(D)`.
+pub(crate) fn assert_span_bound(acts: &[(u64, u64)], bound: impl Fn(u64) -> u64) {
+    let mut acts = acts.to_vec();
+    acts.sort_unstable();
+    for i in 0..acts.len() {
+        let mut sum = 0;
+        for &(tj, nj) in &acts[i..] {
+            sum += nj;
+            let span = tj - acts[i].0;
+            assert!(
+                sum <= bound(span),
+                "{sum} act within {span} ns, bound {}",
+                bound(span)
+            );
+        }
+    }
+}
