@@ -8,6 +8,10 @@
 //! lost, the server must count exactly 300 successes, and the 429 share is
 //! printed. It is a short real-time run (a few seconds); assertions are on
 //! counts and loose bounds only, never on exact timing.
+//!
+//! A second run has the server send every `RateLimit-*` header (its bucket
+//! then holds one second of rate, since header values are whole seconds) and
+//! the throttle read `RateLimit-Reset` as a token bucket's refill time.
 
 use std::io;
 use std::net::SocketAddr;
@@ -18,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use ratewise::client::aimd::AimdConfig;
 use ratewise::client::backoff::BackoffConfig;
 use ratewise::client::classify;
+use ratewise::client::hints::ResetMeaning;
 use ratewise::client::throttle::{Adaptation, Throttle, ThrottleConfig};
 use ratewise::client::{Outcome, ServerHints, Signal};
 use ratewise::{Quota, RateLimiter, TokenBucket};
@@ -37,7 +42,13 @@ struct ServerStats {
 }
 
 /// Reads one request head (bounded), answers from the bucket, closes.
-async fn handle(mut sock: TcpStream, bucket: Arc<TokenBucket>, stats: Arc<ServerStats>) {
+/// `all_headers` adds `RateLimit-Limit` and `RateLimit-Reset` (time to full).
+async fn handle(
+    mut sock: TcpStream,
+    bucket: Arc<TokenBucket>,
+    stats: Arc<ServerStats>,
+    all_headers: bool,
+) {
     let mut head = Vec::with_capacity(256);
     let mut chunk = [0u8; 512];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_HEAD {
@@ -57,8 +68,8 @@ async fn handle(mut sock: TcpStream, bucket: Arc<TokenBucket>, stats: Arc<Server
         String::from("HTTP/1.1 429 Too Many Requests\r\n")
     };
     for (name, value) in decision.headers() {
-        // The brief's server sends Retry-After and RateLimit-Remaining.
-        if name == "Retry-After" || name == "RateLimit-Remaining" {
+        // The issue's server sends Retry-After and RateLimit-Remaining.
+        if all_headers || name == "Retry-After" || name == "RateLimit-Remaining" {
             response.push_str(&format!("{name}: {value}\r\n"));
         }
     }
@@ -67,9 +78,19 @@ async fn handle(mut sock: TcpStream, bucket: Arc<TokenBucket>, stats: Arc<Server
     let _ = sock.shutdown().await;
 }
 
-async fn serve(listener: TcpListener, bucket: Arc<TokenBucket>, stats: Arc<ServerStats>) {
+async fn serve(
+    listener: TcpListener,
+    bucket: Arc<TokenBucket>,
+    stats: Arc<ServerStats>,
+    all_headers: bool,
+) {
     while let Ok((sock, _)) = listener.accept().await {
-        tokio::spawn(handle(sock, Arc::clone(&bucket), Arc::clone(&stats)));
+        tokio::spawn(handle(
+            sock,
+            Arc::clone(&bucket),
+            Arc::clone(&stats),
+            all_headers,
+        ));
     }
 }
 
@@ -126,16 +147,20 @@ fn classify_response(r: &io::Result<Response>) -> Outcome {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn twenty_tasks_finish_a_fixed_job_against_a_rate_limited_server() {
+/// Runs the fixed job; `hints` makes the server send every rate-limit header
+/// and the throttle read its reset as a token bucket's refill time.
+async fn scenario(hints: bool) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
+    // Header values are whole seconds, so hints only carry the rate when the
+    // bucket holds about a second of it: the hinted server gets burst = rate.
+    let burst = if hints { SERVER_RATE } else { SERVER_BURST };
     let quota = Quota::per_second(SERVER_RATE)
-        .and_then(|q| q.with_burst(SERVER_BURST))
+        .and_then(|q| q.with_burst(burst))
         .expect("quota");
     let bucket = Arc::new(TokenBucket::new(quota));
     let stats = Arc::new(ServerStats::default());
-    let server = tokio::spawn(serve(listener, bucket, Arc::clone(&stats)));
+    let server = tokio::spawn(serve(listener, bucket, Arc::clone(&stats), hints));
 
     let throttle: Throttle<&'static str> = Throttle::new(ThrottleConfig {
         adaptation: Adaptation::Aimd(AimdConfig {
@@ -153,6 +178,8 @@ async fn twenty_tasks_finish_a_fixed_job_against_a_rate_limited_server() {
         max_attempts: 50,
         max_retry_after: Duration::from_secs(2),
         budget: None,
+        use_hints: hints,
+        hint_reset: ResetMeaning::Refill,
         seed: 3,
         ..ThrottleConfig::default()
     })
@@ -194,7 +221,7 @@ async fn twenty_tasks_finish_a_fixed_job_against_a_rate_limited_server() {
     let share = limited as f64 / (ok + limited) as f64;
     let rate = throttle.rate_of(&"127.0.0.1");
     println!(
-        "e2e: {completed} jobs in {elapsed:.2?}; server 200s {ok}, 429s {limited} \
+        "e2e (hints {hints}): {completed} jobs in {elapsed:.2?}; server 200s {ok}, 429s {limited} \
          (429 share {:.1} %); client attempts {}, retries {}, max wait {:?}, final pacer rate {:?}/s",
         share * 100.0,
         m.attempts,
@@ -215,4 +242,14 @@ async fn twenty_tasks_finish_a_fixed_job_against_a_rate_limited_server() {
     let rate = rate.expect("AIMD always paces");
     assert!(rate < 1.5 * SERVER_RATE as f64, "rate {rate}");
     assert!(share < 0.5, "429 share {share}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_tasks_finish_a_fixed_job_against_a_rate_limited_server() {
+    scenario(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_job_with_rate_limit_hints_paced_as_a_token_bucket() {
+    scenario(true).await;
 }

@@ -13,6 +13,11 @@
 //! random ≤ 1 s by default, the other half of reference 004), and the retry is
 //! logged like any send.
 //!
+//! Sends are logged in time order, so a retry logged for a later instant
+//! also holds back later callers of the *same* guard until then. A guard is
+//! meant to be owned by one caller at a time (like every [`Strategy`]); many
+//! tasks should share a [`Throttle`](super::throttle::Throttle) instead.
+//!
 //! Invariant: for every window-long interval `[t, t + window)`, at most `N`
 //! logged sends fall inside it. Memory is `N` timestamps.
 

@@ -5,22 +5,27 @@
 //! The rule is deliberately one-sided: a header can only **lower** the pace.
 //! Other clients share the same quota, so "remaining 4000" is not an
 //! invitation to send 4000 now; raising the rate is the controller's job
-//! (AIMD or CUBIC), which feels its way up. Concretely:
+//! (AIMD or CUBIC), which feels its way up.
 //!
-//! * `remaining > 0` and a reset in `r` seconds cap the rate at
-//!   `remaining / r` until the reset;
-//! * `remaining = 0` and a reset pause sends until the reset;
-//! * a remaining count without a reset time says nothing about time and is
-//!   ignored here (Heroku's proportional-remaining decrease uses it instead,
-//!   see [`heroku`](super::heroku)).
+//! Servers mean two different things by "reset", and the safe pace differs,
+//! so the reading is chosen with [`ResetMeaning`]:
 //!
-//! `RateLimit-Reset` is read as the end of the current quota window (GitHub,
-//! the IETF drafts): exact for window quotas, and on the safe (slow) side for
-//! a token bucket whose reset is the time to refill completely, since the
-//! bucket keeps refilling before then. Servers of that kind are better paced
-//! by the controller; turn hints off in [`ThrottleConfig`] for them.
+//! * [`ResetMeaning::WindowEnd`] (default; GitHub, the IETF drafts): the
+//!   quota comes back whole at the reset. `remaining > 0` caps the rate at
+//!   `remaining / reset` until then; `remaining = 0` pauses until the reset.
+//! * [`ResetMeaning::Refill`] (token buckets, including ratewise's own
+//!   [`Decision::headers`](crate::Decision::headers)): the reset is the time
+//!   until the bucket is full again, which needs the limit `L` too. Over the
+//!   next `reset` seconds the bucket can serve exactly its `remaining` plus
+//!   what refills, `L − remaining`, so the cap is `L / reset` — never below
+//!   the refill rate — and an empty bucket is paced, not paused.
 //!
-//! [`ThrottleConfig`]: super::throttle::ThrottleConfig
+//! Reading a token bucket's reset as a window end is safe but far too slow
+//! (an empty 4500/hour bucket would pause for an hour instead of 0.8 s), so
+//! pick the meaning that matches the server. A remaining count without a
+//! reset says nothing about time and is ignored (Heroku's
+//! proportional-remaining decrease uses it instead, see
+//! [`heroku`](super::heroku)).
 //!
 //! [`HintCap`] is the bookkeeping; [`WithHints`] applies it to any strategy
 //! through a core [`Pacer`].
@@ -31,17 +36,37 @@ use super::pacer::Pacer;
 use super::{Next, Outcome, ServerHints, Strategy};
 use crate::time::Timestamp;
 
+/// What a server's `RateLimit-Reset` (or `X-RateLimit-Reset`) means.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResetMeaning {
+    /// The end of the current quota window: the whole quota returns then.
+    #[default]
+    WindowEnd,
+    /// The time until a token bucket is full again (needs `RateLimit-Limit`).
+    Refill,
+}
+
 /// What the latest hints allow: a rate cap and a pause, each until a time.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HintCap {
+    meaning: ResetMeaning,
     cap: Option<(f64, Timestamp)>,
     pause_until: Timestamp,
 }
 
 impl HintCap {
-    /// No hints seen.
+    /// No hints seen; resets read as window ends.
     pub fn new() -> Self {
         HintCap::default()
+    }
+
+    /// No hints seen; resets read as `meaning`.
+    pub fn with_meaning(meaning: ResetMeaning) -> Self {
+        HintCap {
+            meaning,
+            ..HintCap::default()
+        }
     }
 
     /// Takes in the hints of a response received at `now`.
@@ -50,13 +75,24 @@ impl HintCap {
             return;
         };
         let until = now.saturating_add(reset);
-        if remaining == 0 {
-            self.pause_until = self.pause_until.max(until);
-            self.cap = None;
-        } else if !reset.is_zero() {
-            self.cap = Some((remaining as f64 / reset.as_secs_f64(), until));
-        } else {
-            self.cap = None;
+        let secs = reset.as_secs_f64();
+        match self.meaning {
+            ResetMeaning::WindowEnd => {
+                if remaining == 0 {
+                    self.pause_until = self.pause_until.max(until);
+                    self.cap = None;
+                } else if secs > 0.0 {
+                    self.cap = Some((remaining as f64 / secs, until));
+                } else {
+                    self.cap = None;
+                }
+            }
+            ResetMeaning::Refill => {
+                self.cap = match hints.limit {
+                    Some(limit) if limit > 0 && secs > 0.0 => Some((limit as f64 / secs, until)),
+                    _ => None,
+                };
+            }
         }
     }
 
@@ -92,11 +128,16 @@ pub struct WithHints<S> {
 }
 
 impl<S: Strategy> WithHints<S> {
-    /// `inner` with hint pacing.
+    /// `inner` with hint pacing, resets read as window ends.
     pub fn new(inner: S) -> Self {
+        WithHints::with_meaning(inner, ResetMeaning::WindowEnd)
+    }
+
+    /// `inner` with hint pacing, resets read as `meaning`.
+    pub fn with_meaning(inner: S, meaning: ResetMeaning) -> Self {
         WithHints {
             inner,
-            hints: HintCap::new(),
+            hints: HintCap::with_meaning(meaning),
             pacer: None,
         }
     }
@@ -190,6 +231,46 @@ mod tests {
             },
         );
         assert_eq!(h2, HintCap::new());
+    }
+
+    #[test]
+    fn refill_meaning_paces_an_empty_bucket_at_its_refill_rate() {
+        // A 4500/hour bucket (1.25/s), empty: reset = 3600 s to full.
+        let mut h = HintCap::with_meaning(ResetMeaning::Refill);
+        let t = Timestamp::ZERO;
+        let empty = ServerHints {
+            remaining: Some(0),
+            limit: Some(4500),
+            reset_after: Some(Duration::from_secs(3600)),
+            ..ServerHints::default()
+        };
+        h.observe(t, &empty);
+        assert_eq!(h.pause_until(), Timestamp::ZERO, "no hour-long pause");
+        assert_eq!(h.cap_at(t), Some(1.25));
+        // Half full: reset 1800 s; 2250 now plus 2250 refilled over 1800 s.
+        h.observe(
+            t,
+            &ServerHints {
+                remaining: Some(2250),
+                reset_after: Some(Duration::from_secs(1800)),
+                ..empty
+            },
+        );
+        assert_eq!(h.cap_at(t), Some(2.5));
+        // Without the limit the reset says nothing usable.
+        let mut h = HintCap::with_meaning(ResetMeaning::Refill);
+        h.observe(
+            t,
+            &ServerHints {
+                limit: None,
+                ..empty
+            },
+        );
+        assert_eq!(h.cap_at(t), None);
+        // Read as a window end, the same empty bucket would pause an hour.
+        let mut w = HintCap::new();
+        w.observe(t, &empty);
+        assert_eq!(w.pause_until(), t + Duration::from_secs(3600));
     }
 
     #[test]

@@ -47,7 +47,7 @@ use super::backoff::{retryable, Backoff, BackoffConfig};
 use super::budget::{RetryBudget, RetryBudgetConfig};
 use super::config::{within, ConfigError};
 use super::cubic::{Cubic, CubicConfig};
-use super::hints::HintCap;
+use super::hints::{HintCap, ResetMeaning};
 use super::pacer::{Pacer, RateController};
 use super::sre::{SreConfig, SreThrottler};
 use super::{Outcome, Signal};
@@ -95,6 +95,8 @@ pub struct ThrottleConfig {
     pub sre: Option<SreConfig>,
     /// Whether `RateLimit-Remaining` / reset hints lower the pace (default on).
     pub use_hints: bool,
+    /// What the server's reset header means (default: the end of a window).
+    pub hint_reset: ResetMeaning,
     /// Seed for every random draw (jitter, SRE coin flips).
     pub seed: u64,
 }
@@ -116,6 +118,7 @@ impl Default for ThrottleConfig {
             budget: Some(RetryBudgetConfig::default()),
             sre: None,
             use_hints: true,
+            hint_reset: ResetMeaning::WindowEnd,
             seed: 0,
         }
     }
@@ -301,7 +304,7 @@ impl Template {
         })
     }
 
-    fn partition(&self, seed: u64) -> Partition {
+    fn partition(&self, seed: u64, meaning: ResetMeaning) -> Partition {
         let controller: Option<Box<dyn RateController>> = match &self.controller {
             None => None,
             Some(ControllerTemplate::Aimd(a)) => Some(Box::new(a.clone())),
@@ -311,7 +314,7 @@ impl Template {
             pacer: self.pacer.fresh(),
             state: Mutex::new(PartitionState {
                 controller,
-                hints: HintCap::new(),
+                hints: HintCap::with_meaning(meaning),
                 paused_until: Timestamp::ZERO,
                 budget: self.budget.clone(),
                 sre: self.sre.as_ref().map(|s| s.with_seed(seed_for(seed, 1))),
@@ -442,11 +445,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             return Arc::clone(p);
         }
         let n = self.inner.created.fetch_add(1, Ordering::Relaxed);
-        let p = Arc::new(
-            self.inner
-                .template
-                .partition(seed_for(self.inner.config.seed, n)),
-        );
+        let p = Arc::new(self.inner.template.partition(
+            seed_for(self.inner.config.seed, n),
+            self.inner.config.hint_reset,
+        ));
         map.insert(key.clone(), Arc::clone(&p));
         p
     }
