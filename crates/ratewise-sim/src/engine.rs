@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use ratewise::client::hints::ResetMeaning;
 use ratewise::client::{Next, Outcome, ServerHints, Signal, Strategy};
 use ratewise::Timestamp;
 
@@ -339,12 +340,17 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         .quota_count
         .zip(scenario.strategy.quota_window_s)
         .map(|(c, w)| (c, Duration::from_secs_f64(w)));
+    let reset_meaning = match scenario.strategy.reset_meaning {
+        Some(crate::scenario::ResetMeaningConfig::Refill) => ResetMeaning::Refill,
+        Some(crate::scenario::ResetMeaningConfig::WindowEnd) | None => ResetMeaning::WindowEnd,
+    };
     let make = |strategies: &mut Vec<Box<dyn Strategy>>| -> Result<usize, SimError> {
         let n = strategies.len() as u64;
         let params = StrategyParams {
             seed: split_mix(seed ^ split_mix(n.wrapping_add(0x5EED))),
             initial_delay,
             known_quota,
+            reset_meaning,
         };
         strategies.push(strategy.instantiate(&params)?);
         Ok(strategies.len() - 1)

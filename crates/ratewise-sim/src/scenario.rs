@@ -90,6 +90,22 @@ pub struct StrategyParamsConfig {
     /// See `quota_count`.
     #[serde(default)]
     pub quota_window_s: Option<f64>,
+    /// How strategies that read `RateLimit-Reset` (`aimd-hints`) interpret
+    /// it: `"window-end"` (the default: the whole quota returns then, as on
+    /// GitHub and in the IETF draft) or `"refill"` (the time until a token
+    /// bucket is full again, as the core limiters used as servers report it).
+    #[serde(default)]
+    pub reset_meaning: Option<ResetMeaningConfig>,
+}
+
+/// The scenario-file spelling of [`ratewise::client::ResetMeaning`].
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResetMeaningConfig {
+    /// The end of the server's quota window.
+    WindowEnd,
+    /// A token bucket's time to full.
+    Refill,
 }
 
 /// Request latency: the simulated time between sending a request and

@@ -20,7 +20,7 @@ use ratewise::client::heroku::{
     ExponentialIncreaseProportionalDecrease, ExponentialIncreaseProportionalRemainingDecrease,
     HerokuConfig, Null,
 };
-use ratewise::client::hints::WithHints;
+use ratewise::client::hints::{ResetMeaning, WithHints};
 use ratewise::client::Strategy;
 
 use crate::error::SimError;
@@ -37,6 +37,8 @@ pub struct StrategyParams {
     /// strategies that pace to a known quota (the flood guard); `None`
     /// means Heroku's 4500 per hour.
     pub known_quota: Option<(u32, Duration)>,
+    /// How hint-reading strategies interpret `RateLimit-Reset`.
+    pub reset_meaning: ResetMeaning,
 }
 
 /// Builds one strategy object; the error says what was invalid.
@@ -155,7 +157,12 @@ pub const ALL: &[StrategyInfo] = &[
     StrategyInfo {
         name: "aimd-hints",
         description: "aimd, plus RateLimit-Remaining/Reset hints that lower the pace before any 429",
-        build: |p| boxed(AimdStrategy::with_defaults(p.seed).map(WithHints::new)),
+        build: |p| {
+            boxed(
+                AimdStrategy::with_defaults(p.seed)
+                    .map(|s| WithHints::with_meaning(s, p.reset_meaning)),
+            )
+        },
     },
     StrategyInfo {
         name: "cubic",
@@ -210,6 +217,7 @@ mod tests {
                     seed: 7,
                     initial_delay,
                     known_quota: Some((10, Duration::from_secs(1))),
+                    reset_meaning: ResetMeaning::default(),
                 };
                 assert!(s.instantiate(&p).is_ok(), "{}", s.name);
             }

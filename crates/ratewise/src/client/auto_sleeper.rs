@@ -29,7 +29,7 @@
 
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
+use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{at_least, within, ConfigError};
@@ -89,7 +89,7 @@ pub struct AutoSleeperMetrics {
 #[derive(Clone, Debug)]
 pub struct AutoSleeper {
     config: AutoSleeperConfig,
-    rng: SmallRng,
+    rng: JitterRng,
     interval: Duration,
     successes: u32,
     /// Sleep owed after the previous call's success, paid before the next.
@@ -131,7 +131,7 @@ impl AutoSleeper {
         }
         Ok(AutoSleeper {
             config,
-            rng: SmallRng::seed_from_u64(seed),
+            rng: JitterRng::seed_from_u64(seed),
             interval: Duration::ZERO,
             successes: 0,
             pending: Duration::ZERO,

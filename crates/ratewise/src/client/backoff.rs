@@ -37,7 +37,7 @@
 
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
+use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{at_least, positive, secs_to_duration, within, ConfigError};
@@ -215,7 +215,7 @@ impl Default for BackoffConfig {
 #[derive(Clone, Debug)]
 pub struct Backoff {
     config: BackoffConfig,
-    rng: SmallRng,
+    rng: JitterRng,
     retries: u32,
     previous: Duration,
 }
@@ -230,7 +230,7 @@ impl Backoff {
     pub fn new(config: BackoffConfig, seed: u64) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Backoff {
-            rng: SmallRng::seed_from_u64(seed),
+            rng: JitterRng::seed_from_u64(seed),
             retries: 0,
             previous: config.initial,
             config,
@@ -241,7 +241,7 @@ impl Backoff {
     pub fn with_seed(&self, seed: u64) -> Backoff {
         Backoff {
             config: self.config,
-            rng: SmallRng::seed_from_u64(seed),
+            rng: JitterRng::seed_from_u64(seed),
             retries: 0,
             previous: self.config.initial,
         }

@@ -14,7 +14,7 @@
 //!
 //! * Sleep values are seconds as `f64`, like the gem's floats.
 //! * Every sleep is `v · (1 + U)` with a fresh `U ~ Uniform[0, 0.1)` drawn from
-//!   a [`SmallRng`] seeded at construction, so a simulation replays exactly.
+//!   a ChaCha8 generator seeded at construction, so a simulation replays exactly.
 //!   There are no minimum or maximum caps.
 //! * [`ExponentialBackoff`] starts every call at `min_sleep` and keeps nothing
 //!   between calls; it does not sleep before the first attempt.
@@ -70,7 +70,7 @@
 
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
+use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{at_least, positive, secs_to_duration, within, ConfigError};
@@ -165,7 +165,7 @@ impl Params {
 #[derive(Clone, Debug)]
 struct Base {
     p: Params,
-    rng: SmallRng,
+    rng: JitterRng,
     /// The stored value between calls (`@sleep_for`).
     stored: f64,
     /// The working copy of the call in progress.
@@ -182,7 +182,7 @@ impl Base {
         let stored = p.starting_sleep;
         Ok(Base {
             p,
-            rng: SmallRng::seed_from_u64(seed),
+            rng: JitterRng::seed_from_u64(seed),
             stored,
             local: stored,
             last_base: 0.0,

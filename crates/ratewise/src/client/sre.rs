@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
+use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{at_least, ConfigError};
@@ -61,7 +61,7 @@ pub struct SreThrottler {
     ring: Vec<(u64, u64)>,
     /// Absolute number of the newest bucket written.
     head: u64,
-    rng: SmallRng,
+    rng: JitterRng,
 }
 
 impl SreThrottler {
@@ -90,7 +90,7 @@ impl SreThrottler {
             bucket_nanos,
             ring: vec![(0, 0); config.buckets as usize],
             head: 0,
-            rng: SmallRng::seed_from_u64(seed),
+            rng: JitterRng::seed_from_u64(seed),
         })
     }
 
@@ -101,7 +101,7 @@ impl SreThrottler {
             bucket_nanos: self.bucket_nanos,
             ring: vec![(0, 0); self.ring.len()],
             head: 0,
-            rng: SmallRng::seed_from_u64(seed),
+            rng: JitterRng::seed_from_u64(seed),
         }
     }
 

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
+use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::aimd::{Aimd, AimdConfig};
@@ -237,7 +237,7 @@ struct PartitionState {
     paused_until: Timestamp,
     budget: Option<RetryBudget>,
     sre: Option<SreThrottler>,
-    rng: SmallRng,
+    rng: JitterRng,
     /// Whether the pacer is in force (a controller or hint rate exists).
     pacing: bool,
 }
@@ -318,7 +318,7 @@ impl Template {
                 paused_until: Timestamp::ZERO,
                 budget: self.budget.clone(),
                 sre: self.sre.as_ref().map(|s| s.with_seed(seed_for(seed, 1))),
-                rng: SmallRng::seed_from_u64(seed_for(seed, 2)),
+                rng: JitterRng::seed_from_u64(seed_for(seed, 2)),
                 pacing: self.pacing,
             }),
         }
