@@ -49,6 +49,23 @@
 //! `Retry-After` headers without asking again. Misuse is a typed error
 //! ([`QuotaError`], [`CheckError`]), never a panic.
 //!
+//! # Beyond one limiter
+//!
+//! * [`keyed`] — [`KeyedLimiter`]: one limiter per user, key or IP, sharded,
+//!   with a hard cap on keys and eviction only of keys back at full capacity,
+//!   so ten million distinct keys cannot exhaust memory or reset a quota.
+//! * [`hierarchy`] — [`Hierarchy`]: per-user, per-endpoint and global limits
+//!   together; a request is admitted only if every level admits it, and no
+//!   level is charged for a request another level refused.
+//! * [`sharded`], [`striped`] — a global limit split across shards for extreme
+//!   contention (with a documented error bound) and striped counters.
+//! * [`client`] — the other side of the wire: strategies for *calling* a
+//!   rate-limited API (backoff with jitter, AutoSleeper, the Heroku
+//!   strategies, AIMD, CUBIC, flood guard, SRE throttling, retry budgets,
+//!   server hints), response classification, and the adaptive
+//!   [`client::Throttle`].
+//! * [`debounce`] — debounce, event throttle and coalesce for event streams.
+//!
 //! # Features
 //!
 //! * `tokio` — async drivers (`until_ready`, deadlines; the [`debounce`]
@@ -99,3 +116,8 @@ pub use time::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
 pub use token_bucket::TokenBucket;
 #[cfg(feature = "tokio")]
 pub use wait::TokioClock;
+
+/// The README's Rust examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

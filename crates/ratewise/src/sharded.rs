@@ -7,7 +7,7 @@
 //! through it, that word's cache line moves between cores on every
 //! admission. Splitting the limit into N shards, each with 1/N of the rate
 //! and of the burst, lets each thread work on its own shard (chosen by
-//! [`thread_slot`](crate::striped::thread_slot)), so admissions on different
+//! [`striped::thread_slot`](crate::striped::thread_slot)), so admissions on different
 //! threads do not share a line. Each shard sits on its own cache line.
 //!
 //! The price is exactness. With a global quota of one unit per `T` and burst
