@@ -98,7 +98,7 @@ pub struct StrategyParamsConfig {
     pub reset_meaning: Option<ResetMeaningConfig>,
 }
 
-/// The scenario-file spelling of [`ratewise::client::ResetMeaning`].
+/// The scenario-file spelling of [`ratewise::client::hints::ResetMeaning`].
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum ResetMeaningConfig {
