@@ -304,7 +304,7 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
         for (i, l) in self.levels.iter().enumerate() {
             let d = l.level.peek_at(req, n, now).map_err(|e| self.error(i, e))?;
             if let Some(retry) = d.retry_after.filter(|_| !d.allowed) {
-                if worst.map_or(true, |(_, w)| retry > w) {
+                if worst.is_none_or(|(_, w)| retry > w) {
                     worst = Some((i, retry));
                 }
             }

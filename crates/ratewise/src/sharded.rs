@@ -168,7 +168,7 @@ impl<L: RateLimiter, C: Clock> ShardedLimiter<L, C> {
                 self.stats.allowed.add(1);
                 return Ok(d);
             }
-            if best.map_or(true, |b| d.retry_after < b.retry_after) {
+            if best.is_none_or(|b| d.retry_after < b.retry_after) {
                 best = Some(d);
             }
         }
