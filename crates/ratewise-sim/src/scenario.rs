@@ -549,14 +549,14 @@ fn locate_field(src: &str, field: &str) -> Option<usize> {
                 .trim_matches(|c| c == '[' || c == ']')
                 .trim()
                 .to_owned();
-            let right_group = group.map_or(true, |g| seen_groups == g + 1);
+            let right_group = group.is_none_or(|g| seen_groups == g + 1);
             if right_group && (current == field || (current == table && header_line.is_none())) {
                 header_line = Some(i + 1);
             }
             continue;
         }
         let right_group =
-            !current.starts_with("clients") || group.map_or(true, |g| seen_groups == g + 1);
+            !current.starts_with("clients") || group.is_none_or(|g| seen_groups == g + 1);
         if !right_group {
             continue;
         }

@@ -232,7 +232,7 @@ fn main() {
         }
         _ => println!("resident memory     not measurable here (/proc/self/statm missing)"),
     }
-    let ok_memory = r.rss_growth().map_or(true, |g| g <= r.memory_bound());
+    let ok_memory = r.rss_growth().is_none_or(|g| g <= r.memory_bound());
     if r.legit_mismatches > 0 || r.legit_refused > 0 || !ok_memory {
         eprintln!("FAILED");
         std::process::exit(1);
