@@ -249,7 +249,7 @@ impl<C: Clock> RateLimiter for FixedWindow<C> {
         ))
     }
 
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
         let mut s = self.lock();
         s.last = s.last.max(now.as_nanos());
         // Past its act time (on the limiter's clock) it may have been used.
@@ -370,15 +370,15 @@ mod tests {
         assert_eq!(d.remaining, 0);
         assert_eq!(assert_retry_exact(&l, 7, ms(500)), ms(2000));
         // `now` was in a window no longer kept: nothing to give back.
-        assert_eq!(l.cancel_at(&now, ms(200)), 0);
+        assert_eq!(l.cancel_at(now, ms(200)), 0);
         // `next` is in the latest window and not yet due: all of it.
         let l = fixed(10, 10);
         assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
         let next = l.reserve_at(4, ms(0)).unwrap();
-        assert_eq!(l.cancel_at(&next, ms(999)), 4);
+        assert_eq!(l.cancel_at(next, ms(999)), 4);
         assert_eq!(l.peek_at(1, ms(1000)).unwrap().remaining, 10);
         let late = l.reserve_at(4, ms(1000)).unwrap();
-        assert_eq!(l.cancel_at(&late, ms(1001)), 0);
+        assert_eq!(l.cancel_at(late, ms(1001)), 0);
     }
 
     #[test]

@@ -15,9 +15,15 @@
 //! * a lost CAS race retries with the fresh TAT, so no admission is ever
 //!   based on a stale value.
 //!
-//! The quota lives beside the TAT in a small sequence lock, so
-//! [`RateLimiter::set_quota_at`] can run concurrently with checks and every
-//! check sees one consistent (interval, burst) pair.
+//! The quota lives beside the TAT in a small sequence lock, so every check
+//! sees one consistent (interval, burst) pair. [`RateLimiter::set_quota_at`]
+//! runs concurrently with checks: it swaps the TAT for a sentinel, converts
+//! it to the new quota's units, publishes the new quota, and only then puts
+//! the converted TAT back. A check that meets the sentinel waits those few
+//! nanoseconds; a check that read the old TAT fails its CAS and starts again
+//! with the new quota. So no check ever combines a new quota with an arrival
+//! time measured in the old one's units. (Re-configuration is the one moment
+//! a check may wait on another thread; checks never wait on each other.)
 
 use std::time::Duration;
 
@@ -25,7 +31,7 @@ use crate::decision::Decision;
 use crate::error::{CheckError, ReserveError};
 use crate::limiter::{validate_weight, RateLimiter, Reservation};
 use crate::quota::Quota;
-use crate::sync::{fence, AtomicU64, Ordering};
+use crate::sync::{fence, spin_wait, AtomicU64, Ordering};
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A lock-free GCRA limiter. See the [module docs](self).
@@ -54,6 +60,26 @@ pub struct Gcra<C = MonotonicClock> {
     clock: C,
 }
 
+// The TAT word: the top `GEN_BITS` bits count re-configurations, the rest
+// hold the arrival time in nanoseconds. Every re-configuration changes the
+// word even when the converted time happens to be the same number, so a
+// check that read the word before it cannot commit with the old quota
+// (an ABA case the loom model found). Times are therefore limited to
+// 2^60 ns (about 36 years after the clock's origin); later `now`s are
+// treated as that limit, which only ever makes the limiter stricter.
+const GEN_BITS: u32 = 4;
+const VALUE_MASK: u64 = u64::MAX >> GEN_BITS;
+/// The word while [`RateLimiter::set_quota_at`] converts it; no real word
+/// equals it because stored times stay below [`TAT_MAX`] + 1.
+const RECONFIGURING: u64 = u64::MAX;
+/// The largest arrival time (and `now`) the limiter represents.
+const TAT_MAX: u64 = VALUE_MASK - 1;
+
+#[inline]
+fn split(word: u64) -> (u64, u64) {
+    (word & !VALUE_MASK, word & VALUE_MASK)
+}
+
 impl Gcra<MonotonicClock> {
     /// A limiter on the production clock, starting with its full burst.
     pub fn new(quota: Quota) -> Self {
@@ -76,7 +102,9 @@ impl<C: Clock> Gcra<C> {
     pub fn empty_with_clock(quota: Quota, clock: C) -> Self {
         let now = clock.now().as_nanos();
         Gcra {
-            tat: CacheAligned(AtomicU64::new(now.saturating_add(quota.window_nanos()))),
+            tat: CacheAligned(AtomicU64::new(
+                now.saturating_add(quota.window_nanos()).min(TAT_MAX),
+            )),
             config: QuotaCell::new(quota),
             clock,
         }
@@ -85,6 +113,36 @@ impl<C: Clock> Gcra<C> {
     /// The limiter's clock.
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+
+    /// `None` if the TAT word is still `word`; otherwise the current word
+    /// (waiting out a re-configuration in progress). The fence orders the
+    /// quota reads before it ahead of the re-read.
+    #[inline]
+    fn changed_since(&self, word: u64) -> Option<u64> {
+        fence(Ordering::Acquire);
+        let now = self.tat.load(Ordering::Acquire);
+        if now == word {
+            None
+        } else {
+            Some(if now == RECONFIGURING {
+                self.load_word()
+            } else {
+                now
+            })
+        }
+    }
+
+    /// The TAT word, waiting out a re-configuration in progress.
+    #[inline]
+    fn load_word(&self) -> u64 {
+        loop {
+            let word = self.tat.load(Ordering::Acquire);
+            if word != RECONFIGURING {
+                return word;
+            }
+            spin_wait();
+        }
     }
 
     fn decision(
@@ -113,64 +171,86 @@ impl<C: Clock> RateLimiter for Gcra<C> {
     }
 
     fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let now = now.as_nanos();
-        let old = self.config.store(quota);
+        let now = now.as_nanos().min(TAT_MAX);
+        // Writers are serialised; checks go on until they meet the sentinel.
+        let writer = self.config.lock_writer();
+        let old = self.config.load();
+        let (generation, tat) = split(self.tat.swap(RECONFIGURING, Ordering::AcqRel));
         // Preserve the number of available units: debt measured in units of
         // the old quota becomes the same debt in units of the new one, and a
-        // change of burst shifts the "full" point.
-        let mut tat = self.tat.load(Ordering::Acquire);
-        loop {
-            let ahead = u128::from(tat.saturating_sub(now));
-            let old_e = u128::from(old.emission_nanos());
-            let new_e = u128::from(quota.emission_nanos());
-            // available = old_burst - ahead/old_e (may be negative after
-            // reservations); new ahead = (new_burst - available) * new_e.
-            let debt_new = ahead * new_e / old_e;
-            let burst_shift = i128::from(quota.burst()) - i128::from(old.burst());
-            let new_ahead = (debt_new as i128 + burst_shift * new_e as i128).max(0);
-            let new_ahead = u64::try_from(new_ahead).unwrap_or(u64::MAX);
-            let new_tat = now.saturating_add(new_ahead);
-            match self
-                .tat
-                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return,
-                Err(actual) => tat = actual,
-            }
-        }
+        // change of burst shifts the "full" point (capped at the new burst).
+        let ahead = u128::from(tat.saturating_sub(now));
+        let old_e = u128::from(old.emission_nanos());
+        let new_e = u128::from(quota.emission_nanos());
+        let debt_new = ahead * new_e / old_e;
+        let burst_shift = i128::from(quota.burst()) - i128::from(old.burst());
+        let new_ahead = (debt_new as i128 + burst_shift * new_e as i128).max(0);
+        let new_ahead = u64::try_from(new_ahead).unwrap_or(u64::MAX);
+        let new_tat = now.saturating_add(new_ahead).min(TAT_MAX);
+        let next_generation = generation.wrapping_add(VALUE_MASK + 1);
+        self.config.store_locked(&writer, quota);
+        // Publishing the TAT after the quota: a check that sees the converted
+        // TAT also sees the new quota (Release here, Acquire in the seqlock).
+        self.tat.store(next_generation | new_tat, Ordering::Release);
     }
 
     #[inline]
     fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let now = now.as_nanos();
-        let mut tat = self.tat.load(Ordering::Acquire);
+        let now = now.as_nanos().min(TAT_MAX);
+        let mut word = self.tat.load(Ordering::Acquire);
         loop {
+            if word == RECONFIGURING {
+                word = self.load_word();
+            }
+            let (generation, tat) = split(word);
+            // A word from before a re-configuration may meet the new quota
+            // here, but then its CAS fails: the generation has moved on.
             let q = self.config.load();
             validate_weight(n, q.burst())?;
             let tau = q.window_nanos();
-            let new_tat = tat.max(now).saturating_add(n * q.emission_nanos());
+            let new_tat = tat
+                .max(now)
+                .saturating_add(n * q.emission_nanos())
+                .min(TAT_MAX);
             let ahead = new_tat.saturating_sub(now);
             if ahead > tau {
-                // Denied: no write. The request fits once `ahead` has shrunk
-                // to `tau`.
+                // Denied: no write. A denial commits nothing, so it must check
+                // that the word it judged is still current; otherwise it may
+                // have paired a new quota with an old-units TAT.
+                if let Some(fresh) = self.changed_since(word) {
+                    word = fresh;
+                    continue;
+                }
+                // The request fits once `ahead` has shrunk to `tau`.
                 let retry = ahead - tau;
                 return Ok(Self::decision(false, q, now, tat.max(now), Some(retry)));
             }
-            match self
-                .tat
-                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.tat.compare_exchange_weak(
+                word,
+                generation | new_tat,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return Ok(Self::decision(true, q, now, new_tat, None)),
-                Err(actual) => tat = actual,
+                Err(actual) => word = actual,
             }
         }
     }
 
     fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let now = now.as_nanos();
-        let q = self.config.load();
+        let now = now.as_nanos().min(TAT_MAX);
+        // A consistent (word, quota) pair: the word is unchanged after the
+        // quota was read, so no re-configuration came in between.
+        let mut word = self.load_word();
+        let q = loop {
+            let q = self.config.load();
+            match self.changed_since(word) {
+                None => break q,
+                Some(fresh) => word = fresh,
+            }
+        };
+        let (_, tat) = split(word);
         validate_weight(n, q.burst())?;
-        let tat = self.tat.load(Ordering::Acquire);
         let new_tat = tat.max(now).saturating_add(n * q.emission_nanos());
         let ahead = new_tat.saturating_sub(now);
         let tau = q.window_nanos();
@@ -193,27 +273,38 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         now: Timestamp,
         max_wait: Duration,
     ) -> Result<Reservation, ReserveError> {
-        let now_ns = now.as_nanos();
+        let now_ns = now.as_nanos().min(TAT_MAX);
         let max_wait_ns = crate::time::duration_to_nanos_saturating(max_wait);
-        let mut tat = self.tat.load(Ordering::Acquire);
+        let mut word = self.tat.load(Ordering::Acquire);
         loop {
+            if word == RECONFIGURING {
+                word = self.load_word();
+            }
+            let (generation, tat) = split(word);
             let q = self.config.load();
             validate_weight(n, q.burst())?;
             let cost = n * q.emission_nanos();
-            let new_tat = tat.max(now_ns).saturating_add(cost);
+            let new_tat = tat.max(now_ns).saturating_add(cost).min(TAT_MAX);
             let wait = new_tat
                 .saturating_sub(now_ns)
                 .saturating_sub(q.window_nanos());
             if wait > max_wait_ns {
+                // As a denial: judged on a current word, or judged again.
+                if let Some(fresh) = self.changed_since(word) {
+                    word = fresh;
+                    continue;
+                }
                 return Err(ReserveError::WouldWaitTooLong {
                     wait: Duration::from_nanos(wait),
                     max_wait,
                 });
             }
-            match self
-                .tat
-                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.tat.compare_exchange_weak(
+                word,
+                generation | new_tat,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => {
                     return Ok(Reservation::new(
                         n,
@@ -223,35 +314,48 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                         cost,
                     ))
                 }
-                Err(actual) => tat = actual,
+                Err(actual) => word = actual,
             }
         }
     }
 
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
         if now > reservation.act_at {
             return 0;
         }
-        let now = now.as_nanos();
-        let mut tat = self.tat.load(Ordering::Acquire);
+        let now = now.as_nanos().min(TAT_MAX);
+        let mut word = self.tat.load(Ordering::Acquire);
         loop {
+            if word == RECONFIGURING {
+                word = self.load_word();
+            }
+            let (generation, tat) = split(word);
             // Capacity promised to reservations made after this one is not
-            // ours to return.
+            // ours to return. (After a re-configuration the reservation's
+            // numbers are in the old quota's units: the rule stays
+            // conservative because the TAT only ever moves down by at most
+            // the reservation's own cost.)
             let later = tat.saturating_sub(reservation.mark);
-            let restore = reservation.cost.saturating_sub(later);
+            // A forged reservation never returns more than its weight.
+            let cap = reservation
+                .weight
+                .saturating_mul(self.config.load().emission_nanos());
+            let restore = reservation.cost.min(cap).saturating_sub(later);
             if restore == 0 {
                 return 0;
             }
             let new_tat = tat.saturating_sub(restore).max(now.min(tat));
-            match self
-                .tat
-                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.tat.compare_exchange_weak(
+                word,
+                generation | new_tat,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => {
                     let e = self.config.load().emission_nanos();
                     return (tat - new_tat) / e;
                 }
-                Err(actual) => tat = actual,
+                Err(actual) => word = actual,
             }
         }
     }
@@ -266,7 +370,7 @@ impl<C> std::fmt::Debug for Gcra<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gcra")
             .field("quota", &self.config.load())
-            .field("tat", &self.tat.load(Ordering::Relaxed))
+            .field("tat", &(self.tat.load(Ordering::Relaxed) & VALUE_MASK))
             .finish_non_exhaustive()
     }
 }
@@ -320,16 +424,26 @@ impl QuotaCell {
                 // writes quotas that passed validation.
                 return Quota::from_raw_parts(e, b, r);
             }
-            std::hint::spin_loop();
+            spin_wait();
         }
+    }
+
+    /// Serialises writers; hold the guard across a read-modify-write of the
+    /// quota and pass it to [`QuotaCell::store_locked`].
+    pub(crate) fn lock_writer(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Replaces the quota, returning the old one.
     pub(crate) fn store(&self, q: Quota) -> Quota {
-        let _guard = self
-            .writer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let guard = self.lock_writer();
+        self.store_locked(&guard, q)
+    }
+
+    /// Replaces the quota while the caller holds the writer lock.
+    pub(crate) fn store_locked(&self, _writer: &std::sync::MutexGuard<'_, ()>, q: Quota) -> Quota {
         let s = self.seq.load(Ordering::Relaxed);
         let old = Quota::from_raw_parts(
             self.emission.load(Ordering::Relaxed),
@@ -423,7 +537,7 @@ mod tests {
             g.reserve_within_at(1, t(0), Duration::from_millis(500)),
             Err(ReserveError::WouldWaitTooLong { .. })
         ));
-        assert_eq!(g.cancel_at(&r, t(100)), 5);
+        assert_eq!(g.cancel_at(r, t(100)), 5);
         // As if the reservation never happened: one unit back at 100 ms.
         assert!(g.check_at(1, t(100)).unwrap().allowed);
         assert!(!g.check_at(1, t(100)).unwrap().allowed);
@@ -437,8 +551,8 @@ mod tests {
         let second = g.reserve_at(2, t(0)).unwrap();
         assert_eq!(second.act_at(), t(500));
         // 2 of the first reservation's 3 units are already promised onward.
-        assert_eq!(g.cancel_at(&first, t(0)), 1);
-        assert_eq!(g.cancel_at(&second, t(0)), 2);
+        assert_eq!(g.cancel_at(first, t(0)), 1);
+        assert_eq!(g.cancel_at(second, t(0)), 2);
         // After the cancels: 3 of 5 reserved units returned; the remaining
         // debt is 2 units (200 ms).
         assert!(!g.check_at(1, t(200)).unwrap().allowed);
@@ -446,7 +560,10 @@ mod tests {
         // Cancelling after the act time does nothing.
         let late = g.reserve_at(1, t(300)).unwrap();
         assert_eq!(
-            g.cancel_at(&late, late.act_at() + Duration::from_nanos(1)),
+            {
+                let after = late.act_at() + Duration::from_nanos(1);
+                g.cancel_at(late, after)
+            },
             0
         );
     }

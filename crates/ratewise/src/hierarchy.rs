@@ -98,7 +98,7 @@ pub trait Level<Req: ?Sized>: Send + Sync {
     fn reserve_now(&self, req: &Req, n: u64, now: Timestamp) -> Result<Reservation, KeyedError>;
 
     /// Gives back a reservation made by [`Level::reserve_now`] for `req`.
-    fn cancel_at(&self, req: &Req, reservation: &Reservation, now: Timestamp);
+    fn cancel_at(&self, req: &Req, reservation: Reservation, now: Timestamp);
 }
 
 /// A level that is one limiter for all requests.
@@ -112,7 +112,7 @@ impl<Req: ?Sized, L: RateLimiter> Level<Req> for Global<L> {
     fn reserve_now(&self, _req: &Req, n: u64, now: Timestamp) -> Result<Reservation, KeyedError> {
         Ok(self.0.reserve_within_at(n, now, Duration::ZERO)?)
     }
-    fn cancel_at(&self, _req: &Req, reservation: &Reservation, now: Timestamp) {
+    fn cancel_at(&self, _req: &Req, reservation: Reservation, now: Timestamp) {
         let _ = self.0.cancel_at(reservation, now);
     }
 }
@@ -140,7 +140,7 @@ where
         self.limiter
             .reserve_within_at((self.key_of)(req), n, now, Duration::ZERO)
     }
-    fn cancel_at(&self, req: &Req, reservation: &Reservation, now: Timestamp) {
+    fn cancel_at(&self, req: &Req, reservation: Reservation, now: Timestamp) {
         let _ = self.limiter.cancel_at((self.key_of)(req), reservation, now);
     }
 }
@@ -325,7 +325,7 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
             match l.level.reserve_now(req, n, now) {
                 Ok(r) => taken.push(r),
                 Err(e) => {
-                    for (j, r) in taken.iter().enumerate().rev() {
+                    for (j, r) in taken.into_iter().enumerate().rev() {
                         if let Some(prev) = self.levels.get(j) {
                             prev.level.cancel_at(req, r, now);
                         }
@@ -500,7 +500,7 @@ mod tests {
                     max_wait: Duration::ZERO,
                 })
             }
-            fn cancel_at(&self, _: &Req, _: &Reservation, _: Timestamp) {}
+            fn cancel_at(&self, _: &Req, _: Reservation, _: Timestamp) {}
         }
         let h = three_levels(5, 4, 10).level("flaky", Flaky);
         let r = Req {

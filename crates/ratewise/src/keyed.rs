@@ -219,7 +219,7 @@ pub trait KeyState: Send {
         max_wait: Duration,
     ) -> Result<Reservation, ReserveError>;
     /// See [`RateLimiter::cancel_at`].
-    fn cancel_at(&mut self, reservation: &Reservation, now: Timestamp) -> u64;
+    fn cancel_at(&mut self, reservation: Reservation, now: Timestamp) -> u64;
 }
 
 impl<L: RateLimiter> KeyState for L {
@@ -244,7 +244,7 @@ impl<L: RateLimiter> KeyState for L {
     ) -> Result<Reservation, ReserveError> {
         RateLimiter::reserve_within_at(self, n, now, max_wait)
     }
-    fn cancel_at(&mut self, reservation: &Reservation, now: Timestamp) -> u64 {
+    fn cancel_at(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
         RateLimiter::cancel_at(self, reservation, now)
     }
 }
@@ -357,7 +357,7 @@ impl KeyState for GcraState {
         ))
     }
 
-    fn cancel_at(&mut self, reservation: &Reservation, now: Timestamp) -> u64 {
+    fn cancel_at(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
         if now > reservation.act_at() {
             return 0;
         }
@@ -649,7 +649,7 @@ where
     /// Hands back a reservation made on `key`; see
     /// [`RateLimiter::cancel_at`]. Returns the units given back (0 if the
     /// key is no longer tracked: it was evicted, so it was rested already).
-    pub fn cancel_at(&self, key: &K, reservation: &Reservation, now: Timestamp) -> u64 {
+    pub fn cancel_at(&self, key: &K, reservation: Reservation, now: Timestamp) -> u64 {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
         match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
@@ -1076,10 +1076,12 @@ mod tests {
         ));
         // Not rested: maintain keeps it.
         assert_eq!(k.maintain(ms(0), usize::MAX), 0);
-        assert_eq!(k.cancel_at(&1, &r, ms(0)), 10);
+        // A stale twin of the reservation, to cancel after the key is gone.
+        let stale = Reservation::new(r.weight(), r.made_at(), r.act_at(), r.mark(), r.cost());
+        assert_eq!(k.cancel_at(&1, r, ms(0)), 10);
         // Rested again, so it may go.
         assert_eq!(k.maintain(ms(0), usize::MAX), 1);
-        assert_eq!(k.cancel_at(&1, &r, ms(0)), 0);
+        assert_eq!(k.cancel_at(&1, stale, ms(0)), 0);
     }
 
     #[test]
@@ -1131,7 +1133,7 @@ mod tests {
             let a = crate::Gcra::with_clock(q0, NoClock);
             let mut b = GcraState::new(q0);
             let mut now = 0;
-            let mut held: Vec<Reservation> = Vec::new();
+            let mut held: Vec<(Reservation, Reservation)> = Vec::new();
             for (op, n, dt, burst) in ops {
                 now += dt;
                 let t = ms(now);
@@ -1141,11 +1143,11 @@ mod tests {
                     2 => {
                         let w = Duration::from_millis(dt);
                         let (ra, rb) = (RateLimiter::reserve_within_at(&a, n, t, w), KeyState::reserve_within_at(&mut b, n, t, w));
-                        proptest::prop_assert_eq!(ra.clone(), rb);
-                        if let Ok(r) = ra { held.push(r); }
+                        proptest::prop_assert_eq!(&ra, &rb);
+                        if let (Ok(ra), Ok(rb)) = (ra, rb) { held.push((ra, rb)); }
                     }
-                    3 => if let Some(r) = held.pop() {
-                        proptest::prop_assert_eq!(RateLimiter::cancel_at(&a, &r, t), KeyState::cancel_at(&mut b, &r, t));
+                    3 => if let Some((ra, rb)) = held.pop() {
+                        proptest::prop_assert_eq!(RateLimiter::cancel_at(&a, ra, t), KeyState::cancel_at(&mut b, rb, t));
                     },
                     _ => {
                         let q = Quota::per_second(1 + n * 3).unwrap().with_burst(burst).unwrap();

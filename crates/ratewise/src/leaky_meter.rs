@@ -214,7 +214,7 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
         Ok(Reservation::new(n, now, act_at, mark, cost))
     }
 
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
         if now > reservation.act_at {
             return 0;
         }
@@ -223,7 +223,9 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
         // What was poured after this reservation was promised room on top of
         // it; only the rest comes back out (the `x/time/rate` rule).
         let later = s.ledger.saturating_sub(u128::from(reservation.mark));
-        let restore = u128::from(reservation.cost).saturating_sub(later);
+        // A forged reservation never returns more than its weight.
+        let cap = u128::from(s.quota.cost_nanos(reservation.weight));
+        let restore = u128::from(reservation.cost).min(cap).saturating_sub(later);
         let before = s.level;
         s.level = s.level.saturating_sub(restore);
         s.ledger = s.ledger.saturating_sub(restore);
@@ -346,15 +348,15 @@ mod tests {
             Err(ReserveError::WouldWaitTooLong { .. })
         ));
         // Two of the five were promised to `later`.
-        assert_eq!(m.cancel_at(&r, ms(200)), 3);
-        assert_eq!(m.cancel_at(&later, ms(200)), 2);
+        assert_eq!(m.cancel_at(r, ms(200)), 3);
+        assert_eq!(m.cancel_at(later, ms(200)), 2);
         // As in `x/time/rate`, the two units `r` could not return stay used
         // even once `later` is gone: 10 drained by 2, plus 2.
         assert_eq!(m.peek_at(1, ms(200)).unwrap().remaining, 0);
         assert_eq!(m.peek_at(1, ms(400)).unwrap().remaining, 2);
         // Cancelling after the act time gives nothing back.
         let r = m.reserve_at(1, ms(400)).unwrap();
-        assert_eq!(m.cancel_at(&r, ms(401)), 0);
+        assert_eq!(m.cancel_at(r, ms(401)), 0);
     }
 
     #[test]

@@ -236,7 +236,7 @@ impl<C: Clock> RateLimiter for LeakyQueue<C> {
         ))
     }
 
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
         let mut s = self.lock();
         s.last = s.last.max(now.as_nanos());
         // Past its act time (on the queue's clock) it may have been used.
@@ -378,18 +378,18 @@ mod tests {
             Err(ReserveError::WouldWaitTooLong { .. })
         ));
         // `a` is not last: later requests were scheduled behind it.
-        assert_eq!(l.cancel_at(&a, ms(0)), 0);
+        assert_eq!(l.cancel_at(a, ms(0)), 0);
         // From the tail, in reverse order, each gives back its weight.
-        assert_eq!(l.cancel_at(&c, ms(0)), 1);
-        assert_eq!(l.cancel_at(&c, ms(0)), 0); // twice is once
-        assert_eq!(l.cancel_at(&b, ms(100)), 3);
+        assert_eq!(l.cancel_at(c, ms(0)), 1);
+        // Cancelling twice cannot happen: `cancel_at` consumes the reservation.
+        assert_eq!(l.cancel_at(b, ms(100)), 3);
         let d = l.check_at(1, ms(100)).unwrap();
         // Right behind `a`.
         assert_eq!(d.delay, Duration::from_millis(100));
         // After its act time, a reservation cannot be cancelled.
         let e = l.reserve_at(1, ms(300)).unwrap();
         assert_eq!(e.act_at(), ms(300));
-        assert_eq!(l.cancel_at(&e, ms(301)), 0);
+        assert_eq!(l.cancel_at(e, ms(301)), 0);
     }
 
     #[test]
@@ -466,8 +466,9 @@ mod tests {
                     1 | 2 => {
                         let max_wait = if kind == 1 { Duration::MAX } else { Duration::from_nanos(n * 3) };
                         if let Ok(r) = l.reserve_within_at(n, now, max_wait) {
+                            let act = r.act_at().as_nanos();
                             reservations.push((departures.len(), r));
-                            departures.push(Some((r.act_at().as_nanos(), n)));
+                            departures.push(Some((act, n)));
                         }
                     }
                     _ => {
@@ -476,9 +477,10 @@ mod tests {
                         }
                         let k = (n as usize) % reservations.len();
                         let (slot, r) = reservations.swap_remove(k);
-                        let back = l.cancel_at(&r, now);
-                        if r.act_at() >= now {
-                            proptest::prop_assert!(back == 0 || back == r.weight());
+                        let (act_at, weight) = (r.act_at(), r.weight());
+                        let back = l.cancel_at(r, now);
+                        if act_at >= now {
+                            proptest::prop_assert!(back == 0 || back == weight);
                             departures[slot] = None;
                         }
                     }

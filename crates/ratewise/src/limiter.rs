@@ -13,11 +13,14 @@ use crate::time::Timestamp;
 /// The caller may act at [`Reservation::act_at`]. Until then it may hand the
 /// reservation back with [`RateLimiter::cancel_at`], which returns to the
 /// limiter whatever capacity later reservations have not already been
-/// promised (the rule of Go's `x/time/rate`). A reservation belongs to the
+/// promised (the rule of Go's `x/time/rate`).
+///
+/// A reservation is neither `Copy` nor `Clone`, and cancelling consumes it,
+/// so the same capacity cannot be handed back twice. It belongs to the
 /// limiter that issued it; cancelling it on another limiter is a logic error
-/// whose effect is unspecified but never a panic or an over-admission beyond
+/// whose effect is unspecified but never a panic, and never returns more than
 /// the reservation's weight.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 #[must_use = "a reservation holds capacity until it is used or cancelled"]
 pub struct Reservation {
     pub(crate) weight: u64,
@@ -145,7 +148,7 @@ pub trait RateLimiter: Send + Sync {
     /// Returns the number of whole units given back, which is less than the
     /// reservation's weight when later reservations were already promised
     /// part of it.
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64;
+    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64;
 
     /// The time on the limiter's clock.
     fn now(&self) -> Timestamp;
@@ -192,7 +195,7 @@ pub trait RateLimiter: Send + Sync {
     }
 
     /// [`RateLimiter::cancel_at`] at the clock's current time.
-    fn cancel(&self, reservation: &Reservation) -> u64 {
+    fn cancel(&self, reservation: Reservation) -> u64 {
         self.cancel_at(reservation, self.now())
     }
 
@@ -243,7 +246,7 @@ impl<L: RateLimiter + ?Sized> RateLimiter for std::sync::Arc<L> {
     ) -> Result<Reservation, ReserveError> {
         (**self).reserve_within_at(n, now, max_wait)
     }
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
         (**self).cancel_at(reservation, now)
     }
     fn now(&self) -> Timestamp {

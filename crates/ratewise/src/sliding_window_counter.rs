@@ -302,7 +302,7 @@ impl<C: Clock> RateLimiter for SlidingWindowCounter<C> {
         ))
     }
 
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
         let mut s = self.lock();
         s.last = s.last.max(now.as_nanos());
         // Past its act time (on the limiter's clock) it may have been used.
@@ -448,16 +448,16 @@ mod tests {
         // prev = 10, cur = 5: 4 more fit in window 1 once 10·(1 − f) ≤ 1.
         let soon = l.reserve_at(4, ms(1000)).unwrap();
         assert_eq!(soon.act_at(), ms(1900));
-        assert_eq!(l.cancel_at(&soon, ms(1000)), 4);
+        assert_eq!(l.cancel_at(soon, ms(1000)), 4);
         // 6 do not fit in window 1; in window 2 prev = 5 and 5·(1 − f) ≤ 4.
         let later = l.reserve_at(6, ms(1000)).unwrap();
         assert_eq!(later.act_at(), ms(2200));
         // `r`'s window is now the previous one: still given back in full.
-        assert_eq!(l.cancel_at(&r, ms(1000)), 5);
-        assert_eq!(l.cancel_at(&later, ms(2199)), 6);
+        assert_eq!(l.cancel_at(r, ms(1000)), 5);
+        assert_eq!(l.cancel_at(later, ms(2199)), 6);
         assert_eq!(l.peek_at(1, ms(2199)).unwrap().remaining, 10);
         let gone = l.reserve_at(1, ms(2300)).unwrap();
-        assert_eq!(l.cancel_at(&gone, ms(2301)), 0);
+        assert_eq!(l.cancel_at(gone, ms(2301)), 0);
     }
 
     #[test]

@@ -285,7 +285,7 @@ impl<C: Clock> RateLimiter for SlidingWindowLog<C> {
         Ok(Reservation::new(n, now, Timestamp::from_nanos(at), at, n))
     }
 
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
         let mut s = self.lock();
         s.last = s.last.max(now.as_nanos());
         // Past its act time (on the limiter's clock) it may have been used.
@@ -438,9 +438,12 @@ mod tests {
         let later = l.reserve_at(5, ms(500)).unwrap();
         assert_eq!(later.act_at(), ms(1300));
         assert_eq!(l.len(), 1); // one entry for both
-        assert_eq!(l.cancel_at(&r, ms(1000)), 5);
-        assert_eq!(l.cancel_at(&r, ms(1000)), 5); // misuse: takes `later`'s
-        assert_eq!(l.cancel_at(&later, ms(1000)), 0);
+                                // Misuse (a forged twin of `r`, cancelled after `r` itself) takes
+                                // `later`'s entry; it never panics or returns more than its weight.
+        let twin = Reservation::new(r.weight(), r.made_at(), r.act_at(), r.mark(), r.cost());
+        assert_eq!(l.cancel_at(r, ms(1000)), 5);
+        assert_eq!(l.cancel_at(twin, ms(1000)), 5);
+        assert_eq!(l.cancel_at(later, ms(1000)), 0);
         assert!(l.is_empty());
         // The 6 from 300 ms were dropped when `r` was logged, so the stretch
         // before 1.3 s stays closed.
@@ -448,7 +451,7 @@ mod tests {
         assert_eq!(d.retry_after, Some(Duration::from_millis(300)));
         assert!(l.check_at(10, ms(1300)).unwrap().allowed);
         let due = l.reserve_at(1, ms(2300)).unwrap();
-        assert_eq!(l.cancel_at(&due, ms(2301)), 0);
+        assert_eq!(l.cancel_at(due, ms(2301)), 0);
     }
 
     #[test]

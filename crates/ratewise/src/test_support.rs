@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::limiter::RateLimiter;
+use crate::limiter::Reservation;
 use crate::time::Timestamp;
 
 /// A timestamp `v` milliseconds after the origin.
@@ -144,12 +145,16 @@ pub(crate) fn exercise_extremes<L: RateLimiter>(l: &L, n: u64) {
             assert!(d.remaining <= d.limit);
             let _ = l.peek_at(n, now).unwrap();
             if let Ok(r) = l.reserve_within_at(n, now, Duration::MAX) {
-                let _ = l.cancel_at(&r, now);
-                let _ = l.cancel_at(&r, now);
+                // Misuse must not panic either: a forged twin cancelled after
+                // the real one.
+                let twin =
+                    Reservation::new(r.weight(), r.made_at(), r.act_at(), r.mark(), r.cost());
+                let _ = l.cancel_at(r, now);
+                let _ = l.cancel_at(twin, now);
             }
             let r = l.reserve_within_at(n, now, Duration::ZERO);
             if let Ok(r) = r {
-                let _ = l.cancel_at(&r, Timestamp::MAX);
+                let _ = l.cancel_at(r, Timestamp::MAX);
             }
         }
         l.set_quota_at(l.quota(), now);
@@ -200,8 +205,9 @@ pub(crate) fn run_mixed<L: RateLimiter>(l: &L, ops: &[(u64, u8, u64)]) -> Vec<(u
                 };
                 if let Ok(r) = l.reserve_within_at(n, now, max_wait) {
                     assert!(r.act_at() >= now);
+                    let act = r.act_at().as_nanos();
                     reservations.push((acts.len(), r));
-                    acts.push(Some((r.act_at().as_nanos(), n)));
+                    acts.push(Some((act, n)));
                 }
             }
             _ => {
@@ -210,9 +216,10 @@ pub(crate) fn run_mixed<L: RateLimiter>(l: &L, ops: &[(u64, u8, u64)]) -> Vec<(u
                 }
                 let k = (n as usize) % reservations.len();
                 let (slot, r) = reservations.swap_remove(k);
-                let back = l.cancel_at(&r, now);
-                assert!(back <= r.weight());
-                if r.act_at() >= now {
+                let (weight, act_at) = (r.weight(), r.act_at());
+                let back = l.cancel_at(r, now);
+                assert!(back <= weight);
+                if act_at >= now {
                     // Not yet due: the caller will not act.
                     acts[slot] = None;
                 } else {

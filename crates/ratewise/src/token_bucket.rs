@@ -193,21 +193,23 @@ impl<C: Clock> RateLimiter for TokenBucket<C> {
         Ok(Reservation::new(n, now, act_at, mark, cost))
     }
 
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> u64 {
+    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
         if now > reservation.act_at {
             return 0;
         }
         let mut s = self.lock();
         s.refill(now.as_nanos());
         let later = s.ledger.saturating_sub(u128::from(reservation.mark));
-        let restore = u128::from(reservation.cost).saturating_sub(later);
+        // A forged reservation never returns more than its weight.
+        let cap = u128::from(s.quota.cost_nanos(reservation.weight));
+        let restore = u128::from(reservation.cost).min(cap).saturating_sub(later);
         if restore == 0 {
             return 0;
         }
         let tau = i128::from(s.quota.window_nanos());
         let before = s.credit;
         s.credit = (s.credit + restore as i128).min(tau);
-        s.ledger -= restore;
+        s.ledger = s.ledger.saturating_sub(restore);
         u64::try_from((s.credit - before) / i128::from(s.quota.emission_nanos())).unwrap_or(0)
     }
 
@@ -286,7 +288,7 @@ mod tests {
         assert_eq!(admitted(&b, 10, ms(0)), 10);
         let r = b.reserve_at(5, ms(0)).unwrap();
         assert_eq!(r.act_at(), ms(500));
-        assert_eq!(b.cancel_at(&r, ms(200)), 5);
+        assert_eq!(b.cancel_at(r, ms(200)), 5);
         assert_eq!(b.peek_at(1, ms(200)).unwrap().remaining, 2);
     }
 

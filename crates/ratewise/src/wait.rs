@@ -113,7 +113,7 @@ impl<L: RateLimiter + ?Sized> CancelOnDrop<'_, L> {
 impl<L: RateLimiter + ?Sized> Drop for CancelOnDrop<'_, L> {
     fn drop(&mut self) {
         if let Some(r) = self.reservation.take() {
-            self.limiter.cancel(&r);
+            self.limiter.cancel(r);
         }
     }
 }

@@ -49,3 +49,31 @@ fn weighted_checks_never_over_admit() {
         assert_eq!(g.peek_at(1, Timestamp::from_nanos(0)).unwrap().remaining, 1);
     });
 }
+
+/// Re-configuration racing checks: whatever the interleaving, the result is
+/// one of the serial orders — never more admitted than the old quota had
+/// (2), never the new quota applied to an arrival time in the old units.
+#[test]
+fn set_quota_racing_checks_is_linearizable() {
+    loom::model(|| {
+        let old = Quota::per_second(10).unwrap().with_burst(2).unwrap();
+        let new = Quota::per_second(1).unwrap().with_burst(1).unwrap();
+        let g = Arc::new(Gcra::with_clock(old, ManualClock::new()));
+        let t = Timestamp::from_nanos(0);
+        let checker = {
+            let g = g.clone();
+            thread::spawn(move || (0..2).filter(|_| g.check_at(1, t).unwrap().allowed).count())
+        };
+        g.set_quota_at(new, t);
+        let admitted = checker.join().unwrap();
+        // Serial orders: both checks first (2), the change first (1 of the
+        // one unit the new burst keeps), or one check, the change, one check
+        // (2: one unit left, capped at the new burst of 1).
+        assert!((1..=2).contains(&admitted), "admitted {admitted}");
+        // In every order the limiter ends empty under the new quota, and the
+        // wait is exactly one new interval.
+        let d = g.peek_at(1, t).unwrap();
+        assert_eq!(d.remaining, 0);
+        assert_eq!(d.retry_after, Some(std::time::Duration::from_secs(1)));
+    });
+}

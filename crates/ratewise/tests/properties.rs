@@ -151,8 +151,9 @@ proptest! {
             let r = a.reserve_at(weight.min(q.burst()), t).expect("valid weight");
             let span = r.act_at().as_nanos() - now;
             now += (span as f64 * cancel_frac) as u64;
-            let returned = a.cancel_at(&r, Timestamp::from_nanos(now));
-            prop_assert_eq!(returned, r.weight(), "{} returned less than reserved", name);
+            let weight = r.weight();
+            let returned = a.cancel_at(r, Timestamp::from_nanos(now));
+            prop_assert_eq!(returned, weight, "{} returned less than reserved", name);
             for &(gap, w) in &after {
                 now += gap;
                 let w = w.min(q.burst());
@@ -182,6 +183,36 @@ proptest! {
             } else {
                 prop_assert!(d.allowed);
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
+
+    /// A forged or foreign reservation (built with `Reservation::new` from
+    /// arbitrary numbers) never panics and never gives back more than its
+    /// weight.
+    #[test]
+    fn forged_reservations_are_harmless(q in quota(), before in arrivals(),
+        weight in 0u64..20, made in any::<u64>(), act in any::<u64>(), mark in any::<u64>(),
+        cost in any::<u64>(), at in any::<u64>()) {
+        for name in ALGORITHMS {
+            let l = build(name, q);
+            let mut now = 0u64;
+            for &(gap, w) in &before {
+                now += gap;
+                let _ = l.check_at(w.min(q.burst()), Timestamp::from_nanos(now));
+            }
+            let forged = ratewise::Reservation::new(
+                weight,
+                Timestamp::from_nanos(made),
+                Timestamp::from_nanos(act),
+                mark,
+                cost,
+            );
+            let back = l.cancel_at(forged, Timestamp::from_nanos(at % (now + 1)));
+            prop_assert!(back <= weight, "{name}: gave back {back} for weight {weight}");
         }
     }
 }
