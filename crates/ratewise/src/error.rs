@@ -41,8 +41,8 @@ pub enum QuotaError {
         /// The emission interval of the quota.
         interval: Duration,
     },
-    /// An algorithm-specific size bound was exceeded (e.g. the sliding log's
-    /// memory cap).
+    /// An algorithm-specific size bound was exceeded (e.g. a sharded
+    /// limiter whose interval × shard count does not fit).
     #[error("{what}: {limit} is the most this limiter supports, got {got}")]
     TooLarge {
         /// What was too large.

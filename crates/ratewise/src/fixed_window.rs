@@ -412,6 +412,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// Exact retry_after, denials change nothing, and at most
         /// `b·(⌈D/W⌉ + 1)` units are admitted within any span of `D` ns
         /// (a span meets at most `⌈D/W⌉ + 1` windows).
@@ -439,6 +440,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// With reservations and cancellations mixed in, what acts (checks
         /// admitted, reservations at their act time, minus those cancelled
         /// in time) still respects the same span bound.

@@ -56,6 +56,13 @@ pub struct Gcra<C = MonotonicClock> {
     /// its cache line: under contention this line bounces between cores, and
     /// the read-mostly quota and clock must not bounce with it.
     tat: CacheAligned<AtomicU64>,
+    /// The act time of the latest reservation (Go `x/time/rate`'s
+    /// `lastEvent`), for cancellation. Raised *before* a reservation's CAS,
+    /// so a cancel never misses a reservation that was promised room after
+    /// it (a stale, higher value only makes cancels return less). Checks do
+    /// not touch it: an admitted check acts at `now`, never after an
+    /// outstanding reservation.
+    last_act: CacheAligned<AtomicU64>,
     config: QuotaCell,
     clock: C,
 }
@@ -92,6 +99,7 @@ impl<C: Clock> Gcra<C> {
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Gcra {
             tat: CacheAligned(AtomicU64::new(0)),
+            last_act: CacheAligned(AtomicU64::new(0)),
             config: QuotaCell::new(quota),
             clock,
         }
@@ -105,6 +113,7 @@ impl<C: Clock> Gcra<C> {
             tat: CacheAligned(AtomicU64::new(
                 now.saturating_add(quota.window_nanos()).min(TAT_MAX),
             )),
+            last_act: CacheAligned(AtomicU64::new(0)),
             config: QuotaCell::new(quota),
             clock,
         }
@@ -299,6 +308,8 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                     max_wait,
                 });
             }
+            let act = now_ns.saturating_add(wait);
+            self.last_act.fetch_max(act, Ordering::AcqRel);
             match self.tat.compare_exchange_weak(
                 word,
                 generation | new_tat,
@@ -309,8 +320,8 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                     return Ok(Reservation::new(
                         n,
                         now,
-                        Timestamp::from_nanos(now_ns.saturating_add(wait)),
-                        new_tat,
+                        Timestamp::from_nanos(act),
+                        act,
                         cost,
                     ))
                 }
@@ -324,23 +335,23 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             return 0;
         }
         let now = now.as_nanos().min(TAT_MAX);
+        let act = reservation.act_at.as_nanos();
         let mut word = self.tat.load(Ordering::Acquire);
         loop {
             if word == RECONFIGURING {
                 word = self.load_word();
             }
             let (generation, tat) = split(word);
-            // Capacity promised to reservations made after this one is not
-            // ours to return. (After a re-configuration the reservation's
-            // numbers are in the old quota's units: the rule stays
-            // conservative because the TAT only ever moves down by at most
-            // the reservation's own cost.)
-            let later = tat.saturating_sub(reservation.mark);
-            // A forged reservation never returns more than its weight.
-            let cap = reservation
-                .weight
-                .saturating_mul(self.config.load().emission_nanos());
-            let restore = reservation.cost.min(cap).saturating_sub(later);
+            let e = self.config.load().emission_nanos();
+            // Go `x/time/rate`'s rule: later reservations were promised the
+            // stretch from this one's act time to the latest act time; only
+            // the rest comes back. A forged reservation never returns more
+            // than its weight. (After a re-configuration the reservation's
+            // cost is in the old quota's units; it is capped at its weight in
+            // the new ones.)
+            let cost = reservation.cost.min(reservation.weight.saturating_mul(e));
+            let last_act = self.last_act.load(Ordering::Acquire);
+            let restore = crate::token_bucket::restore_after_later_grants(cost, act, last_act);
             if restore == 0 {
                 return 0;
             }
@@ -352,7 +363,18 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    let e = self.config.load().emission_nanos();
+                    if act == last_act {
+                        // It was the latest: the latest is now the one before.
+                        let previous = act.saturating_sub(cost);
+                        if previous >= now {
+                            let _ = self.last_act.compare_exchange(
+                                last_act,
+                                previous,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            );
+                        }
+                    }
                     return (tat - new_tat) / e;
                 }
                 Err(actual) => word = actual,

@@ -64,9 +64,9 @@ struct State {
     /// Level in nanoseconds of drain time. Above `quota.window_nanos()` only
     /// after reservations.
     level: u128,
-    /// Total poured in, minus what cancellations took out; a reservation
-    /// remembers it to tell which pours came after it.
-    ledger: u128,
+    /// The act time of the latest grant: Go `x/time/rate`'s `lastEvent`
+    /// (see the token bucket's cancellation rule).
+    last_act: u64,
 }
 
 impl State {
@@ -119,7 +119,7 @@ impl<C: Clock> LeakyMeter<C> {
                 quota,
                 last: now,
                 level: 0,
-                ledger: 0,
+                last_act: 0,
             }),
             clock,
         }
@@ -168,7 +168,7 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
         match s.wait_for(cost) {
             0 => {
                 s.level += cost;
-                s.ledger = s.ledger.saturating_add(cost);
+                s.last_act = s.last_act.max(s.last);
                 Ok(s.decision(true, None))
             }
             wait => Ok(s.decision(false, Some(wait))),
@@ -206,12 +206,17 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
             });
         }
         s.level = s.level.saturating_add(u128::from(cost));
-        s.ledger = s.ledger.saturating_add(u128::from(cost));
-        let mark = clamp_u64(s.ledger);
         // Measured from the meter's own latest time, which is `now` unless
         // the caller's clock ran backwards.
-        let act_at = Timestamp::from_nanos(s.last.max(now_ns).saturating_add(wait));
-        Ok(Reservation::new(n, now, act_at, mark, cost))
+        let act = s.last.max(now_ns).saturating_add(wait);
+        s.last_act = s.last_act.max(act);
+        Ok(Reservation::new(
+            n,
+            now,
+            Timestamp::from_nanos(act),
+            act,
+            cost,
+        ))
     }
 
     fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
@@ -219,16 +224,22 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
             return 0;
         }
         let mut s = self.lock();
-        s.drain(now.as_nanos());
-        // What was poured after this reservation was promised room on top of
-        // it; only the rest comes back out (the `x/time/rate` rule).
-        let later = s.ledger.saturating_sub(u128::from(reservation.mark));
-        // A forged reservation never returns more than its weight.
-        let cap = u128::from(s.quota.cost_nanos(reservation.weight));
-        let restore = u128::from(reservation.cost).min(cap).saturating_sub(later);
+        let now = now.as_nanos();
+        s.drain(now);
+        // Later grants were promised room on top of this reservation; only
+        // the rest comes back out (the `x/time/rate` rule). A forged
+        // reservation never returns more than its weight.
+        let cost = reservation.cost.min(s.quota.cost_nanos(reservation.weight));
+        let act = reservation.act_at.as_nanos();
+        let restore = crate::token_bucket::restore_after_later_grants(cost, act, s.last_act);
         let before = s.level;
-        s.level = s.level.saturating_sub(restore);
-        s.ledger = s.ledger.saturating_sub(restore);
+        s.level = s.level.saturating_sub(u128::from(restore));
+        if restore > 0 && act == s.last_act {
+            let previous = act.saturating_sub(cost);
+            if previous >= now {
+                s.last_act = previous;
+            }
+        }
         clamp_u64((before - s.level) / u128::from(s.quota.emission_nanos()))
     }
 
@@ -387,6 +398,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// Exact retry_after, denials change nothing, and at most
         /// `b + ⌊D/I⌋` units are admitted within any span of `D` ns.
         #[test]
@@ -412,6 +424,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// With reservations and cancellations mixed in, what acts (checks
         /// admitted, reservations at their act time, minus those cancelled
         /// in time) still respects the same span bound.

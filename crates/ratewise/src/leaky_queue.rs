@@ -406,6 +406,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// Exact retry_after, denials change nothing, at most `b + ⌊D/I⌋`
         /// units admitted within any span of `D` ns; departures are spaced
         /// by the previous weight and no admitted request waits more than
@@ -443,6 +444,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// With reservations and cancellations mixed in, the departures of
         /// what acts stay spaced by the preceding weight: cancelling never
         /// lets a newcomer depart inside another request's slot.

@@ -281,6 +281,8 @@ mod tests {
     }
 
     proptest! {
+
+        #![proptest_config(ProptestConfig::with_cases(2000))]
         /// In every window of the admission history, the sharded limiter
         /// admits at most b + max_excess + ⌊t/T⌋ units.
         #[test]

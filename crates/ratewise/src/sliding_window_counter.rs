@@ -486,6 +486,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// Exact retry_after, denials change nothing, and at most
         /// `b + ⌊D/I⌋` units are admitted within any span of `D` ns: the
         /// estimate falls by at most `b/W = 1/I` per nanosecond, across
@@ -513,6 +514,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// With reservations and cancellations mixed in, what acts (checks
         /// admitted, reservations at their act time, minus those cancelled
         /// in time) still respects the same span bound.

@@ -483,6 +483,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// Exact retry_after, denials change nothing, and at most
         /// `b·⌈(D + 1)/W⌉` units are admitted within any span of `D` ns (at
         /// most `b` in each of the `⌈(D + 1)/W⌉` windows `(t − W, t]` that
@@ -511,6 +512,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// With reservations and cancellations mixed in, what acts (checks
         /// admitted, reservations at their act time, minus those cancelled
         /// in time) still respects the same span bound.

@@ -46,9 +46,11 @@ struct State {
     /// Balance in nanoseconds of refill (one token = one emission interval).
     /// At most `quota.window_nanos()`; negative after reservations.
     credit: i128,
-    /// Total capacity ever consumed, minus what cancellations returned; a
-    /// reservation remembers it to tell which consumption came after it.
-    ledger: u128,
+    /// The act time of the latest grant (check or reservation): Go
+    /// `x/time/rate`'s `lastEvent`. A cancelled reservation gives back only
+    /// the capacity no later grant was promised: its cost minus the time
+    /// from its act time to this one.
+    last_act: u64,
 }
 
 impl State {
@@ -72,6 +74,15 @@ impl State {
             delay: Duration::ZERO,
         }
     }
+}
+
+/// Go `x/time/rate`'s cancellation rule, in nanoseconds of capacity (one
+/// unit = one emission interval, so time and capacity share a scale): a
+/// reservation acting at `act` gives back its `cost` minus the stretch from
+/// `act` to the latest grant's act time `last_act`, which later grants were
+/// promised. Shared by the bucket-family limiters.
+pub(crate) fn restore_after_later_grants(cost: u64, act: u64, last_act: u64) -> u64 {
+    cost.saturating_sub(last_act.saturating_sub(act))
 }
 
 fn clamp_u64(v: i128) -> u64 {
@@ -105,7 +116,7 @@ impl<C: Clock> TokenBucket<C> {
                 quota,
                 last: now,
                 credit: i128::from(quota.cost_nanos(tokens.min(quota.burst()))),
-                ledger: 0,
+                last_act: 0,
             }),
             clock,
         }
@@ -145,7 +156,7 @@ impl<C: Clock> RateLimiter for TokenBucket<C> {
         let cost = i128::from(n * s.quota.emission_nanos());
         if s.credit >= cost {
             s.credit -= cost;
-            s.ledger += cost as u128;
+            s.last_act = s.last_act.max(s.last);
             Ok(s.decision(true, None))
         } else {
             let retry = clamp_u64(cost - s.credit);
@@ -185,12 +196,17 @@ impl<C: Clock> RateLimiter for TokenBucket<C> {
             });
         }
         s.credit -= i128::from(cost);
-        s.ledger += u128::from(cost);
-        let mark = u64::try_from(s.ledger).unwrap_or(u64::MAX);
         // Act time is measured from the bucket's own latest time, which is
         // `now` unless the caller's clock ran backwards.
-        let act_at = Timestamp::from_nanos(s.last.max(now_ns).saturating_add(wait));
-        Ok(Reservation::new(n, now, act_at, mark, cost))
+        let act = s.last.max(now_ns).saturating_add(wait);
+        s.last_act = s.last_act.max(act);
+        Ok(Reservation::new(
+            n,
+            now,
+            Timestamp::from_nanos(act),
+            act,
+            cost,
+        ))
     }
 
     fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
@@ -198,18 +214,25 @@ impl<C: Clock> RateLimiter for TokenBucket<C> {
             return 0;
         }
         let mut s = self.lock();
-        s.refill(now.as_nanos());
-        let later = s.ledger.saturating_sub(u128::from(reservation.mark));
+        let now = now.as_nanos();
+        s.refill(now);
         // A forged reservation never returns more than its weight.
-        let cap = u128::from(s.quota.cost_nanos(reservation.weight));
-        let restore = u128::from(reservation.cost).min(cap).saturating_sub(later);
+        let cost = reservation.cost.min(s.quota.cost_nanos(reservation.weight));
+        let act = reservation.act_at.as_nanos();
+        let restore = restore_after_later_grants(cost, act, s.last_act);
         if restore == 0 {
             return 0;
         }
         let tau = i128::from(s.quota.window_nanos());
         let before = s.credit;
-        s.credit = (s.credit + restore as i128).min(tau);
-        s.ledger = s.ledger.saturating_sub(restore);
+        s.credit = (s.credit + i128::from(restore)).min(tau);
+        if act == s.last_act {
+            // It was the latest grant: the latest is now the one before it.
+            let previous = act.saturating_sub(cost);
+            if previous >= now {
+                s.last_act = previous;
+            }
+        }
         u64::try_from((s.credit - before) / i128::from(s.quota.emission_nanos())).unwrap_or(0)
     }
 

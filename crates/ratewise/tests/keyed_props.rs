@@ -14,7 +14,7 @@ fn ms(n: u64) -> Timestamp {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(2000))]
 
     /// Eviction never lets a key exceed its quota: every answer for a
     /// tracked key equals the answer of a model limiter that never forgets

@@ -216,3 +216,64 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
+
+    /// Checks, reservations (waiting or not) and out-of-order cancellations
+    /// mixed at random: what actually acts — admitted checks at their time,
+    /// reservations not cancelled at their act time — never exceeds the
+    /// algorithm's bound in any window.
+    #[test]
+    fn reservations_and_cancels_keep_the_bound(q in quota(),
+        ops in prop::collection::vec((0u64..200_000_000, 0u8..4, 1u64..5, any::<u16>()), 1..150)) {
+        for name in ALGORITHMS {
+            let l = build(name, q);
+            let mut now = 0u64;
+            let mut acts: Vec<Option<(u64, u64)>> = Vec::new();
+            let mut held: Vec<(usize, ratewise::Reservation)> = Vec::new();
+            for &(gap, kind, w, pick) in &ops {
+                now += gap;
+                let t = Timestamp::from_nanos(now);
+                let w = w.min(q.burst());
+                match kind {
+                    0 => {
+                        let d = l.check_at(w, t).expect("valid weight");
+                        if d.allowed {
+                            acts.push(Some((now + d.delay.as_nanos() as u64, w)));
+                        }
+                    }
+                    1 | 2 => {
+                        let max_wait = if kind == 1 {
+                            std::time::Duration::MAX
+                        } else {
+                            q.emission_interval() * 2
+                        };
+                        if let Ok(r) = l.reserve_within_at(w, t, max_wait) {
+                            acts.push(Some((r.act_at().as_nanos(), w)));
+                            held.push((acts.len() - 1, r));
+                        }
+                    }
+                    _ => {
+                        if !held.is_empty() {
+                            let (slot, r) = held.swap_remove(pick as usize % held.len());
+                            if r.act_at() >= t {
+                                // Cancelled before its time: the caller will not act.
+                                acts[slot] = None;
+                            }
+                            let weight = r.weight();
+                            prop_assert!(l.cancel_at(r, t) <= weight);
+                        }
+                    }
+                }
+            }
+            let mut acted: Vec<(u64, u64)> = acts.into_iter().flatten().collect();
+            acted.sort_unstable();
+            for d in window_lengths(q) {
+                let got = max_in_window(&acted, d);
+                prop_assert!(got <= bound(name, q, d),
+                    "{name}: {got} acted within {d} ns, bound {}", bound(name, q, d));
+            }
+        }
+    }
+}

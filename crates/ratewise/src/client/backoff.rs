@@ -516,6 +516,8 @@ mod tests {
     }
 
     proptest! {
+
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         #[test]
         fn never_panics_and_respects_cap(
             seed in any::<u64>(),

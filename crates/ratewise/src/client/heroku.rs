@@ -818,6 +818,8 @@ mod tests {
     }
 
     proptest! {
+
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         #[test]
         fn sleeps_are_finite_and_stored_never_negative(
             seed in any::<u64>(),

@@ -920,6 +920,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         #[test]
         fn invariants_hold_under_random_traffic(
             seed in proptest::prelude::any::<u64>(),

@@ -834,6 +834,8 @@ mod tests {
     }
 
     proptest! {
+
+        #![proptest_config(ProptestConfig::with_cases(2000))]
         /// Trailing-only, no max-wait: exactly one fire per burst (calls
         /// closer than `wait`), with the burst's last value, at last + wait.
         #[test]
