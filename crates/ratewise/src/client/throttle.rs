@@ -507,12 +507,41 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         now: Timestamp,
         not_before: Timestamp,
     ) -> Result<Duration, StopReason> {
+        self.acquire_inner(key, call, now, not_before, true)
+    }
+
+    /// [`Throttle::acquire_at`] without the refusals: no SRE coin and no
+    /// deadline check, only the pause and the pacer. For a call that was
+    /// already refused (and counted as refused) and is sent anyway later, as
+    /// the simulation adapter does.
+    pub(crate) fn acquire_unrefused_at(
+        &self,
+        key: &K,
+        call: &mut Call,
+        now: Timestamp,
+        not_before: Timestamp,
+    ) -> Duration {
+        self.acquire_inner(key, call, now, not_before, false)
+            .unwrap_or_else(|_| not_before.saturating_duration_since(now))
+    }
+
+    fn acquire_inner(
+        &self,
+        key: &K,
+        call: &mut Call,
+        now: Timestamp,
+        not_before: Timestamp,
+        may_refuse: bool,
+    ) -> Result<Duration, StopReason> {
         let part = self.partition(key);
         let c = &self.inner.counters;
         let (pacing, start) = {
             let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(sre) = st.sre.as_mut() {
-                if !sre.should_send(now) {
+                if !may_refuse {
+                    // Sent after all: the backend sees one more request.
+                    sre.note_request(now);
+                } else if !sre.should_send(now) {
                     c.rejected_locally.fetch_add(1, Ordering::Relaxed);
                     c.gave_up.fetch_add(1, Ordering::Relaxed);
                     return Err(StopReason::RejectedLocally);
@@ -523,7 +552,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             }
             (st.pacing, not_before.max(st.paused_until).max(now))
         };
-        let deadline = call.deadline(self.inner.config.deadline);
+        let deadline = call
+            .deadline(self.inner.config.deadline)
+            .filter(|_| may_refuse);
         let wait = match (pacing, deadline) {
             (true, Some(dl)) => part
                 .pacer
