@@ -30,7 +30,8 @@
 //!
 //! # Invariants
 //! * The pacer's rate is `min(controller, hint cap)`; hints never raise it.
-//! * A Retry-After never pauses a partition longer than `max_retry_after`.
+//! * A Retry-After never pauses a partition longer than `max_retry_after`,
+//!   and never grants a retry the backoff's `max_retries` refuses.
 //! * `attempts ≥ successes + throttled`; every counter only grows.
 
 use std::collections::HashMap;
@@ -75,7 +76,9 @@ pub struct ThrottleConfig {
     /// decrease cooldown, so one burst of 429s cuts the rate once).
     pub adaptation: Adaptation,
     /// Backoff between attempts of one call (default: 100 ms × 2ⁿ, full
-    /// jitter, capped at 20 s). Its `max_retries`, if set, also limits retries.
+    /// jitter, capped at 20 s). Its `max_retries`, if set, also limits
+    /// retries, and a `Retry-After` never lifts that limit: the server's word
+    /// only sets how long to wait before a retry the backoff allows.
     pub backoff: BackoffConfig,
     /// The pacer's burst; `None` (default) for about one second of rate,
     /// `max(1, floor(rate))`, as the AWS adaptive limiter. `Some(1)` paces
@@ -657,16 +660,18 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             return Step::Done;
         }
 
-        // 3. How long: the backoff, or the server's word (capped) if longer.
+        // 3. Whether, then how long: the backoff decides whether another
+        //    retry is allowed at all (`None` = its retry limit is reached,
+        //    whatever the server says); the server's word (capped) only
+        //    lengthens the wait.
         let retry_after = outcome
             .hints
             .retry_after
             .map(|d| d.min(cfg.max_retry_after));
-        let backoff = call.backoff.next_delay();
-        let delay = match (backoff, retry_after) {
-            (Some(b), Some(r)) => Some(b.max(r)),
-            (b, r) => b.or(r),
-        };
+        let delay = call
+            .backoff
+            .next_delay()
+            .map(|b| retry_after.map_or(b, |r| b.max(r)));
 
         // 4. A throttle pauses the whole partition, with jitter on the resume.
         if outcome.signal == Signal::Throttled {
@@ -886,6 +891,51 @@ mod tests {
             Step::GiveUp(StopReason::BudgetExhausted)
         );
         assert_eq!(th.metrics().gave_up, 1);
+    }
+
+    #[test]
+    fn retry_after_never_extends_the_backoffs_retry_limit() {
+        // The backoff allows one retry; the attempt limit would allow four.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::None,
+            backoff: BackoffConfig::constant(ms(100))
+                .with_jitter(Jitter::None)
+                .with_max_retries(1),
+            max_attempts: 5,
+            ..config()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        let throttled = Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(Duration::from_secs(1)),
+            ..ServerHints::default()
+        });
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        assert_eq!(
+            th.record_at(&0, &mut call, t, &throttled),
+            Step::Retry(Duration::from_secs(1)),
+            "Retry-After sets how long (longer than the 100 ms backoff)"
+        );
+        let t1 = t + Duration::from_secs(1);
+        th.acquire_at(&0, &mut call, t1, t1).unwrap();
+        assert_eq!(
+            th.record_at(&0, &mut call, t1, &throttled),
+            Step::GiveUp(StopReason::MaxAttempts),
+            "the backoff's limit holds whatever Retry-After says"
+        );
+        // The same without Retry-After gives up at the same point.
+        let mut call = th.begin(t1);
+        th.acquire_at(&1, &mut call, t1, t1).unwrap();
+        assert_eq!(
+            th.record_at(&1, &mut call, t1, &Outcome::throttled()),
+            Step::Retry(ms(100))
+        );
+        assert_eq!(
+            th.record_at(&1, &mut call, t1, &Outcome::throttled()),
+            Step::GiveUp(StopReason::MaxAttempts)
+        );
+        assert_eq!(th.metrics().gave_up, 2);
     }
 
     #[test]
