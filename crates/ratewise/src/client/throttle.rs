@@ -128,17 +128,42 @@ impl Default for ThrottleConfig {
 }
 
 /// Why a call stopped without success.
+///
+/// Each reason is either the *server's* refusal or the *client's*
+/// ([`StopReason::is_client_side`]): a stop is client-side when the client
+/// declined to send an attempt the server never saw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum StopReason {
-    /// The attempt limit (or the backoff's retry limit) was reached.
+    /// The attempt limit (or the backoff's retry limit) was reached: every
+    /// allowed attempt was sent and refused. Server-side.
     MaxAttempts,
-    /// The next attempt could not start before the call's deadline.
+    /// The next attempt could not start before the call's deadline, so it
+    /// was not sent. Client-side.
     Deadline,
-    /// The retry budget could not pay for another retry.
+    /// The retry budget could not pay for another retry, so it was not sent
+    /// (the AWS retry quota: the client protecting a struggling service).
+    /// Client-side.
     BudgetExhausted,
-    /// The SRE throttle rejected the call locally.
+    /// The SRE throttle rejected the call locally. Client-side.
     RejectedLocally,
+}
+
+impl StopReason {
+    /// `true` when the client itself refused to send the next attempt
+    /// ([`Deadline`](StopReason::Deadline),
+    /// [`BudgetExhausted`](StopReason::BudgetExhausted),
+    /// [`RejectedLocally`](StopReason::RejectedLocally)); `false` when the
+    /// server's refusals used up every attempt allowed
+    /// ([`MaxAttempts`](StopReason::MaxAttempts)).
+    pub const fn is_client_side(self) -> bool {
+        match self {
+            StopReason::MaxAttempts => false,
+            StopReason::Deadline | StopReason::BudgetExhausted | StopReason::RejectedLocally => {
+                true
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for StopReason {
