@@ -100,6 +100,7 @@ impl<R> ThrottleError<R> {
     /// | [`Deadline`](StopReason::Deadline) | yes | the next attempt would start after the deadline, so it was not sent |
     /// | [`BudgetExhausted`](StopReason::BudgetExhausted) | yes | the retry budget could not pay, so the retry was not sent |
     /// | [`RejectedLocally`](StopReason::RejectedLocally) | yes | the SRE throttle refused to send |
+    /// | [`RetryForbidden`](StopReason::RetryForbidden) | no | the server asked not to retry |
     pub fn is_client_side(&self) -> bool {
         self.client_side
     }
@@ -325,6 +326,7 @@ mod tests {
         assert!(StopReason::Deadline.is_client_side());
         assert!(StopReason::BudgetExhausted.is_client_side());
         assert!(StopReason::RejectedLocally.is_client_side());
+        assert!(!StopReason::RetryForbidden.is_client_side());
     }
 
     #[tokio::test(start_paused = true)]

@@ -91,6 +91,11 @@ pub struct ServerHints {
     pub limit: Option<u64>,
     /// Time until the server's window or bucket resets.
     pub reset_after: Option<Duration>,
+    /// The server asked the client not to retry this request at all (gRPC: a
+    /// negative or unparseable `grpc-retry-pushback-ms`). A
+    /// [`Throttle`](throttle::Throttle) ends the call with
+    /// [`StopReason::RetryForbidden`](throttle::StopReason::RetryForbidden).
+    pub no_retry: bool,
 }
 
 /// An attempt's result, as fed back to a strategy.
@@ -112,6 +117,7 @@ impl Outcome {
                 remaining: None,
                 limit: None,
                 reset_after: None,
+                no_retry: false,
             },
         }
     }
@@ -125,6 +131,7 @@ impl Outcome {
                 remaining: None,
                 limit: None,
                 reset_after: None,
+                no_retry: false,
             },
         }
     }

@@ -147,6 +147,11 @@ pub enum StopReason {
     BudgetExhausted,
     /// The SRE throttle rejected the call locally. Client-side.
     RejectedLocally,
+    /// The server asked not to retry ([`ServerHints::no_retry`], e.g. a
+    /// negative gRPC pushback). Server-side.
+    ///
+    /// [`ServerHints::no_retry`]: super::ServerHints::no_retry
+    RetryForbidden,
 }
 
 impl StopReason {
@@ -155,10 +160,11 @@ impl StopReason {
     /// [`BudgetExhausted`](StopReason::BudgetExhausted),
     /// [`RejectedLocally`](StopReason::RejectedLocally)); `false` when the
     /// server's refusals used up every attempt allowed
-    /// ([`MaxAttempts`](StopReason::MaxAttempts)).
+    /// ([`MaxAttempts`](StopReason::MaxAttempts)) or the server forbade a
+    /// retry ([`RetryForbidden`](StopReason::RetryForbidden)).
     pub const fn is_client_side(self) -> bool {
         match self {
-            StopReason::MaxAttempts => false,
+            StopReason::MaxAttempts | StopReason::RetryForbidden => false,
             StopReason::Deadline | StopReason::BudgetExhausted | StopReason::RejectedLocally => {
                 true
             }
@@ -175,6 +181,7 @@ impl std::fmt::Display for StopReason {
             StopReason::RejectedLocally => {
                 "rejected locally: the backend has been refusing most requests"
             }
+            StopReason::RetryForbidden => "the server asked not to retry",
         })
     }
 }
@@ -706,7 +713,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             st.paused_until = st.paused_until.max(now.saturating_add(pause));
         }
 
-        // 5. May we retry at all?
+        // 5. May we retry at all? The server's refusal comes first.
+        if outcome.hints.no_retry {
+            return self.give_up(StopReason::RetryForbidden);
+        }
         let Some(delay) = delay else {
             return self.give_up(StopReason::MaxAttempts);
         };
@@ -964,6 +974,45 @@ mod tests {
     }
 
     #[test]
+    fn a_server_refusal_to_retry_ends_the_call() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let t = Timestamp::ZERO;
+        let forbidden = Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(ms(300)),
+            no_retry: true,
+            ..ServerHints::default()
+        });
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        let budget = th.budget_of(&0);
+        assert_eq!(
+            th.record_at(&0, &mut call, t, &forbidden),
+            Step::GiveUp(StopReason::RetryForbidden)
+        );
+        assert!(!StopReason::RetryForbidden.is_client_side());
+        assert_eq!(th.budget_of(&0), budget, "no retry, nothing paid");
+        // It was still a throttle: counted, the rate cut, the partition paused.
+        let m = th.metrics();
+        assert_eq!((m.throttled, m.retries, m.gave_up), (1, 0, 1));
+        assert_eq!(th.rate_of(&0), Some(5.0));
+        assert_eq!(th.try_acquire_at(&0, t), Err(ms(300)));
+        // A server error with the refusal is not retried either.
+        let mut call = th.begin(t);
+        th.acquire_at(&1, &mut call, t, t).unwrap();
+        let failed = Outcome {
+            signal: Signal::ServerError,
+            hints: ServerHints {
+                no_retry: true,
+                ..ServerHints::default()
+            },
+        };
+        assert_eq!(
+            th.record_at(&1, &mut call, t, &failed),
+            Step::GiveUp(StopReason::RetryForbidden)
+        );
+    }
+
+    #[test]
     fn hints_lower_the_pace_before_any_429() {
         let th: Throttle<u8> = Throttle::new(config()).unwrap();
         let t = Timestamp::ZERO;
@@ -1055,6 +1104,7 @@ mod tests {
                     remaining: hint.map(|h| h.0),
                     reset_after: hint.map(|h| Duration::from_secs(h.1)),
                     limit: None,
+                    no_retry: false,
                 };
                 let step = th.record_at(&key, &mut call, now, &Outcome { signal, hints });
                 if let Step::Retry(d) = step {
