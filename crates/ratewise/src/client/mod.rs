@@ -92,9 +92,8 @@ pub struct ServerHints {
     /// Time until the server's window or bucket resets.
     pub reset_after: Option<Duration>,
     /// The server asked the client not to retry this request at all (gRPC: a
-    /// negative or unparseable `grpc-retry-pushback-ms`). A
-    /// [`Throttle`](throttle::Throttle) ends the call with
-    /// [`StopReason::RetryForbidden`](throttle::StopReason::RetryForbidden).
+    /// negative or unparseable `grpc-retry-pushback-ms`). A [`Throttle`]
+    /// ends the call with [`StopReason::RetryForbidden`].
     pub no_retry: bool,
 }
 

@@ -422,6 +422,38 @@ mod tests {
     }
 
     #[test]
+    fn with_sre_composes_with_a_retry_budget() {
+        use crate::client::backoff::{BackoffConfig, BackoffStrategy};
+        use crate::client::budget::{RetryBudget, RetryBudgetConfig, WithBudget};
+        let inner =
+            BackoffStrategy::new(BackoffConfig::constant(Duration::from_millis(10)), 0).unwrap();
+        let budget = RetryBudget::new(RetryBudgetConfig {
+            capacity: 10,
+            ..RetryBudgetConfig::default()
+        })
+        .unwrap();
+        let sre = SreThrottler::new(SreConfig::default(), 5).unwrap();
+        let mut s = WithSre::new(WithBudget::new(inner, budget), sre);
+        let t = secs(1);
+        assert_eq!(s.before_call(t), Duration::ZERO);
+        // The budget (inside) pays two throttling retries, 5 each, and then
+        // gives up, whatever the SRE coin (outside) says about the retries
+        // it did pay for: the inner strategy decides first, as in `Throttle`.
+        let mut nexts = vec![];
+        for _ in 0..3 {
+            nexts.push(s.after_attempt(t, &Outcome::throttled()));
+        }
+        assert_eq!(nexts[2], Next::GiveUp, "{nexts:?}");
+        assert_eq!(s.inner().budget().available(), 0);
+        // The SRE counted each attempt's outcome: no accepts, and a success
+        // is one.
+        s.before_call(t);
+        assert_eq!(s.after_attempt(t, &Outcome::success()), Next::Done);
+        assert_eq!(s.sre().clone().counts(t).1, 1);
+        assert_eq!(s.inner().budget().available(), 1, "success refund");
+    }
+
+    #[test]
     fn with_sre_keeps_a_longer_inner_wait() {
         use crate::client::backoff::{BackoffConfig, BackoffStrategy};
         let inner =
