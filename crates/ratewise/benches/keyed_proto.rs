@@ -88,7 +88,8 @@ fn bench(c: &mut Criterion) {
     let theirs = governor::RateLimiter::dashmap(governor::Quota::per_second(
         NonZeroU32::new(1000).expect("non-zero"),
     ));
-    let ours = ratewise::KeyedLimiter::<u64>::builder(q).max_keys(100_000).hasher(foldhash::fast::RandomState::default()).build();
+    let ours = ratewise::KeyedLimiter::<u64>::builder(q).max_keys(100_000).build();
+    let ours_pre = ratewise::KeyedLimiter::<u64>::builder(q).max_keys(100_000).preallocate(true).build();
     for k in 0..HOT_KEYS {
         pap.pin().insert(k, Slot { tat: AtomicU64::new(0), quota: q });
         use std::hash::BuildHasher;
@@ -96,6 +97,7 @@ fn bench(c: &mut Criterion) {
         shards[(h >> 40) as usize & 7].write().insert(k, Slot { tat: AtomicU64::new(0), quota: q });
         let _ = theirs.check_key(&k);
         let _ = ours.check(&k, 1);
+        let _ = ours_pre.check(&k, 1);
     }
     for threads in [1u64, 2] {
         let mut g = c.benchmark_group(format!("proto/{threads}_threads"));
@@ -129,6 +131,12 @@ fn bench(c: &mut Criterion) {
         });
         g.bench_function("current_fold", |b| {
             b.iter_custom(|iters| run_threads(threads, iters, &|k| ours.check(k, 1).map(|d| d.allowed).unwrap_or(false)))
+        });
+        g.bench_function("new_pre", |b| {
+            b.iter_custom(|iters| run_threads(threads, iters, &|k| ours_pre.check(k, 1).map(|d| d.allowed).unwrap_or(false)))
+        });
+        g.bench_function("new_at_fixed", |b| {
+            b.iter_custom(|iters| run_threads(threads, iters, &|k| ours.check_at(k, 1, ratewise::Timestamp::from_nanos(1_000_000_000)).map(|d| d.allowed).unwrap_or(false)))
         });
         g.bench_function("governor", |b| {
             b.iter_custom(|iters| run_threads(threads, iters, &|k| theirs.check_key(k).is_ok()))
