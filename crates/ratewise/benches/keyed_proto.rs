@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use indexmap::IndexMap;
 use indexmap::map::raw_entry_v1::RawEntryApiV1;
+use indexmap::IndexMap;
 use ratewise::{Clock, Decision, MonotonicClock, Quota};
 
 const HOT_KEYS: u64 = 10_000;
@@ -80,21 +80,48 @@ fn gcra(slot: &Slot, now: u64) -> Decision {
 fn bench(c: &mut Criterion) {
     let q = Quota::per_second(1000).unwrap();
     let clock = MonotonicClock::new();
-    let pap: papaya::HashMap<u64, Slot, foldhash::fast::RandomState> =
-        papaya::HashMap::builder().hasher(foldhash::fast::RandomState::default()).build();
+    let pap: papaya::HashMap<u64, Slot, foldhash::fast::RandomState> = papaya::HashMap::builder()
+        .hasher(foldhash::fast::RandomState::default())
+        .build();
     let hs = foldhash::fast::RandomState::default();
-    let shards: Vec<crossbeam_utils::CachePadded<parking_lot::RwLock<IndexMap<u64, Slot, foldhash::fast::RandomState>>>> =
-        (0..8).map(|_| crossbeam_utils::CachePadded::new(parking_lot::RwLock::new(IndexMap::with_hasher(hs.clone())))).collect();
+    let shards: Vec<
+        crossbeam_utils::CachePadded<
+            parking_lot::RwLock<IndexMap<u64, Slot, foldhash::fast::RandomState>>,
+        >,
+    > = (0..8)
+        .map(|_| {
+            crossbeam_utils::CachePadded::new(parking_lot::RwLock::new(IndexMap::with_hasher(
+                hs.clone(),
+            )))
+        })
+        .collect();
     let theirs = governor::RateLimiter::dashmap(governor::Quota::per_second(
         NonZeroU32::new(1000).expect("non-zero"),
     ));
-    let ours = ratewise::KeyedLimiter::<u64>::builder(q).max_keys(100_000).build();
-    let ours_pre = ratewise::KeyedLimiter::<u64>::builder(q).max_keys(100_000).preallocate(true).build();
+    let ours = ratewise::KeyedLimiter::<u64>::builder(q)
+        .max_keys(100_000)
+        .build();
+    let ours_pre = ratewise::KeyedLimiter::<u64>::builder(q)
+        .max_keys(100_000)
+        .preallocate(true)
+        .build();
     for k in 0..HOT_KEYS {
-        pap.pin().insert(k, Slot { tat: AtomicU64::new(0), quota: q });
+        pap.pin().insert(
+            k,
+            Slot {
+                tat: AtomicU64::new(0),
+                quota: q,
+            },
+        );
         use std::hash::BuildHasher;
         let h = hs.hash_one(k);
-        shards[(h >> 40) as usize & 7].write().insert(k, Slot { tat: AtomicU64::new(0), quota: q });
+        shards[(h >> 40) as usize & 7].write().insert(
+            k,
+            Slot {
+                tat: AtomicU64::new(0),
+                quota: q,
+            },
+        );
         let _ = theirs.check_key(&k);
         let _ = ours.check(&k, 1);
         let _ = ours_pre.check(&k, 1);
@@ -107,7 +134,10 @@ fn bench(c: &mut Criterion) {
                 run_threads(threads, iters, &|k| {
                     let now = clock.now().as_nanos();
                     let m = pap.pin();
-                    match m.get(k) { Some(s) => gcra(s, now).allowed, None => false }
+                    match m.get(k) {
+                        Some(s) => gcra(s, now).allowed,
+                        None => false,
+                    }
                 })
             })
         });
@@ -118,25 +148,40 @@ fn bench(c: &mut Criterion) {
                     let now = clock.now().as_nanos();
                     let h = hs.hash_one(k);
                     let s = shards[(h >> 40) as usize & 7].read();
-                    match s.raw_entry_v1().from_hash(h, |x| x == k) { Some((_, s)) => gcra(s, now).allowed, None => false }
+                    match s.raw_entry_v1().from_hash(h, |x| x == k) {
+                        Some((_, s)) => gcra(s, now).allowed,
+                        None => false,
+                    }
                 })
             })
         });
         g.bench_function("clock_only", |b| {
             b.iter_custom(|iters| {
-                run_threads(threads, iters, &|k| {
-                    clock.now().as_nanos() & 1 == *k & 1
-                })
+                run_threads(threads, iters, &|k| clock.now().as_nanos() & 1 == *k & 1)
             })
         });
         g.bench_function("current_fold", |b| {
-            b.iter_custom(|iters| run_threads(threads, iters, &|k| ours.check(k, 1).map(|d| d.allowed).unwrap_or(false)))
+            b.iter_custom(|iters| {
+                run_threads(threads, iters, &|k| {
+                    ours.check(k, 1).map(|d| d.allowed).unwrap_or(false)
+                })
+            })
         });
         g.bench_function("new_pre", |b| {
-            b.iter_custom(|iters| run_threads(threads, iters, &|k| ours_pre.check(k, 1).map(|d| d.allowed).unwrap_or(false)))
+            b.iter_custom(|iters| {
+                run_threads(threads, iters, &|k| {
+                    ours_pre.check(k, 1).map(|d| d.allowed).unwrap_or(false)
+                })
+            })
         });
         g.bench_function("new_at_fixed", |b| {
-            b.iter_custom(|iters| run_threads(threads, iters, &|k| ours.check_at(k, 1, ratewise::Timestamp::from_nanos(1_000_000_000)).map(|d| d.allowed).unwrap_or(false)))
+            b.iter_custom(|iters| {
+                run_threads(threads, iters, &|k| {
+                    ours.check_at(k, 1, ratewise::Timestamp::from_nanos(1_000_000_000))
+                        .map(|d| d.allowed)
+                        .unwrap_or(false)
+                })
+            })
         });
         g.bench_function("governor", |b| {
             b.iter_custom(|iters| run_threads(threads, iters, &|k| theirs.check_key(k).is_ok()))

@@ -1505,6 +1505,96 @@ mod tests {
         assert!(k.len() <= 64);
     }
 
+    /// Retiring is atomic with respect to checks: a retirement that
+    /// succeeds saw no admission, and no admission lands after it.
+    fn retire_races_check<Cc: KeyCell + 'static>(make: impl Fn() -> Cc) {
+        let t = ms(10_000);
+        for _ in 0..2000 {
+            let cell = make();
+            let (admitted, retired) = std::thread::scope(|s| {
+                let a = s.spawn(|| matches!(cell.check_at(1, t), Some(Ok(d)) if d.allowed));
+                let b = s.spawn(|| cell.retire_if_rested(t).is_ok());
+                (a.join().unwrap(), b.join().unwrap())
+            });
+            assert!(
+                admitted != retired,
+                "admitted {admitted}, retired {retired}"
+            );
+            assert!(cell.check_at(1, t).is_none() || !retired);
+        }
+    }
+
+    #[test]
+    fn gcra_cell_retire_is_atomic() {
+        let q = Quota::per_second(1).unwrap().with_burst(1).unwrap();
+        retire_races_check(|| GcraCell::new(GcraState::new(q)));
+    }
+
+    #[test]
+    fn locked_cell_retire_is_atomic() {
+        let q = Quota::per_second(1).unwrap().with_burst(1).unwrap();
+        retire_races_check(|| Locked::new(TokenBucket::with_clock(q, NoClock)));
+    }
+
+    #[test]
+    fn eviction_racing_checks_never_admits_twice() {
+        // Burst 1: a key may admit once at `t`. Eviction of the key (rested
+        // at `t`) races the checks; a lost admission would let the second
+        // check admit again on a re-created key.
+        let q = Quota::per_second(1).unwrap().with_burst(1).unwrap();
+        let t = ms(10_000);
+        for _ in 0..500 {
+            let k = KeyedLimiter::<u64>::builder(q)
+                .max_keys(4)
+                .shards(1)
+                .build();
+            assert!(k.check_at(&1, 1, ms(0)).unwrap().allowed);
+            let admitted = std::thread::scope(|s| {
+                let a = s.spawn(|| {
+                    (0..3)
+                        .filter(|_| matches!(k.check_at(&1, 1, t), Ok(d) if d.allowed))
+                        .count()
+                });
+                let b = s.spawn(|| k.maintain(t, usize::MAX));
+                let n = a.join().unwrap();
+                let _ = b.join().unwrap();
+                n
+            });
+            assert_eq!(admitted, 1);
+        }
+    }
+
+    #[test]
+    fn quota_changes_racing_checks_stay_exact() {
+        // Re-configuring a key replaces its entry while another thread
+        // checks it: the units spent are carried over exactly.
+        let q = Quota::per_second(1).unwrap().with_burst(10).unwrap();
+        let t = ms(0);
+        for _ in 0..200 {
+            let k = KeyedLimiter::<u64>::builder(q)
+                .max_keys(4)
+                .shards(1)
+                .build();
+            let admitted = std::thread::scope(|s| {
+                let a = s.spawn(|| {
+                    (0..20)
+                        .filter(|_| matches!(k.check_at(&1, 1, t), Ok(d) if d.allowed))
+                        .count()
+                });
+                let b = s.spawn(|| {
+                    for _ in 0..5 {
+                        k.set_key_quota_at(&1, q, t);
+                        k.set_default_quota(q);
+                    }
+                });
+                let n = a.join().unwrap();
+                b.join().unwrap();
+                n
+            });
+            assert_eq!(admitted, 10);
+        }
+    }
+
     #[test]
     fn bytes_per_key_is_what_the_docs_say() {
         assert_eq!(std::mem::size_of::<GcraState>(), 32);
