@@ -54,14 +54,20 @@
 //!   Such a key is also exactly one that has been idle longer than its
 //!   refill time, so this one rule is both the time-based expiry and the
 //!   capacity eviction.
-//! * **Bounded work, no pauses.** Every insert of a new key first examines
-//!   [`SWEEP_PER_INSERT`] entries from a per-shard cursor and drops the
-//!   rested ones (time-based expiry, amortised over inserts); when the
-//!   shard is full it examines up to [`SCAN_WHEN_FULL`] more to make room.
+//! * **Bounded work, no pauses.** Every insert of a new key into a shard
+//!   that is at least half full first examines [`SWEEP_PER_INSERT`] entries
+//!   from a per-shard cursor and drops the rested ones (time-based expiry,
+//!   amortised over inserts); when the shard is full it examines up to
+//!   [`SCAN_WHEN_FULL`] more to make room. (Below half the cap, rested keys
+//!   stay: they cost only memory the cap allows, and keys that rest between
+//!   visits would otherwise be dropped and re-created over and over.)
 //!   [`KeyedLimiter::maintain`] does the same sweep on demand with a budget
-//!   the caller chooses. No operation ever walks a whole shard. (The table
-//!   itself grows by incremental migration, so a growing table does not
-//!   pause checks either.)
+//!   the caller chooses. No operation ever walks a whole shard. The one
+//!   larger step is the table's own growth (or its clean-up of removed
+//!   slots): the insert that triggers it copies the live entries, at most
+//!   `max_keys`, to a new table. Checks of tracked keys keep reading the
+//!   old table meanwhile and never wait; [`KeyedBuilder::preallocate`]
+//!   sizes the table for the cap up front so it never grows.
 //! * **Full means "no", not "forget someone".** When a shard is full and
 //!   none of the examined keys is rested, the request of the *new* key is
 //!   refused with [`KeyedError::Full`] (carrying an estimate of when room
@@ -156,7 +162,8 @@ use crate::time::{Clock, MonotonicClock, Timestamp};
 pub type DefaultHashBuilder = foldhash::fast::RandomState;
 
 /// Entries examined (and dropped if rested) before each insert of a new
-/// key: the amortised, bounded work of time-based expiry.
+/// key into a shard at least half full: the amortised, bounded work of
+/// time-based expiry.
 pub const SWEEP_PER_INSERT: usize = 2;
 
 /// Further entries examined to make room when a shard is full, before the
@@ -398,7 +405,7 @@ impl GcraState {
         GcraState { tat: 0, quota }
     }
 
-    #[inline]
+    #[inline(always)]
     fn decision(&self, allowed: bool, now: u64, tat: u64, retry: Option<u64>) -> Decision {
         let q = self.quota;
         let ahead = tat.saturating_sub(now);
@@ -434,7 +441,7 @@ impl KeyState for GcraState {
         self.quota = quota;
     }
 
-    #[inline]
+    #[inline(always)]
     fn check_at(&mut self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         let now = now.as_nanos();
         let q = self.quota;
@@ -525,7 +532,7 @@ pub struct GcraCell {
 impl GcraCell {
     /// Runs `f` on a snapshot of the state and publishes the new arrival
     /// time if `f` changed it; retries on a concurrent change.
-    #[inline]
+    #[inline(always)]
     fn update<R>(&self, mut f: impl FnMut(&mut GcraState) -> R) -> Option<R> {
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
@@ -560,7 +567,7 @@ impl KeyCell for GcraCell {
             quota: state.quota,
         }
     }
-    #[inline]
+    #[inline(always)]
     fn check_at(&self, n: u64, now: Timestamp) -> Option<Result<Decision, CheckError>> {
         self.update(|s| s.check_at(n, now))
     }
@@ -786,6 +793,11 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
         let table = papaya::HashMap::builder()
             .hasher(self.hasher.clone())
             .capacity(if self.preallocate { max_keys } else { 0 })
+            // Incremental migration would leave a read-only table half
+            // migrated (and every lookup probing two tables) until enough
+            // inserts come by; a blocking copy finishes inside the insert
+            // that started it. Checks of tracked keys never wait for it.
+            .resize_mode(papaya::ResizeMode::Blocking)
             .build();
         KeyedLimiter {
             table,
@@ -830,7 +842,7 @@ where
     /// # Errors
     /// [`KeyedError::Check`] for an invalid weight; [`KeyedError::Full`]
     /// when the key is new and there is no room for it.
-    #[inline]
+    #[inline(always)]
     pub fn check_at(&self, key: &K, n: u64, now: Timestamp) -> Result<Decision, KeyedError> {
         Ok(self.with_cell(key, now, |c| c.check_at(n, now))??)
     }
@@ -839,7 +851,7 @@ where
     ///
     /// # Errors
     /// As [`KeyedLimiter::check_at`].
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, key: &K, n: u64) -> Result<Decision, KeyedError> {
         self.check_at(key, n, self.clock.now())
     }
@@ -1043,7 +1055,7 @@ where
     /// The hit path: no lock. `None` from `f` means the cell was retired
     /// (or is of an older quota generation); then the key is looked up
     /// again under its shard's lock.
-    #[inline]
+    #[inline(always)]
     fn with_cell<R>(
         &self,
         key: &K,
@@ -1249,8 +1261,14 @@ where
         guard: &'g papaya::LocalGuard<'_>,
     ) -> Result<&'g Slot<L::Cell>, KeyedError> {
         let now_ns = now.as_nanos();
-        let budget = SWEEP_PER_INSERT.min(shard.keys.len());
-        self.sweep(shard, now_ns, budget, gen, false);
+        // Below half the cap, rested keys cost only memory the cap allows;
+        // dropping them early would only make a returning key pay for a
+        // new entry (and a workload of keys that rest between visits would
+        // churn the table). Above it, expire them as keys arrive.
+        if shard.keys.len() >= self.per_shard_cap / 2 {
+            let budget = SWEEP_PER_INSERT.min(shard.keys.len());
+            self.sweep(shard, now_ns, budget, gen, false);
+        }
         if shard.keys.len() >= self.per_shard_cap {
             let budget = SCAN_WHEN_FULL.min(shard.keys.len());
             let (dropped, soonest) = self.sweep(shard, now_ns, budget, gen, true);
