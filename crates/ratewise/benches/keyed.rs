@@ -1,6 +1,6 @@
-//! Keyed limiters head to head: ratewise's `KeyedLimiter` (lock-free
-//! table, GCRA per key, key cap with eviction) against `governor`'s keyed
-//! limiter on its `DashMapStateStore`, in the same run.
+//! Keyed limiters head to head: ratewise's `KeyedLimiter` (sharded
+//! `Mutex<IndexMap>`, GCRA per key, key cap with eviction) against
+//! `governor`'s keyed limiter on its `DashMapStateStore`, in the same run.
 //!
 //! 10 000 hot keys, visited in a scattered order; one request per check; the
 //! same quota (1000 per second, burst 1000) and the same kind of clock

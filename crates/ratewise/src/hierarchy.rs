@@ -118,7 +118,7 @@ impl<Req: ?Sized, L: RateLimiter> Level<Req> for Global<L> {
 }
 
 /// A level with one limiter per key; `key_of` picks the key from the request.
-pub struct Keyed<Req: ?Sized, K, L: KeyState, C, S> {
+pub struct Keyed<Req: ?Sized, K, L, C, S> {
     /// The per-key limiter.
     pub limiter: KeyedLimiter<K, L, C, S>,
     /// Picks this level's key from a request.

@@ -6,68 +6,56 @@
 //! A per-key limiter that creates state on first use and never forgets it
 //! grows by one entry for every distinct key it has ever seen; ten million
 //! spoofed keys are ten million entries. This one bounds its size and still
-//! limits every key it tracks exactly, and a check of a key it already
-//! tracks takes no lock:
+//! limits every key it tracks exactly:
 //!
-//! * **A lock-free table for the hit path.** Keys live in one concurrent
-//!   hash table (`papaya`: lock-free reads, memory reclaimed by epochs
-//!   through `seize`). Checking a tracked key is a lookup plus the key's
-//!   own update: for the default [`GcraState`] that is one atomic load and,
-//!   only if the request is admitted, one compare-and-swap on the key's
-//!   theoretical arrival time — a denial writes nothing at all. Two threads
-//!   checking different keys (or the same key, when it is denying) share no
-//!   written cache line. Other per-key states sit behind a small per-key
-//!   mutex ([`Locked`]); they still take no table-wide lock. (A sharded
-//!   `Mutex<IndexMap>` and a sharded `RwLock` were measured first: every
-//!   check then writes its shard's lock word, which on two cores moves the
-//!   line between them on most checks; `benches/keyed.rs` compares with
-//!   `governor`'s `DashMap` store, whose read lock pays the same cost.)
-//! * **Sharded bookkeeping for everything else.** Inserting, evicting and
-//!   re-configuring keys happens under one of N shard mutexes (the shard is
-//!   picked by the key's hash). A shard owns the list of its keys and a
-//!   cursor into it, so the eviction sweep below resumes where it stopped
-//!   in O(1). Invariant: **a key's table entry is only ever inserted,
-//!   replaced or removed while its shard's mutex is held**, and a key is in
-//!   its shard's list exactly when it is in the table.
+//! * **Sharded map.** Keys are spread by hash over N shards, each a
+//!   `Mutex<IndexMap>` on its own cache line. Checks on keys in different
+//!   shards never touch the same lock; with the default 4 × CPUs shards, two
+//!   threads meet on a lock about once in that many checks. (A sharded
+//!   `Mutex<IndexMap>` was chosen over a concurrent map crate because the
+//!   eviction scan below needs a cursor into each shard, which an
+//!   `IndexMap`'s dense entry vector gives in O(1), and walks entries that
+//!   lie next to each other in memory. A lock-free table (`papaya`, with a
+//!   per-key atomic GCRA state, so that a hit took no lock and a denial
+//!   wrote nothing) was built and measured as well: on two cores it was no
+//!   faster per check — its epoch guard costs one atomic swap per check and
+//!   its boxed entries one more cache miss — while a flood of new keys ran
+//!   4.5 times slower (a table lookup per swept key) in 1.6 times the
+//!   memory. The benchmarks `benches/keyed.rs` and `benches/keyed_ab.rs`
+//!   compare the result with `governor`'s `DashMap`-based store.)
 //! * **A hard cap on keys.** Each shard holds at most `max_keys / shards`
 //!   keys, so the whole limiter holds at most `max_keys`. The hash is
-//!   randomly seeded, so an attacker cannot aim keys at one shard. The
-//!   default hasher is `foldhash`'s seeded hasher: several times cheaper
-//!   than SipHash on small keys, and with a random per-limiter seed it
-//!   still gives an attacker no way to predict which keys collide or share
-//!   a shard. (It makes no cryptographic claim; pass
-//!   `std::collections::hash_map::RandomState` to
-//!   [`KeyedBuilder::hasher`] if you want SipHash.)
+//!   randomly seeded, so an attacker cannot aim keys at one shard.
+//! * **A fast seeded hasher.** The default is `foldhash`'s fast hasher
+//!   ([`DefaultHashBuilder`]) with a random seed per limiter. On the small
+//!   keys limiters see (integers, addresses, short strings) it costs a
+//!   fraction of SipHash, which was about a third of a check; with its
+//!   per-limiter random seed an attacker still cannot predict which keys
+//!   collide or share a shard. It makes no cryptographic claim: pass
+//!   `std::collections::hash_map::RandomState` to [`KeyedBuilder::hasher`]
+//!   for SipHash.
 //! * **Only rested keys are evicted.** A key may be dropped only when its
-//!   limiter is back at full capacity (`reset_after == 0`). A key created
-//!   afresh later starts at full capacity too, so forgetting it changes
-//!   nothing: **eviction never lets a key exceed its quota** (a property
-//!   test checks this against a model that never forgets). Eviction first
-//!   *retires* the key's state — for GCRA, a compare-and-swap from the
-//!   rested arrival time to a sentinel, so it fails if a concurrent check
-//!   admitted a request in between — and a check that finds a retired
-//!   state goes back to the table under the shard lock. So no admission is
-//!   ever recorded in a state that was already dropped. This holds for
-//!   times that never run backwards; if a caller later passes a `now`
-//!   earlier than the eviction, a re-created key may admit up to the units
-//!   its old state still owed at that earlier instant — at most one burst.
-//!   Such a key is also exactly one that has been idle longer than its
-//!   refill time, so this one rule is both the time-based expiry and the
-//!   capacity eviction.
+//!   limiter is back at full capacity: `peek_at(1, now)` reports
+//!   `reset_after == 0`. A key created afresh later starts at full capacity
+//!   too, so forgetting it changes nothing: **eviction never lets a key
+//!   exceed its quota** (a property test checks this against a model that
+//!   never forgets). This holds for times that never run backwards; if a
+//!   caller later passes a `now` earlier than the eviction, a re-created
+//!   key may admit up to the units its old state still owed at that
+//!   earlier instant — at most one burst. Such a key is also exactly one
+//!   that has been idle
+//!   longer than its refill time, so this one rule is both the time-based
+//!   expiry and the capacity eviction.
 //! * **Bounded work, no pauses.** Every insert of a new key into a shard
-//!   that is at least half full first examines [`SWEEP_PER_INSERT`] entries
-//!   from a per-shard cursor and drops the rested ones (time-based expiry,
+//!   at least half full first examines [`SWEEP_PER_INSERT`] entries from a
+//!   per-shard cursor and drops the rested ones (time-based expiry,
 //!   amortised over inserts); when the shard is full it examines up to
-//!   [`SCAN_WHEN_FULL`] more to make room. (Below half the cap, rested keys
-//!   stay: they cost only memory the cap allows, and keys that rest between
-//!   visits would otherwise be dropped and re-created over and over.)
+//!   [`SCAN_WHEN_FULL`] more to make room. (Below half the cap, rested
+//!   keys stay: they cost only memory the cap allows, and dropping them
+//!   early only makes keys that rest between visits be dropped and
+//!   re-created over and over, each time paying for an insert.)
 //!   [`KeyedLimiter::maintain`] does the same sweep on demand with a budget
-//!   the caller chooses. No operation ever walks a whole shard. The one
-//!   larger step is the table's own growth (or its clean-up of removed
-//!   slots): the insert that triggers it copies the live entries, at most
-//!   `max_keys`, to a new table. Checks of tracked keys keep reading the
-//!   old table meanwhile and never wait; [`KeyedBuilder::preallocate`]
-//!   sizes the table for the cap up front so it never grows.
+//!   the caller chooses. No operation ever walks a whole shard.
 //! * **Full means "no", not "forget someone".** When a shard is full and
 //!   none of the examined keys is rested, the request of the *new* key is
 //!   refused with [`KeyedError::Full`] (carrying an estimate of when room
@@ -86,38 +74,29 @@
 //! default quota ([`KeyedLimiter::set_default_quota`]) is O(1): each tracked
 //! key picks up the new quota at its next use (with the usual
 //! [`RateLimiter::set_quota_at`] rule that available units are preserved).
-//! A key's quota and the quota generation it was resolved in are fixed for
-//! the life of its table entry; re-configuring a key retires its entry and
-//! puts a converted one in its place, under the shard lock. The hit path
-//! therefore reads the quota as plain fields and compares one generation
-//! number.
 //!
 //! # Memory
 //!
-//! Per tracked key the table stores a pointer-sized slot plus one control
-//! byte (the table keeps at least a quarter of its slots free), and a heap
-//! entry holding the key, the per-key state and its quota generation; the
-//! shard's key list holds a second copy of the key.
+//! Per tracked key the table stores the key, the per-key limiter, 16 bytes
+//! of bookkeeping (when the key will be rested, and the quota generation it
+//! has seen, padded), the key's hash (8 bytes) and an 8-byte index slot plus
+//! one control byte in the hash index.
 //! [`KeyedLimiter::estimated_bytes_per_key`] computes this for a given `K`
-//! and `L`: 84 bytes for `u64` keys and the default [`GcraState`] (an entry
-//! of 8 + 40 bytes, counted as a 64-byte allocation), with the table at its
-//! largest load; a table that has just doubled, or is migrating, uses up to
-//! about twice the slot space. The `keyed_flood` example measures the
-//! resident memory of the whole process: 10 million flood keys against a
-//! cap of 100 000 grew it by about 14 MiB, 143 bytes per key of cap (the
-//! table is sized in powers of two, removed entries are freed in batches
-//! once no thread can still be reading them, and the allocator keeps some
-//! slack under churn). The flood test bounds it at 256 bytes per key.
+//! and `L`: 74 bytes for `u64` keys and the default [`GcraState`] (32
+//! bytes), with the index at its maximum load; a table that has
+//! just doubled uses up to about twice that. Preallocated shards hold the
+//! cap from the start. The `keyed_flood` example measures the resident
+//! memory of the whole process.
 //!
 //! # Per-key state
 //!
 //! Per-key limiters are built by a factory from a [`Quota`] and implement
 //! [`KeyState`]. Every [`RateLimiter`] is a `KeyState` (build them on
 //! [`NoClock`], a clock of size zero: the keyed limiter always tells them the
-//! time), stored behind a per-key mutex ([`Locked`]). The default is
-//! [`GcraState`]: the same GCRA as [`Gcra`](crate::Gcra), answer for answer
-//! (a property test compares them), stored as a [`GcraCell`] — one atomic
-//! word plus the quota, 32 bytes instead of the 256 of a `Gcra` (whose
+//! time). The default is [`GcraState`]: the same GCRA as [`Gcra`](crate::Gcra),
+//! answer for answer (a property test compares them), but as plain fields
+//! mutated under the shard lock — no atomics inside a lock that already
+//! serialises access, and 32 bytes instead of the 256 of a `Gcra` (whose
 //! arrival time has a cache line to itself, right for one shared limiter
 //! and wasteful for a million per-key ones).
 //!
@@ -153,6 +132,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
+use indexmap::map::raw_entry_v1::{RawEntryApiV1, RawEntryMut};
+use indexmap::IndexMap;
 
 use crate::decision::Decision;
 use crate::error::{CheckError, ReserveError};
@@ -161,8 +142,8 @@ use crate::limiter::{validate_weight, RateLimiter, Reservation};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
-/// The default hasher of a [`KeyedLimiter`]: `foldhash`'s fast hasher with
-/// a random seed per limiter (see the [module docs](self) for why).
+/// The default hasher of a [`KeyedLimiter`]: `foldhash`'s fast hasher,
+/// seeded at random per limiter (see the [module docs](self) for why).
 pub type DefaultHashBuilder = foldhash::fast::RandomState;
 
 /// Entries examined (and dropped if rested) before each insert of a new
@@ -228,16 +209,12 @@ impl From<ReserveError> for KeyedError {
 }
 
 /// The state kept for one key: what a [`KeyedLimiter`] needs from a per-key
-/// limiter. Methods take `&mut self`; the keyed limiter stores the state in
-/// its [`KeyState::Cell`], which decides how threads share it.
+/// limiter. Methods take `&mut self` because the keyed limiter only touches
+/// a key's state under its shard's lock.
 ///
-/// Every [`RateLimiter`] implements it (with [`Locked`] as its cell);
-/// [`GcraState`] is an atomics-free GCRA whose cell, [`GcraCell`], needs no
-/// lock at all. A hand-written state can use `type Cell = Locked<Self>;`.
-pub trait KeyState: Send + Sized {
-    /// How a [`KeyedLimiter`] stores this state so that threads can share
-    /// it and eviction can retire it.
-    type Cell: KeyCell<State = Self>;
+/// Every [`RateLimiter`] implements it; [`GcraState`] is an atomics-free
+/// GCRA for the common case.
+pub trait KeyState: Send {
     /// The current quota.
     fn quota(&self) -> Quota;
     /// Replaces the quota; see [`RateLimiter::set_quota_at`].
@@ -267,7 +244,6 @@ pub trait KeyState: Send + Sized {
 }
 
 impl<L: RateLimiter> KeyState for L {
-    type Cell = Locked<L>;
     fn quota(&self) -> Quota {
         RateLimiter::quota(self)
     }
@@ -294,108 +270,10 @@ impl<L: RateLimiter> KeyState for L {
     }
 }
 
-/// Shared storage of one key's [`KeyState`] inside a [`KeyedLimiter`].
-///
-/// Every operation may run on many threads at once. A cell can be
-/// *retired* (by eviction or re-configuration, always under the key's shard
-/// lock); from then on every operation returns `None` and the keyed
-/// limiter looks the key up again under that lock. Retiring must be atomic
-/// with respect to the operations: an operation either completes before
-/// the retirement (and the retirement sees its effect) or returns `None`.
-pub trait KeyCell: Send + Sync {
-    /// The state stored.
-    type State;
-    /// A live cell holding `state`.
-    fn new(state: Self::State) -> Self;
-    /// [`KeyState::check_at`], or `None` if retired.
-    fn check_at(&self, n: u64, now: Timestamp) -> Option<Result<Decision, CheckError>>;
-    /// [`KeyState::peek_at`], or `None` if retired.
-    fn peek_at(&self, n: u64, now: Timestamp) -> Option<Result<Decision, CheckError>>;
-    /// [`KeyState::reserve_within_at`], or `None` if retired.
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Option<Result<Reservation, ReserveError>>;
-    /// [`KeyState::cancel_at`], or `None` if retired.
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> Option<u64>;
-    /// Retires the cell if its state is back at full capacity at `now` (or
-    /// it is retired already) and returns `Ok`; otherwise leaves it live and
-    /// returns the earliest time it can be at full capacity.
-    ///
-    /// # Errors
-    /// The cell is not rested; the error is when it will be.
-    fn retire_if_rested(&self, now: Timestamp) -> Result<(), Timestamp>;
-    /// Retires the cell and hands out its state (`None` if it was retired
-    /// already).
-    fn retire(&self) -> Option<Self::State>;
-}
-
-/// The [`KeyCell`] of any [`KeyState`]: the state behind its own mutex
-/// (`None` once retired). Each key has its own lock, so checks on
-/// different keys never wait for each other.
-#[derive(Debug)]
-pub struct Locked<L>(Mutex<Option<L>>);
-
-impl<L> Locked<L> {
-    #[inline]
-    fn with<R>(&self, f: impl FnOnce(&mut L) -> R) -> Option<R> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-            .map(f)
-    }
-}
-
-impl<L: KeyState> KeyCell for Locked<L> {
-    type State = L;
-    fn new(state: L) -> Self {
-        Locked(Mutex::new(Some(state)))
-    }
-    #[inline]
-    fn check_at(&self, n: u64, now: Timestamp) -> Option<Result<Decision, CheckError>> {
-        self.with(|s| s.check_at(n, now))
-    }
-    fn peek_at(&self, n: u64, now: Timestamp) -> Option<Result<Decision, CheckError>> {
-        self.with(|s| s.peek_at(n, now))
-    }
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Option<Result<Reservation, ReserveError>> {
-        self.with(|s| s.reserve_within_at(n, now, max_wait))
-    }
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> Option<u64> {
-        self.with(|s| s.cancel_at(reservation, now))
-    }
-    fn retire_if_rested(&self, now: Timestamp) -> Result<(), Timestamp> {
-        let mut g = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(state) = g.as_ref() else {
-            return Ok(());
-        };
-        match state.peek_at(1, now) {
-            Ok(d) if d.reset_after.is_zero() => {
-                *g = None;
-                Ok(())
-            }
-            Ok(d) => Err(ts(full_at(now.as_nanos(), d.reset_after))),
-            // Cannot happen (burst >= 1); be conservative: never rested.
-            Err(_) => Err(Timestamp::MAX),
-        }
-    }
-    fn retire(&self) -> Option<L> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
-    }
-}
-
-/// GCRA as plain fields: the default per-key state of a [`KeyedLimiter`].
-/// It answers exactly as [`Gcra`](crate::Gcra) does for the same calls (see
-/// that type for the algorithm); on its own it is not shareable
-/// (`&mut self`); a keyed limiter shares it through a [`GcraCell`].
+/// GCRA as plain fields, for use under a lock: the default per-key state of
+/// a [`KeyedLimiter`]. It answers exactly as [`Gcra`](crate::Gcra) does for
+/// the same calls (see that type for the algorithm); it is not shareable on
+/// its own (`&mut self`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GcraState {
     /// Theoretical arrival time in nanoseconds: when the limiter is full.
@@ -409,7 +287,7 @@ impl GcraState {
         GcraState { tat: 0, quota }
     }
 
-    #[inline(always)]
+    #[inline]
     fn decision(&self, allowed: bool, now: u64, tat: u64, retry: Option<u64>) -> Decision {
         let q = self.quota;
         let ahead = tat.saturating_sub(now);
@@ -425,8 +303,6 @@ impl GcraState {
 }
 
 impl KeyState for GcraState {
-    type Cell = GcraCell;
-
     fn quota(&self) -> Quota {
         self.quota
     }
@@ -445,7 +321,7 @@ impl KeyState for GcraState {
         self.quota = quota;
     }
 
-    #[inline(always)]
+    #[inline]
     fn check_at(&mut self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         let now = now.as_nanos();
         let q = self.quota;
@@ -518,141 +394,33 @@ impl KeyState for GcraState {
     }
 }
 
-/// The arrival time that marks a retired [`GcraCell`]. Live arrival times
-/// are kept below it (an arrival time 584 years after the clock's origin is
-/// clamped by one nanosecond).
-const RETIRED: u64 = u64::MAX;
-
-/// The [`KeyCell`] of [`GcraState`]: the arrival time in one atomic word,
-/// updated by compare-and-swap, next to a quota that never changes for the
-/// life of the cell. A denied check only loads; an admitted one is one
-/// successful compare-and-swap.
-#[derive(Debug)]
-pub struct GcraCell {
-    tat: AtomicU64,
-    quota: Quota,
-}
-
-impl GcraCell {
-    /// Runs `f` on a snapshot of the state and publishes the new arrival
-    /// time if `f` changed it; retries on a concurrent change.
-    #[inline(always)]
-    fn update<R>(&self, mut f: impl FnMut(&mut GcraState) -> R) -> Option<R> {
-        let mut tat = self.tat.load(Ordering::Acquire);
-        loop {
-            if tat == RETIRED {
-                return None;
-            }
-            let mut s = GcraState {
-                tat,
-                quota: self.quota,
-            };
-            let r = f(&mut s);
-            if s.tat == tat {
-                return Some(r);
-            }
-            let new = s.tat.min(RETIRED - 1);
-            match self
-                .tat
-                .compare_exchange_weak(tat, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Some(r),
-                Err(actual) => tat = actual,
-            }
-        }
-    }
-}
-
-impl KeyCell for GcraCell {
-    type State = GcraState;
-    fn new(state: GcraState) -> Self {
-        GcraCell {
-            tat: AtomicU64::new(state.tat.min(RETIRED - 1)),
-            quota: state.quota,
-        }
-    }
-    #[inline(always)]
-    fn check_at(&self, n: u64, now: Timestamp) -> Option<Result<Decision, CheckError>> {
-        self.update(|s| s.check_at(n, now))
-    }
-    #[inline]
-    fn peek_at(&self, n: u64, now: Timestamp) -> Option<Result<Decision, CheckError>> {
-        let tat = self.tat.load(Ordering::Acquire);
-        (tat != RETIRED).then(|| {
-            GcraState {
-                tat,
-                quota: self.quota,
-            }
-            .peek_at(n, now)
-        })
-    }
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Option<Result<Reservation, ReserveError>> {
-        self.update(|s| s.reserve_within_at(n, now, max_wait))
-    }
-    fn cancel_at(&self, reservation: &Reservation, now: Timestamp) -> Option<u64> {
-        self.update(|s| s.cancel_at(reservation, now))
-    }
-    fn retire_if_rested(&self, now: Timestamp) -> Result<(), Timestamp> {
-        let now = now.as_nanos();
-        let mut tat = self.tat.load(Ordering::Acquire);
-        loop {
-            if tat == RETIRED {
-                return Ok(());
-            }
-            // Full capacity exactly when the arrival time is not ahead.
-            if tat > now {
-                return Err(ts(tat));
-            }
-            match self
-                .tat
-                .compare_exchange_weak(tat, RETIRED, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Ok(()),
-                Err(actual) => tat = actual,
-            }
-        }
-    }
-    fn retire(&self) -> Option<GcraState> {
-        let tat = self.tat.swap(RETIRED, Ordering::AcqRel);
-        (tat != RETIRED).then_some(GcraState {
-            tat,
-            quota: self.quota,
-        })
-    }
-}
+type PaddedShard<K, L, S> = CachePadded<Mutex<Shard<K, L, S>>>;
 
 type Factory<L> = Box<dyn Fn(Quota) -> L + Send + Sync>;
 
-/// A table entry: the key's cell and the quota generation its quota was
-/// resolved in (both fixed for the life of the entry).
-struct Slot<C> {
-    cell: C,
+struct Entry<L> {
+    limiter: L,
+    /// Nanoseconds: the earliest time the limiter can be back at full
+    /// capacity (from the last decision's `reset_after`). A pre-filter only;
+    /// eviction re-checks with `peek_at`.
+    full_at: u64,
+    /// The quota generation this entry's quota was resolved in.
     generation: u32,
 }
 
-/// Bookkeeping of one shard: its keys (exactly those of the table whose
-/// hash picks this shard) and the sweep's cursor into them.
-struct Shard<K> {
-    keys: Vec<K>,
+struct Shard<K, L, S> {
+    map: IndexMap<K, Entry<L>, S>,
     /// Next index the sweep examines.
     cursor: usize,
 }
-
-type Table<K, L, S> = papaya::HashMap<K, Slot<<L as KeyState>::Cell>, S>;
 
 /// A rate limiter per key. See the [module docs](self).
 ///
 /// `K` is the key, `L` the per-key state (any [`KeyState`]: [`GcraState`]
 /// by default, or any [`RateLimiter`]), `C` the
 /// clock used by the convenience methods without `_at`, `S` the hasher.
-pub struct KeyedLimiter<K, L: KeyState = GcraState, C = MonotonicClock, S = DefaultHashBuilder> {
-    table: Table<K, L, S>,
-    shards: Box<[CachePadded<Mutex<Shard<K>>>]>,
+pub struct KeyedLimiter<K, L = GcraState, C = MonotonicClock, S = DefaultHashBuilder> {
+    shards: Box<[PaddedShard<K, L, S>]>,
     shard_mask: usize,
     per_shard_cap: usize,
     max_keys: usize,
@@ -706,15 +474,13 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
     }
 
     /// The number of shards, rounded up to a power of two (1 to 65 536).
-    /// Shards serialise inserts and evictions only; checks of tracked keys
-    /// take no shard lock.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards;
         self
     }
 
-    /// Size the table and the key lists for the full cap up front: no
-    /// growth (and no migration) happens later.
+    /// Allocate every shard at its full capacity up front: memory is then
+    /// fixed from the start and no shard ever pauses to grow.
     pub fn preallocate(mut self, yes: bool) -> Self {
         self.preallocate = yes;
         self
@@ -784,31 +550,20 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
             shards /= 2;
         }
         let per_shard_cap = self.max_keys / shards;
-        let max_keys = per_shard_cap * shards;
         let shard_vec = (0..shards)
             .map(|_| {
                 let cap = if self.preallocate { per_shard_cap } else { 0 };
                 CachePadded::new(Mutex::new(Shard {
-                    keys: Vec::with_capacity(cap),
+                    map: IndexMap::with_capacity_and_hasher(cap, self.hasher.clone()),
                     cursor: 0,
                 }))
             })
             .collect();
-        let table = papaya::HashMap::builder()
-            .hasher(self.hasher.clone())
-            .capacity(if self.preallocate { max_keys } else { 0 })
-            // Incremental migration would leave a read-only table half
-            // migrated (and every lookup probing two tables) until enough
-            // inserts come by; a blocking copy finishes inside the insert
-            // that started it. Checks of tracked keys never wait for it.
-            .resize_mode(papaya::ResizeMode::Blocking)
-            .build();
         KeyedLimiter {
-            table,
             shards: shard_vec,
             shard_mask: shards - 1,
             per_shard_cap,
-            max_keys,
+            max_keys: per_shard_cap * shards,
             overrides: RwLock::new(HashMap::with_hasher(self.hasher.clone())),
             hasher: self.hasher,
             factory: self.factory,
@@ -846,16 +601,19 @@ where
     /// # Errors
     /// [`KeyedError::Check`] for an invalid weight; [`KeyedError::Full`]
     /// when the key is new and there is no room for it.
-    #[inline(always)]
+    #[inline]
     pub fn check_at(&self, key: &K, n: u64, now: Timestamp) -> Result<Decision, KeyedError> {
-        Ok(self.with_cell(key, now, |c| c.check_at(n, now))??)
+        self.with_entry(key, now, |e| {
+            let d = e.limiter.check_at(n, now)?;
+            e.full_at = full_at(now.as_nanos(), d.reset_after);
+            Ok(d)
+        })
     }
 
     /// [`KeyedLimiter::check_at`] at the clock's current time.
     ///
     /// # Errors
     /// As [`KeyedLimiter::check_at`].
-    #[inline(always)]
     pub fn check(&self, key: &K, n: u64) -> Result<Decision, KeyedError> {
         self.check_at(key, n, self.clock.now())
     }
@@ -866,10 +624,20 @@ where
     /// # Errors
     /// [`CheckError`] for an invalid weight.
     pub fn peek_at(&self, key: &K, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        match self.with_existing(key, now, |c| c.peek_at(n, now)) {
-            Some(r) => r,
-            None => (self.factory)(self.quota_for(key)).peek_at(n, now),
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock_shard(hash);
+        let gen = self.current_generation();
+        if let RawEntryMut::Occupied(mut o) =
+            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
+        {
+            let e = o.get_mut();
+            if e.generation != gen {
+                self.refresh(key, e, now, gen);
+            }
+            return e.limiter.peek_at(n, now);
         }
+        drop(shard);
+        (self.factory)(self.quota_for(key)).peek_at(n, now)
     }
 
     /// [`KeyedLimiter::peek_at`] at the clock's current time.
@@ -893,15 +661,28 @@ where
         now: Timestamp,
         max_wait: Duration,
     ) -> Result<Reservation, KeyedError> {
-        Ok(self.with_cell(key, now, |c| c.reserve_within_at(n, now, max_wait))??)
+        self.with_entry(key, now, |e| {
+            let r = e.limiter.reserve_within_at(n, now, max_wait)?;
+            Self::note_state(e, now);
+            Ok(r)
+        })
     }
 
     /// Hands back a reservation made on `key`; see
     /// [`RateLimiter::cancel_at`]. Returns the units given back (0 if the
     /// key is no longer tracked: it was evicted, so it was rested already).
     pub fn cancel_at(&self, key: &K, reservation: &Reservation, now: Timestamp) -> u64 {
-        self.with_existing(key, now, |c| c.cancel_at(reservation, now))
-            .unwrap_or(0)
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock_shard(hash);
+        match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
+            RawEntryMut::Occupied(mut o) => {
+                let e = o.get_mut();
+                let given = e.limiter.cancel_at(reservation, now);
+                Self::note_state(e, now);
+                given
+            }
+            RawEntryMut::Vacant(_) => 0,
+        }
     }
 
     /// The default quota.
@@ -957,11 +738,11 @@ where
     /// Not required for the memory bound (inserts sweep by themselves); call
     /// it periodically to give memory back sooner after a burst of keys.
     pub fn maintain(&self, now: Timestamp, budget: usize) -> usize {
+        let gen = self.current_generation();
         let mut dropped = 0;
         for shard in self.shards.iter() {
             let mut s = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            let gen = self.current_generation();
-            let budget = budget.min(s.keys.len());
+            let budget = budget.min(s.map.len());
             dropped += self.sweep(&mut s, now.as_nanos(), budget, gen, false).0;
         }
         dropped
@@ -971,7 +752,7 @@ where
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).keys.len())
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).map.len())
             .sum()
     }
 
@@ -1006,19 +787,16 @@ where
         &self.clock
     }
 
-    /// The bytes per tracked key for this `K` and `L`, with the table at its
-    /// largest load (3/4 of its slots used); a table that has just grown, or
-    /// is migrating to a larger one, uses up to twice the slot space. Heap
-    /// memory owned by a key (a `String`'s text) comes on top, twice.
+    /// The table's bytes per tracked key for this `K` and `L`, with the
+    /// hash index at its maximum load (7/8); a table that has just grown
+    /// uses up to twice the index and entry space. Heap memory owned by a
+    /// key (a `String`'s text) comes on top.
     pub fn estimated_bytes_per_key() -> usize {
-        // The table: a pointer and a control byte per slot, at most 3/4
-        // full. Each entry is its own allocation of (key, slot), rounded up
-        // to the allocator's 16-byte classes after an 8-byte header. The
-        // shard's key list holds a second copy of the key.
-        let slot = (std::mem::size_of::<usize>() + 1) * 4 / 3;
-        let entry = std::mem::size_of::<(K, Slot<L::Cell>)>();
-        let allocated = (entry + 8).div_ceil(16) * 16;
-        slot + allocated + std::mem::size_of::<K>()
+        // indexmap: entries are (hash, key, value) in a Vec; the index is a
+        // hashbrown table of usize plus one control byte per bucket.
+        let entry = std::mem::size_of::<(usize, K, Entry<L>)>();
+        let index = (std::mem::size_of::<usize>() + 1) * 8 / 7;
+        entry + index
     }
 
     // ---- internals ----
@@ -1031,9 +809,11 @@ where
         self.generation.load(Ordering::Acquire) as u32
     }
 
-    fn lock_shard(&self, key: &K) -> MutexGuard<'_, Shard<K>> {
-        let hash = self.hasher.hash_one(key);
-        // High bits: the table uses the low ones of its own hash of the key.
+    #[inline]
+    fn lock_shard(&self, hash: u64) -> MutexGuard<'_, Shard<K, L, S>> {
+        // Bits 40.. are used by neither hashbrown's bucket index (low bits)
+        // nor its control byte (top 7 bits), so shard choice does not
+        // correlate with placement inside the shard.
         let i = (hash >> 40) as usize & self.shard_mask;
         let shard = match self.shards.get(i) {
             Some(s) => s,
@@ -1056,196 +836,73 @@ where
         self.default_quota.load()
     }
 
-    /// The hit path: no lock. `None` from `f` means the cell was retired
-    /// (or is of an older quota generation); then the key is looked up
-    /// again under its shard's lock.
-    #[inline(always)]
-    fn with_cell<R>(
-        &self,
-        key: &K,
-        now: Timestamp,
-        f: impl Fn(&L::Cell) -> Option<R>,
-    ) -> Result<R, KeyedError> {
-        let gen = self.current_generation();
-        {
-            let guard = self.table.guard();
-            if let Some(slot) = self.table.get(key, &guard) {
-                if slot.generation == gen {
-                    if let Some(r) = f(&slot.cell) {
-                        return Ok(r);
-                    }
-                }
-            }
-        }
-        self.with_cell_locked(key, now, f)
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn with_cell_locked<R>(
-        &self,
-        key: &K,
-        now: Timestamp,
-        f: impl Fn(&L::Cell) -> Option<R>,
-    ) -> Result<R, KeyedError> {
-        let mut shard = self.lock_shard(key);
-        let guard = self.table.guard();
-        let gen = self.current_generation();
-        let slot = match self.table.get(key, &guard) {
-            Some(slot) if slot.generation == gen => slot,
-            Some(slot) => self.refresh(key, slot, now, gen, &guard),
-            None => self.insert_new(&mut shard, key, now, gen, &guard)?,
+    fn note_state(e: &mut Entry<L>, now: Timestamp) {
+        e.full_at = match e.limiter.peek_at(1, now) {
+            Ok(d) => full_at(now.as_nanos(), d.reset_after),
+            // Cannot happen (burst >= 1); be conservative: never rested.
+            Err(_) => u64::MAX,
         };
-        match f(&slot.cell) {
-            Some(r) => Ok(r),
-            // Unreachable: cells are retired only under the shard lock we
-            // hold, and a retired cell is replaced or removed in the same
-            // critical section. Stay panic-free: start the key afresh.
-            None => {
-                let fresh = self.replace(key, (self.factory)(self.quota_for(key)), gen, &guard);
-                f(&fresh.cell).ok_or(KeyedError::Full {
-                    max_keys: self.max_keys,
-                    retry_after: Duration::ZERO,
-                })
-            }
-        }
     }
 
-    /// Runs `f` on the key's cell if the key is tracked; never inserts.
-    #[inline]
-    fn with_existing<R>(
-        &self,
-        key: &K,
-        now: Timestamp,
-        f: impl Fn(&L::Cell) -> Option<R>,
-    ) -> Option<R> {
-        let gen = self.current_generation();
-        {
-            let guard = self.table.guard();
-            match self.table.get(key, &guard) {
-                None => return None,
-                Some(slot) if slot.generation == gen => {
-                    if let Some(r) = f(&slot.cell) {
-                        return Some(r);
-                    }
-                }
-                Some(_) => {}
-            }
-        }
-        let _shard = self.lock_shard(key);
-        let guard = self.table.guard();
-        let gen = self.current_generation();
-        let slot = match self.table.get(key, &guard) {
-            None => return None,
-            Some(slot) if slot.generation == gen => slot,
-            Some(slot) => self.refresh(key, slot, now, gen, &guard),
-        };
-        f(&slot.cell)
-    }
-
-    /// Puts a live cell with `state` in the key's entry. Caller holds the
-    /// key's shard lock and the key is in the shard's list.
-    fn replace<'g>(
-        &self,
-        key: &K,
-        state: L,
-        gen: u32,
-        guard: &'g papaya::LocalGuard<'_>,
-    ) -> &'g Slot<L::Cell> {
-        let slot = Slot {
-            cell: L::Cell::new(state),
-            generation: gen,
-        };
-        // Removing first lets `get_or_insert` hand back the new entry.
-        // Concurrent checks of this key find no entry meanwhile and wait
-        // for the shard lock we hold.
-        self.table.remove(key, guard);
-        self.table.get_or_insert(key.clone(), slot, guard)
-    }
-
-    /// Re-resolves the key's quota: retires the entry and replaces it with
-    /// a converted one. Caller holds the key's shard lock.
-    fn refresh<'g>(
-        &self,
-        key: &K,
-        slot: &Slot<L::Cell>,
-        now: Timestamp,
-        gen: u32,
-        guard: &'g papaya::LocalGuard<'_>,
-    ) -> &'g Slot<L::Cell> {
+    fn refresh(&self, key: &K, e: &mut Entry<L>, now: Timestamp, gen: u32) {
         let q = self.quota_for(key);
-        let state = match slot.cell.retire() {
-            Some(mut s) => {
-                if s.quota() != q {
-                    s.set_quota_at(q, now);
-                }
-                s
-            }
-            // Unreachable (retired cells do not stay in the table).
-            None => (self.factory)(q),
-        };
-        self.replace(key, state, gen, guard)
+        if e.limiter.quota() != q {
+            e.limiter.set_quota_at(q, now);
+        }
+        e.generation = gen;
+        Self::note_state(e, now);
     }
 
     fn apply_now(&self, key: &K, now: Timestamp) {
-        let _shard = self.lock_shard(key);
-        let guard = self.table.guard();
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock_shard(hash);
         let gen = self.current_generation();
-        if let Some(slot) = self.table.get(key, &guard) {
-            self.refresh(key, slot, now, gen, &guard);
+        if let RawEntryMut::Occupied(mut o) =
+            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
+        {
+            self.refresh(key, o.get_mut(), now, gen);
         }
     }
 
-    /// Examines up to `budget` keys from the cursor, dropping rested ones.
-    /// Returns (dropped, soonest time a kept one is rested).
+    fn is_rested(e: &Entry<L>, now: u64) -> bool {
+        e.full_at <= now
+            && matches!(e.limiter.peek_at(1, ts(now)), Ok(d) if d.reset_after.is_zero())
+    }
+
+    /// Examines up to `budget` entries from the cursor, dropping rested
+    /// ones. Returns (dropped, soonest `full_at` among those kept).
     fn sweep(
         &self,
-        shard: &mut Shard<K>,
+        shard: &mut Shard<K, L, S>,
         now: u64,
         budget: usize,
         gen: u32,
         stop_at_first: bool,
     ) -> (usize, u64) {
-        let guard = self.table.guard();
         let mut dropped = 0;
         let mut soonest = u64::MAX;
         for _ in 0..budget {
-            if shard.cursor >= shard.keys.len() {
+            if shard.cursor >= shard.map.len() {
                 shard.cursor = 0;
             }
             let idx = shard.cursor;
-            let Some(k) = shard.keys.get(idx) else {
+            let Some((k, e)) = shard.map.get_index_mut(idx) else {
                 break;
             };
-            let rested = match self.table.get(k, &guard) {
-                Some(slot) => {
-                    // Rested under the key's current quota (a larger burst
-                    // makes a rested key owe the difference).
-                    let slot = if slot.generation == gen {
-                        slot
-                    } else {
-                        self.refresh(k, slot, ts(now), gen, &guard)
-                    };
-                    slot.cell.retire_if_rested(ts(now))
+            if e.generation != gen {
+                self.refresh(k, e, ts(now), gen);
+            }
+            if Self::is_rested(e, now) {
+                // The last entry moves into `idx`; the cursor stays to
+                // examine it next.
+                let _ = shard.map.swap_remove_index(idx);
+                dropped += 1;
+                if stop_at_first {
+                    break;
                 }
-                // Unreachable (the list mirrors the table); drop the key.
-                None => Ok(()),
-            };
-            match rested {
-                Ok(()) => {
-                    self.table.remove(k, &guard);
-                    // The last key moves into `idx`; the cursor stays to
-                    // examine it next.
-                    let _ = shard.keys.swap_remove(idx);
-                    dropped += 1;
-                    if stop_at_first {
-                        break;
-                    }
-                }
-                Err(at) => {
-                    soonest = soonest.min(at.as_nanos());
-                    shard.cursor = idx + 1;
-                }
+            } else {
+                soonest = soonest.min(e.full_at);
+                shard.cursor = idx + 1;
             }
         }
         if dropped > 0 {
@@ -1254,27 +911,45 @@ where
         (dropped, soonest)
     }
 
-    /// Adds a key not in the table, making room first. Caller holds the
-    /// key's shard lock (`shard`).
-    fn insert_new<'g>(
+    #[inline]
+    fn with_entry<R>(
         &self,
-        shard: &mut Shard<K>,
+        key: &K,
+        now: Timestamp,
+        f: impl FnOnce(&mut Entry<L>) -> Result<R, KeyedError>,
+    ) -> Result<R, KeyedError> {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock_shard(hash);
+        let gen = self.current_generation();
+        if let RawEntryMut::Occupied(mut o) =
+            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
+        {
+            let e = o.get_mut();
+            if e.generation != gen {
+                self.refresh(key, e, now, gen);
+            }
+            return f(e);
+        }
+        self.insert_slow(&mut shard, hash, key, now, gen, f)
+    }
+
+    #[cold]
+    fn insert_slow<R>(
+        &self,
+        shard: &mut Shard<K, L, S>,
+        hash: u64,
         key: &K,
         now: Timestamp,
         gen: u32,
-        guard: &'g papaya::LocalGuard<'_>,
-    ) -> Result<&'g Slot<L::Cell>, KeyedError> {
+        f: impl FnOnce(&mut Entry<L>) -> Result<R, KeyedError>,
+    ) -> Result<R, KeyedError> {
         let now_ns = now.as_nanos();
-        // Below half the cap, rested keys cost only memory the cap allows;
-        // dropping them early would only make a returning key pay for a
-        // new entry (and a workload of keys that rest between visits would
-        // churn the table). Above it, expire them as keys arrive.
-        if shard.keys.len() >= self.per_shard_cap / 2 {
-            let budget = SWEEP_PER_INSERT.min(shard.keys.len());
+        if shard.map.len() >= self.per_shard_cap / 2 {
+            let budget = SWEEP_PER_INSERT.min(shard.map.len());
             self.sweep(shard, now_ns, budget, gen, false);
         }
-        if shard.keys.len() >= self.per_shard_cap {
-            let budget = SCAN_WHEN_FULL.min(shard.keys.len());
+        if shard.map.len() >= self.per_shard_cap {
+            let budget = SCAN_WHEN_FULL.min(shard.map.len());
             let (dropped, soonest) = self.sweep(shard, now_ns, budget, gen, true);
             if dropped == 0 {
                 self.refusals.fetch_add(1, Ordering::Relaxed);
@@ -1289,16 +964,23 @@ where
                 });
             }
         }
-        shard.keys.push(key.clone());
-        let slot = Slot {
-            cell: L::Cell::new((self.factory)(self.quota_for(key))),
+        let entry = Entry {
+            limiter: (self.factory)(self.quota_for(key)),
+            full_at: now_ns,
             generation: gen,
         };
-        Ok(self.table.get_or_insert(key.clone(), slot, guard))
+        match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
+            RawEntryMut::Vacant(v) => {
+                let (_, e) = v.insert_hashed_nocheck(hash, key.clone(), entry);
+                f(e)
+            }
+            // Unreachable (we hold the lock and saw no entry), but harmless.
+            RawEntryMut::Occupied(mut o) => f(o.get_mut()),
+        }
     }
 }
 
-impl<K, L: KeyState, C, S> std::fmt::Debug for KeyedLimiter<K, L, C, S> {
+impl<K, L, C, S> std::fmt::Debug for KeyedLimiter<K, L, C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("default_quota", &self.default_quota.load())
@@ -1465,6 +1147,40 @@ mod tests {
         assert_eq!(k.evictions(), 1000);
     }
 
+    #[test]
+    fn rested_keys_stay_until_the_shard_is_half_full() {
+        let k = small(100, 1);
+        for key in 0..10 {
+            assert!(k.check_at(&key, 1, ms(0)).unwrap().allowed);
+        }
+        // Keys 0..10 are rested at 10 s; new keys below half the cap
+        // leave them alone.
+        for key in 10..50 {
+            assert!(k.check_at(&key, 1, ms(10_000)).unwrap().allowed);
+        }
+        assert_eq!(k.evictions(), 0);
+        assert_eq!(k.len(), 50);
+        // From half the cap on, each insert expires rested keys again.
+        // (The sweep examines SWEEP_PER_INSERT entries; a dropped entry's
+        // place is taken by the last one, which may be a busy key.)
+        assert!(k.check_at(&50, 1, ms(10_000)).unwrap().allowed);
+        let first = k.evictions();
+        assert!((1..=SWEEP_PER_INSERT as u64).contains(&first), "{first}");
+        assert_eq!(k.len() as u64, 51 - first);
+        // `maintain` expires the rest at any size.
+        assert_eq!(k.maintain(ms(10_000), usize::MAX) as u64, 10 - first);
+    }
+
+    #[test]
+    fn default_hasher_is_seeded_foldhash() {
+        let a = KeyedLimiter::<u64>::builder(Quota::per_second(1).unwrap()).build();
+        let b = KeyedLimiter::<u64>::builder(Quota::per_second(1).unwrap()).build();
+        let _: &DefaultHashBuilder = &a.hasher;
+        // Two limiters hash the same key differently (a random seed each).
+        let differ = (0..8u64).any(|k| a.hasher.hash_one(k) != b.hasher.hash_one(k));
+        assert!(differ);
+    }
+
     proptest::proptest! {
         /// `GcraState` answers exactly as `Gcra` for every call.
         #[test]
@@ -1527,102 +1243,10 @@ mod tests {
         assert!(k.len() <= 64);
     }
 
-    /// Retiring is atomic with respect to checks: a retirement that
-    /// succeeds saw no admission, and no admission lands after it.
-    fn retire_races_check<Cc: KeyCell + 'static>(make: impl Fn() -> Cc) {
-        let t = ms(10_000);
-        for _ in 0..2000 {
-            let cell = make();
-            let (admitted, retired) = std::thread::scope(|s| {
-                let a = s.spawn(|| matches!(cell.check_at(1, t), Some(Ok(d)) if d.allowed));
-                let b = s.spawn(|| cell.retire_if_rested(t).is_ok());
-                (a.join().unwrap(), b.join().unwrap())
-            });
-            assert!(
-                admitted != retired,
-                "admitted {admitted}, retired {retired}"
-            );
-            assert!(cell.check_at(1, t).is_none() || !retired);
-        }
-    }
-
-    #[test]
-    fn gcra_cell_retire_is_atomic() {
-        let q = Quota::per_second(1).unwrap().with_burst(1).unwrap();
-        retire_races_check(|| GcraCell::new(GcraState::new(q)));
-    }
-
-    #[test]
-    fn locked_cell_retire_is_atomic() {
-        let q = Quota::per_second(1).unwrap().with_burst(1).unwrap();
-        retire_races_check(|| Locked::new(TokenBucket::with_clock(q, NoClock)));
-    }
-
-    #[test]
-    fn eviction_racing_checks_never_admits_twice() {
-        // Burst 1: a key may admit once at `t`. Eviction of the key (rested
-        // at `t`) races the checks; a lost admission would let the second
-        // check admit again on a re-created key.
-        let q = Quota::per_second(1).unwrap().with_burst(1).unwrap();
-        let t = ms(10_000);
-        for _ in 0..500 {
-            let k = KeyedLimiter::<u64>::builder(q)
-                .max_keys(4)
-                .shards(1)
-                .build();
-            assert!(k.check_at(&1, 1, ms(0)).unwrap().allowed);
-            let admitted = std::thread::scope(|s| {
-                let a = s.spawn(|| {
-                    (0..3)
-                        .filter(|_| matches!(k.check_at(&1, 1, t), Ok(d) if d.allowed))
-                        .count()
-                });
-                let b = s.spawn(|| k.maintain(t, usize::MAX));
-                let n = a.join().unwrap();
-                let _ = b.join().unwrap();
-                n
-            });
-            assert_eq!(admitted, 1);
-        }
-    }
-
-    #[test]
-    fn quota_changes_racing_checks_stay_exact() {
-        // Re-configuring a key replaces its entry while another thread
-        // checks it: the units spent are carried over exactly.
-        let q = Quota::per_second(1).unwrap().with_burst(10).unwrap();
-        let t = ms(0);
-        for _ in 0..200 {
-            let k = KeyedLimiter::<u64>::builder(q)
-                .max_keys(4)
-                .shards(1)
-                .build();
-            let admitted = std::thread::scope(|s| {
-                let a = s.spawn(|| {
-                    (0..20)
-                        .filter(|_| matches!(k.check_at(&1, 1, t), Ok(d) if d.allowed))
-                        .count()
-                });
-                let b = s.spawn(|| {
-                    for _ in 0..5 {
-                        k.set_key_quota_at(&1, q, t);
-                        k.set_default_quota(q);
-                    }
-                });
-                let n = a.join().unwrap();
-                b.join().unwrap();
-                n
-            });
-            assert_eq!(admitted, 10);
-        }
-    }
-
     #[test]
     fn bytes_per_key_is_what_the_docs_say() {
         assert_eq!(std::mem::size_of::<GcraState>(), 32);
         assert_eq!(std::mem::size_of::<crate::Gcra<NoClock>>(), 256);
-        assert_eq!(std::mem::size_of::<GcraCell>(), 32);
-        assert_eq!(std::mem::size_of::<Slot<GcraCell>>(), 40);
-        assert_eq!(KeyedLimiter::<u64>::estimated_bytes_per_key(), 84);
+        assert_eq!(KeyedLimiter::<u64>::estimated_bytes_per_key(), 74);
     }
 }
