@@ -171,7 +171,35 @@ pub fn table(e: &ExperimentResult) -> String {
             let _ = writeln!(out, "{}", "-".repeat(total));
         }
     }
+    for note in identical_notes(e) {
+        let _ = writeln!(out, "note: {note}");
+    }
     out
+}
+
+/// One sentence per strategy whose every run matched an earlier row's
+/// exactly, so that a reader does not mistake a duplicate row for a result.
+///
+/// Two strategies tie like this when what sets them apart never came into
+/// play in the scenario, typically a server signal one of them reads and
+/// the server never sends (Heroku's bucket sends `RateLimit-Remaining` but
+/// no `RateLimit-Reset`, and the hint pacing needs both).
+pub fn identical_notes(e: &ExperimentResult) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (i, r) in e.results.iter().enumerate() {
+        let twin =
+            e.results.iter().take(i).find(|o| {
+                o.strategy != r.strategy && o.runs == r.runs && o.clear_runs == r.clear_runs
+            });
+        if let Some(o) = twin {
+            notes.push(format!(
+                "`{}` behaved exactly like `{}` in every run: what sets it apart never came \
+                 into play here (e.g. a response header this server does not send)",
+                r.strategy, o.strategy
+            ));
+        }
+    }
+    notes
 }
 
 fn esc(s: &str) -> String {
@@ -436,6 +464,9 @@ pub fn html(e: &ExperimentResult) -> String {
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table>");
+    for note in identical_notes(e) {
+        let _ = write!(out, "<p class=\"note\">{}</p>", esc(&note));
+    }
     if let Some(c) = &e.clear_scenario {
         let _ = write!(
             out,

@@ -14,7 +14,7 @@ use ratewise::client::aimd::AimdStrategy;
 use ratewise::client::auto_sleeper::{AutoSleeper, AutoSleeperConfig};
 use ratewise::client::backoff::{BackoffConfig, BackoffStrategy};
 use ratewise::client::cubic::CubicStrategy;
-use ratewise::client::flood_guard::FloodGuardStrategy;
+use ratewise::client::flood_guard::{FloodGuardStrategy, MAX_FLOOD_GUARD_COUNT};
 use ratewise::client::heroku::{
     ExponentialBackoff, ExponentialIncreaseGradualDecrease,
     ExponentialIncreaseProportionalDecrease, ExponentialIncreaseProportionalRemainingDecrease,
@@ -33,9 +33,12 @@ pub struct StrategyParams {
     /// The scenario's starting sleep (Heroku's `starting_sleep_for`), for
     /// strategies that keep one; `None` keeps the strategy's default.
     pub initial_delay: Option<Duration>,
-    /// The quota a client knows it has (`count` per `window`), for
-    /// strategies that pace to a known quota (the flood guard); `None`
-    /// means Heroku's 4500 per hour.
+    /// The quota one client thread knows it has (`count` per `window`),
+    /// for strategies that pace to a known quota (the flood guard). The
+    /// engine fills it from the scenario's `[strategy]` section or, failing
+    /// that, with the thread's fair share of the server's quota
+    /// ([`ServerConfig::fair_share`](crate::server::ServerConfig::fair_share));
+    /// `None` means no sustained quota is known and the guard never paces.
     pub known_quota: Option<(u32, Duration)>,
     /// How hint-reading strategies interpret `RateLimit-Reset`.
     pub reset_meaning: ResetMeaning,
@@ -156,7 +159,7 @@ pub const ALL: &[StrategyInfo] = &[
     },
     StrategyInfo {
         name: "aimd-hints",
-        description: "aimd, plus RateLimit-Remaining/Reset hints that lower the pace before any 429",
+        description: "aimd, plus RateLimit-Remaining/Reset hints that lower the pace before any 429 (needs both; Heroku sends no Reset)",
         build: |p| {
             boxed(
                 AimdStrategy::with_defaults(p.seed)
@@ -171,11 +174,12 @@ pub const ALL: &[StrategyInfo] = &[
     },
     StrategyInfo {
         name: "flood-guard",
-        description: "Google's flood buster: pace own sends to the known quota (scenario [strategy]) + Google backoff (ref. 004)",
+        description: "Google's flood buster: pace own sends to this client's fair share of the quota + Google backoff",
         build: |p| {
+            // Without a known quota, a guard so wide it never holds a send.
             let (count, window) = p
                 .known_quota
-                .unwrap_or((4500, Duration::from_secs(3600)));
+                .unwrap_or((MAX_FLOOD_GUARD_COUNT, Duration::from_millis(1)));
             boxed(FloodGuardStrategy::google(count, window, p.seed))
         },
     },
