@@ -91,7 +91,12 @@ pub fn json(e: &ExperimentResult) -> String {
         .unwrap_or_else(|err| format!("{{\"error\":\"{err}\"}}"))
 }
 
-fn cell(s: Option<Stat>, runs: u32, unit: &str) -> String {
+/// One cell of the text table: `mean (min–max)` over several runs, or the
+/// value of a single run. `unit` is appended to each number (`" %"`,
+/// `" s"`); `"#"` marks a count, printed whole for one run and with one
+/// decimal as a mean. Public so that documents quoting the table (see
+/// docs/simulator.md) can be generated with exactly the CLI's formatting.
+pub fn cell(s: Option<Stat>, runs: u32, unit: &str) -> String {
     // Counts (unit "#") print whole for one run and with one decimal as a
     // mean over several; everything else with two decimals.
     let (p, unit) = match unit {
