@@ -15,7 +15,8 @@
 //! with SplitMix64. The same scenario, strategy and seed therefore give the
 //! same events, metrics and JSON, byte for byte.
 //!
-//! Fidelity to Heroku's harness (spec §2.3): a thread checks its deadline
+//! Fidelity to Heroku's harness (the demo runner of the `rate_throttle_client`
+//! gem, described in docs/simulator.md): a thread checks its deadline
 //! only before starting a new call; every attempt counts as a request and
 //! every throttled attempt as a retry; the recorded sleep values include the
 //! strategy's jitter; and in duration mode a finishing thread can end its

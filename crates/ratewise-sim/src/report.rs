@@ -83,7 +83,7 @@ impl Serialize for DocJson<'_> {
     }
 }
 
-/// The JSON document of the issue: `{"scenario", "seed", "runs",
+/// The JSON document `ratewise simulate --json` prints: `{"scenario", "seed", "runs",
 /// "results": [{"strategy", "avg_retry_rate_pct", …}]}`; with more than one
 /// run each metric also has `_min` and `_max` companions.
 pub fn json(e: &ExperimentResult) -> String {

@@ -136,7 +136,8 @@ pub enum Latency {
 
 impl Default for Latency {
     /// Uniform 0.10–0.20 s (mean 0.15 s): the simulated per-request time
-    /// implied by the published Heroku workload numbers (spec §8).
+    /// implied by the published Heroku workload numbers (see
+    /// docs/simulator.md).
     fn default() -> Self {
         Latency::Uniform {
             min_s: 0.10,
@@ -182,7 +183,8 @@ impl Latency {
 #[serde(rename_all = "snake_case")]
 pub enum StateSharing {
     /// Each thread has its own strategy object (what Heroku's harness
-    /// effectively did, spec §2.1).
+    /// effectively did: each call worked on its own copy of the shared
+    /// sleep value).
     #[default]
     PerThread,
     /// One strategy object per process, shared by its threads; calls from

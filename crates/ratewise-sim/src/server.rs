@@ -69,7 +69,8 @@ fn quota(rate: f64, burst: u64, field: &str) -> Result<Quota, SimError> {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ServerConfig {
-    /// Heroku's continuously refilled token bucket (spec §1.1).
+    /// Heroku's continuously refilled token bucket (the fake server of the
+    /// `rate_throttle_client` gem's simulator).
     HerokuBucket {
         /// Bucket size (`MAX`).
         #[serde(default = "default_heroku_capacity")]
@@ -81,7 +82,8 @@ pub enum ServerConfig {
         #[serde(default)]
         starting: f64,
     },
-    /// A fixed stock of requests that never refills (spec §1.2).
+    /// A fixed stock of requests that never refills (the gem's
+    /// "decrease only" fake server).
     DecreaseOnly {
         /// Requests available (`STARTING_LIMIT`).
         starting: f64,
@@ -481,7 +483,8 @@ impl ServerConfig {
     }
 }
 
-/// Heroku's fake server (spec §1.1): a continuously refilled token bucket
+/// Heroku's fake server, as the open-source `rate_throttle_client` gem's
+/// simulator implements it: a continuously refilled token bucket
 /// with float state, lazily started clock, and the "no advance while full"
 /// quirk. `RateLimit-Remaining` (floor, after the decrement) is sent on both
 /// 200 and 429.
@@ -555,7 +558,8 @@ impl ServerModel for HerokuBucket {
     }
 }
 
-/// The decrease-only server (spec §1.2): a fixed stock, no refill.
+/// The decrease-only server of the gem's "time to clear" benchmark: a
+/// fixed stock, no refill.
 #[derive(Clone, Debug)]
 pub struct DecreaseOnly {
     starting: f64,

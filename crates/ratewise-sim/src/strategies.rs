@@ -149,12 +149,12 @@ pub const ALL: &[StrategyInfo] = &[
     StrategyInfo {
         name: "auto-sleeper",
         description:
-            "responsive exponential backoff (AutoSleeper, ref. 000) with its published defaults",
+            "responsive exponential backoff (AutoSleeper): back off while throttled, speed up on success",
         build: |p| boxed(AutoSleeper::new(AutoSleeperConfig::default(), p.seed)),
     },
     StrategyInfo {
         name: "aimd",
-        description: "adaptive rate (start 10/s, halve on throttle, +0.5/s per 10 successes) + discounted backoff (ref. 001)",
+        description: "adaptive rate (start 10/s, halve on throttle, +0.5/s per 10 successes) + discounted backoff",
         build: |p| boxed(AimdStrategy::with_defaults(p.seed)),
     },
     StrategyInfo {
@@ -185,7 +185,7 @@ pub const ALL: &[StrategyInfo] = &[
     },
     StrategyInfo {
         name: "google-backoff",
-        description: "Google's 1 s, 2 s, 4 s … + random ≤ 1 s, five retries (ref. 004)",
+        description: "Google's 1 s, 2 s, 4 s … + random ≤ 1 s, five retries",
         build: |p| boxed(BackoffStrategy::new(BackoffConfig::google(), p.seed)),
     },
     StrategyInfo {

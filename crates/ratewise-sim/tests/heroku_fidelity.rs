@@ -15,6 +15,7 @@
 
 use std::sync::OnceLock;
 
+use ratewise_sim::scenario::StateSharing;
 use ratewise_sim::strategies::{self, HEROKU_FIVE};
 use ratewise_sim::{metrics, report, Experiment, ExperimentResult, Scenario, Stat};
 
@@ -81,55 +82,73 @@ fn label(s: &str) -> &'static str {
     LABELS.iter().find(|(n, _)| *n == s).map_or("?", |(_, l)| l)
 }
 
-/// The published row of each strategy: the blog table, and in brackets the
-/// older research repository's run of the same algorithm where one exists.
-const PUBLISHED: [(&str, [&str; 4]); 5] = [
+/// The published values of each strategy, per metric (in `METRICS` order):
+/// the blog table's, then the older research repository's run of the same
+/// algorithm where one exists (for EB ×2.0, the average of the raw lists
+/// the blog's row was taken from). `(value as published, prefix)`.
+type Published = [&'static [(&'static str, &'static str)]; 4];
+const PUBLISHED: [(&str, Published); 5] = [
     (
         "eb-x2",
         [
-            "60.08 % [raw lists: 63.0 %]",
-            "854.89 s",
-            "387.82",
-            "74.23 s",
+            &[("60.08", ""), ("63.0", "raw lists: ")],
+            &[("854.89", "")],
+            &[("387.82", "")],
+            &[("74.23", "")],
         ],
     ),
     (
         "eb",
         [
-            "80.41 % [80.2 %]",
-            "46.72 s [134.88 s]",
-            "147.84 [275.3]",
-            "74.33 s [76.18 s]",
+            &[("80.41", ""), ("80.2", "")],
+            &[("46.72", ""), ("134.88", "")],
+            &[("147.84", ""), ("275.3", "")],
+            &[("74.33", ""), ("76.18", "")],
         ],
     ),
     (
         "eigd",
         [
-            "40.56 % [51.6 %]",
-            "139.91 s [208.81 s]",
-            "867.73 [1161.8]",
-            "115.54 s [65.50 s]",
+            &[("40.56", ""), ("51.6", "")],
+            &[("139.91", ""), ("208.81", "")],
+            &[("867.73", ""), ("1161.8", "")],
+            &[("115.54", ""), ("65.50", "")],
         ],
     ),
     (
         "eipd",
         [
-            "3.66 % [3.7 %]",
-            "17.31 s [17.27 s]",
-            "101.94 [91.3]",
-            "551.10 s [489.24 s]",
+            &[("3.66", ""), ("3.7", "")],
+            &[("17.31", ""), ("17.27", "")],
+            &[("101.94", ""), ("91.3", "")],
+            &[("551.10", ""), ("489.24", "")],
         ],
     ),
     (
         "eiprd",
         [
-            "3.07 % [4.9 %]",
-            "17.32 s [17.18 s]",
-            "78.44 [46.9]",
-            "84.23 s [66.92 s]",
+            &[("3.07", ""), ("4.9", "")],
+            &[("17.32", ""), ("17.18", "")],
+            &[("78.44", ""), ("46.9", "")],
+            &[("84.23", ""), ("66.92", "")],
         ],
     ),
 ];
+
+/// A published value, its unit, and where it falls against our min–max
+/// (as printed, two decimals): ✓ inside, ↓ below, ↑ above.
+fn published_cell(text: &str, prefix: &str, unit: &str, ours: Stat) -> String {
+    let value: f64 = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+    let round = |x: f64| (x * 100.0).round() / 100.0;
+    let mark = if value < round(ours.min) {
+        "↓"
+    } else if value > round(ours.max) {
+        "↑"
+    } else {
+        "✓"
+    };
+    format!("{prefix}{text}{unit} {mark}")
+}
 
 const METRICS: [(&str, &str, &str); 4] = [
     ("avg_retry_rate_pct", " %", "avg retry rate"),
@@ -159,16 +178,35 @@ fn fidelity_table() -> String {
          |---|---|---|---|---|\n",
     );
     for (name, published) in PUBLISHED {
-        let ours: Vec<String> = METRICS
+        let ours: Vec<Stat> = METRICS.iter().map(|(m, _, _)| stat(name, m)).collect();
+        let ours_text: Vec<String> = METRICS
             .iter()
-            .map(|(m, unit, _)| report::cell(Some(stat(name, m)), RUNS, unit))
+            .zip(&ours)
+            .map(|((_, unit, _), s)| report::cell(Some(*s), RUNS, unit))
+            .collect();
+        let published_text: Vec<String> = METRICS
+            .iter()
+            .zip(&ours)
+            .zip(published)
+            .map(|(((_, unit, _), s), values)| {
+                let mut cells = values
+                    .iter()
+                    .map(|(v, prefix)| published_cell(v, prefix, unit, *s));
+                let first = cells.next().unwrap_or_default();
+                let rest: Vec<String> = cells.collect();
+                if rest.is_empty() {
+                    first
+                } else {
+                    format!("{first} [{}]", rest.join(", "))
+                }
+            })
             .collect();
         out.push_str(&format!(
             "| {} — ratewise | {} |\n| {} — published | {} |\n",
             label(name),
-            ours.join(" | "),
+            ours_text.join(" | "),
             label(name),
-            published.join(" | ")
+            published_text.join(" | ")
         ));
     }
     out
@@ -201,6 +239,48 @@ fn ordering_block() -> String {
             "| {title} | {} | {} |\n",
             chain.join(" > "),
             pairs.join("; ")
+        ));
+    }
+    out
+}
+
+/// The Heroku run with one strategy object per process (calls interleaving
+/// on it) next to the default per-thread state, for the strategies that
+/// keep a sleep value between calls.
+fn state_sharing_block() -> String {
+    let mut scenario = Scenario::load("heroku").unwrap_or_else(|e| panic!("{e}"));
+    for group in &mut scenario.clients {
+        group.state = StateSharing::PerProcess;
+    }
+    let names = ["eigd", "eipd", "eiprd"];
+    let chosen = names
+        .iter()
+        .map(|n| strategies::find(n).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let shared = Experiment::new(scenario)
+        .strategies(chosen)
+        .seed(FIRST_SEED)
+        .runs(RUNS)
+        .run(|| {})
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut out = String::from(
+        "| strategy | state | avg retry rate | stdev request count | utilization |\n\
+         |---|---|---|---|---|\n",
+    );
+    for name in names {
+        let r = shared.results.iter().find(|r| r.strategy == name);
+        let per_process = |m: &str, unit: &str| report::cell(r.and_then(|r| r.stat(m)), RUNS, unit);
+        let per_thread = |m: &str, unit: &str| report::cell(Some(stat(name, m)), RUNS, unit);
+        out.push_str(&format!(
+            "| {} | per thread | {} | {} | {} |\n| {} | per process | {} | {} | {} |\n",
+            label(name),
+            per_thread("avg_retry_rate_pct", " %"),
+            per_thread("stdev_request_count", ""),
+            per_thread("utilization", ""),
+            label(name),
+            per_process("avg_retry_rate_pct", " %"),
+            per_process("stdev_request_count", ""),
+            per_process("utilization", ""),
         ));
     }
     out
@@ -243,6 +323,8 @@ fn simulator_doc_quotes_the_current_numbers() {
     let results = [
         check_block(&mut doc, "fidelity-table", &fidelity_table()),
         check_block(&mut doc, "fidelity-orderings", &ordering_block()),
+        check_block(&mut doc, "state-sharing", &state_sharing_block()),
+        check_block(&mut doc, "other-scenarios", &other_scenarios_block()),
     ];
     if doc != before {
         std::fs::write(path, &doc).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -345,20 +427,58 @@ fn workload_run_drains_the_server_without_429s() {
     assert!(m.time_to_clear_s.is_some());
 }
 
+/// The other shipped scenarios, every strategy, one run at each scenario's
+/// own seed (what `ratewise simulate --scenario NAME` prints).
+fn others() -> &'static [ExperimentResult] {
+    static E: OnceLock<Vec<ExperimentResult>> = OnceLock::new();
+    E.get_or_init(|| {
+        Scenario::built_in()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_iter()
+            .filter(|s| !s.name.starts_with("heroku")) // covered above
+            .map(|scenario| {
+                let name = scenario.name.clone();
+                Experiment::new(scenario)
+                    .run(|| {})
+                    .unwrap_or_else(|e| panic!("{name}: {e}"))
+            })
+            .collect()
+    })
+}
+
+fn other_scenarios_block() -> String {
+    let mut out = String::from("| strategy |");
+    for e in others() {
+        out.push_str(&format!(" `{}` |", e.scenario.name));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(others().len()));
+    out.push('\n');
+    for info in strategies::ALL {
+        out.push_str(&format!("| `{}` |", info.name));
+        for e in others() {
+            let r = e.results.iter().find(|r| r.strategy == info.name);
+            let cell = |m: &str, unit: &str| report::cell(r.and_then(|r| r.stat(m)), e.runs, unit);
+            out.push_str(&format!(
+                " {} · {} · {} |",
+                cell("time_to_clear_s", " s"),
+                cell("avg_retry_rate_pct", " %"),
+                cell("utilization", "")
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[test]
 fn every_built_in_scenario_runs_every_strategy() {
-    for scenario in Scenario::built_in().unwrap_or_else(|e| panic!("{e}")) {
-        if scenario.name.starts_with("heroku") {
-            continue; // covered above
-        }
-        let e = Experiment::new(scenario.clone())
-            .run(|| {})
-            .unwrap_or_else(|e| panic!("{}: {e}", scenario.name));
+    for e in others() {
         assert_eq!(e.results.len(), strategies::ALL.len());
         for r in &e.results {
             let m = &r.runs[0];
             assert_eq!(m.requests, m.successes + m.throttled, "{}", r.strategy);
-            assert!(m.successes > 0, "{} / {}", scenario.name, r.strategy);
+            assert!(m.successes > 0, "{} / {}", e.scenario.name, r.strategy);
         }
     }
 }
