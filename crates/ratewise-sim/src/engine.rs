@@ -244,6 +244,7 @@ impl Engine<'_> {
                 remaining: resp.remaining,
                 limit: resp.limit,
                 reset_after: resp.reset_after,
+                ..ServerHints::default()
             },
         };
         let si = self.threads[t].strategy;

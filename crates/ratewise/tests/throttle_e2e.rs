@@ -5,9 +5,19 @@
 //! with `Retry-After` and `RateLimit-Remaining` when it is empty. Twenty
 //! concurrent tasks share one `Throttle` (AIMD pacing starting at twice the
 //! server's rate) and must complete a fixed job of 300 requests: none may be
-//! lost, the server must count exactly 300 successes, and the 429 share is
-//! printed. It is a short real-time run (a few seconds); assertions are on
-//! counts and loose bounds only, never on exact timing.
+//! lost, the server must count exactly 300 successes, the pacer's final rate
+//! must be at or under the server's, and the 429 share (printed) must stay
+//! under 10 %. It is a short real-time run (a few seconds); assertions are on
+//! counts and on bounds that follow from the configuration, never on exact
+//! timing:
+//!
+//! * Without hints, the first throttle cuts 200/s to 80/s (factor 0.4); the
+//!   job has 300 successes and AIMD adds 0.5/s per 10 of them, so whatever
+//!   the scheduling the rate can climb back by at most 15/s: the final rate
+//!   is at most 95/s. The 429s come from the opening burst only (a 429 pauses
+//!   the whole partition for its `Retry-After`), a handful against 300.
+//! * With hints, the first response caps the pace at the bucket's refill
+//!   rate and lowers AIMD with it, before any 429; a header never raises it.
 //!
 //! A second run has the server send every `RateLimit-*` header (its bucket
 //! then holds one second of rate, since header values are whole seconds) and
@@ -167,8 +177,8 @@ async fn scenario(hints: bool) {
             initial_rate: 2.0 * SERVER_RATE as f64,
             max_rate: 2.0 * SERVER_RATE as f64,
             min_rate: 1.0,
-            decrease_factor: 0.5,
-            increase_step: 2.0,
+            decrease_factor: 0.4,
+            increase_step: 0.5,
             increase_every: 10,
             decrease_cooldown: Duration::from_millis(500),
         }),
@@ -237,11 +247,15 @@ async fn scenario(hints: bool) {
     assert_eq!(m.attempts, ok + limited, "every attempt reached the server");
     assert_eq!(m.throttled, limited);
     assert_eq!(m.gave_up, 0);
-    // The pacer adapted down from its aggressive start, and 429s stayed a
-    // minority (the exact share depends on scheduling; it is printed above).
+    // The pacer settled at or under the server's rate (see the module docs
+    // for why this holds whatever the scheduling), and 429s stayed rare (the
+    // exact share depends on scheduling; it is printed above).
     let rate = rate.expect("AIMD always paces");
-    assert!(rate < 1.5 * SERVER_RATE as f64, "rate {rate}");
-    assert!(share < 0.5, "429 share {share}");
+    assert!(
+        rate <= SERVER_RATE as f64,
+        "final pacer rate {rate}/s above the server's {SERVER_RATE}/s"
+    );
+    assert!(share < 0.10, "429 share {:.1} %", share * 100.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

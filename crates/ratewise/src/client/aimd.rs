@@ -162,6 +162,14 @@ impl RateController for Aimd {
         }
         Some(self.rate)
     }
+
+    /// Lowers the rate to `rate` (not below `min_rate`); the additive
+    /// increase then climbs back from there.
+    fn limit_to(&mut self, rate: f64) {
+        if rate < self.rate {
+            self.rate = rate.max(self.config.min_rate);
+        }
+    }
 }
 
 /// A backoff whose retry count persists across calls and decays after

@@ -957,6 +957,7 @@ mod tests {
                 remaining: Some(0),
                 limit: Some(100),
                 reset_after: Some(Duration::from_secs(5)),
+                no_retry: false,
             }
         );
     }

@@ -180,6 +180,17 @@ impl RateController for Cubic {
         }
         self.rate()
     }
+
+    /// Once pacing, lowers the fill rate to `rate` (not below the floor), so
+    /// a throttle under the limit starts from the limited rate. The curve
+    /// itself is left alone: its next value is again bounded by twice the
+    /// measured rate, which the limit held down. Before the first throttle
+    /// CUBIC does not pace, and this does nothing.
+    fn limit_to(&mut self, rate: f64) {
+        if self.enabled && rate < self.fill_rate {
+            self.fill_rate = rate.max(self.config.min_fill_rate);
+        }
+    }
 }
 
 /// [`Cubic`] driving a core [`Pacer`], with AWS standard backoff between

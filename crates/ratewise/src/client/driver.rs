@@ -90,9 +90,17 @@ impl<R> ThrottleError<R> {
         self.attempts
     }
 
-    /// `true` when the client refused to send the next attempt (local SRE
-    /// rejection, or a deadline the next slot would pass); `false` when the
-    /// server's refusals ran out the attempts or the budget.
+    /// `true` when the client refused to send the next attempt; `false` when
+    /// the server's refusals used up every attempt allowed. The rule is
+    /// [`StopReason::is_client_side`], per reason:
+    ///
+    /// | reason | client-side | why |
+    /// |---|---|---|
+    /// | [`MaxAttempts`](StopReason::MaxAttempts) | no | every allowed attempt was sent and refused |
+    /// | [`Deadline`](StopReason::Deadline) | yes | the next attempt would start after the deadline, so it was not sent |
+    /// | [`BudgetExhausted`](StopReason::BudgetExhausted) | yes | the retry budget could not pay, so the retry was not sent |
+    /// | [`RejectedLocally`](StopReason::RejectedLocally) | yes | the SRE throttle refused to send |
+    /// | [`RetryForbidden`](StopReason::RetryForbidden) | no | the server asked not to retry |
     pub fn is_client_side(&self) -> bool {
         self.client_side
     }
@@ -185,7 +193,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                         reason,
                         last,
                         attempts: call.attempts(),
-                        client_side: true,
+                        client_side: reason.is_client_side(),
                     })
                 }
             }
@@ -203,7 +211,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                         reason,
                         last: Some(response),
                         attempts: call.attempts(),
-                        client_side: false,
+                        client_side: reason.is_client_side(),
                     })
                 }
             }
@@ -269,6 +277,56 @@ mod tests {
         assert!(!err.is_client_side());
         assert_eq!(err.last_response().map(|r| r.is_ok()), Some(true));
         assert!(err.to_string().contains("3 attempt"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn budget_exhaustion_is_client_side() {
+        // Five tokens pay for exactly one throttling retry.
+        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+            budget: Some(crate::client::budget::RetryBudgetConfig {
+                capacity: 5,
+                ..Default::default()
+            }),
+            max_attempts: 10,
+            ..config()
+        })
+        .unwrap();
+        let err = th
+            .run(&(), || async { Outcome::throttled() })
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), StopReason::BudgetExhausted);
+        assert_eq!(err.attempts(), 2);
+        assert!(
+            err.is_client_side(),
+            "the client refused to send a retry it could not pay for"
+        );
+        assert!(err.to_string().contains("client-side"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_reached_between_attempts_is_client_side() {
+        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+            deadline: Some(Duration::from_millis(150)),
+            ..config()
+        })
+        .unwrap();
+        let err = th
+            .run(&(), || async { Outcome::throttled() })
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), StopReason::Deadline);
+        assert!(err.is_client_side());
+        assert!(err.last_response().is_some());
+    }
+
+    #[test]
+    fn client_side_rule_for_every_reason() {
+        assert!(!StopReason::MaxAttempts.is_client_side());
+        assert!(StopReason::Deadline.is_client_side());
+        assert!(StopReason::BudgetExhausted.is_client_side());
+        assert!(StopReason::RejectedLocally.is_client_side());
+        assert!(!StopReason::RetryForbidden.is_client_side());
     }
 
     #[tokio::test(start_paused = true)]

@@ -8,7 +8,7 @@
 //! | `Retry-After` (RFC 9110) | wait before retrying | delta-seconds **or** an HTTP-date |
 //! | `x-amz-retry-after` (AWS) | wait before retrying | milliseconds |
 //! | `retry-after-ms` (OpenAI, Azure) | wait before retrying | milliseconds |
-//! | `grpc-retry-pushback-ms` (gRPC) | wait before retrying | milliseconds; negative = "don't retry" (ignored here) |
+//! | `grpc-retry-pushback-ms` (gRPC) | wait before retrying | milliseconds; negative or unparseable = "don't retry" ([`ServerHints::no_retry`]) |
 //! | `RateLimit-Limit` / `-Remaining` / `-Reset` (IETF drafts ≤ 06) | quota, what is left, time to reset | count, count, delta-seconds |
 //! | `X-RateLimit-Limit` / `-Remaining` / `-Reset` (GitHub and many others) | same | count, count, **epoch seconds** (GitHub) or delta-seconds |
 //! | `RateLimit` (IETF drafts ≥ 07, structured field) | `"policy";r=<remaining>;t=<reset>` | count, delta-seconds |
@@ -403,6 +403,11 @@ pub fn parse_rate_limit_policy_field(value: &[u8]) -> Vec<RateLimitPolicy> {
 /// [module docs](self) for the formats and the precedence rules. `now` is the
 /// current wall-clock time, used only for HTTP-dates and epoch resets.
 pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> ServerHints {
+    // gRFC A6: a non-negative integer is a wait; a negative or unparseable
+    // one means "do not retry". `Some(None)` is that refusal.
+    let grpc_pushback: Option<Option<Duration>> = headers
+        .header("grpc-retry-pushback-ms")
+        .map(|v| parse_u64(v).map(Duration::from_millis));
     let retry_after = [
         headers
             .header("retry-after")
@@ -416,10 +421,7 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
             .header("retry-after-ms")
             .and_then(parse_u64)
             .map(Duration::from_millis),
-        headers
-            .header("grpc-retry-pushback-ms")
-            .and_then(parse_u64)
-            .map(Duration::from_millis),
+        grpc_pushback.flatten(),
     ]
     .into_iter()
     .flatten()
@@ -448,6 +450,7 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
         }
     }
     hints.retry_after = retry_after;
+    hints.no_retry = matches!(grpc_pushback, Some(None));
     if let (Some(r), Some(l)) = (hints.remaining, hints.limit) {
         hints.remaining = Some(r.min(l));
     }
@@ -488,6 +491,7 @@ fn structured_hints<H: HeaderSource + ?Sized>(headers: &H) -> ServerHints {
             remaining: item.remaining,
             limit: policy_for(item.policy.as_ref()).and_then(|p| p.quota),
             reset_after: item.reset,
+            no_retry: false,
         },
         None => ServerHints {
             limit: policy_for(None).and_then(|p| p.quota),
@@ -1021,6 +1025,29 @@ mod tests {
         );
         let h = [("grpc-retry-pushback-ms", "-1")];
         assert_eq!(parse_hints(&h, at(0)).retry_after, None);
+    }
+
+    #[test]
+    fn grpc_negative_or_unparseable_pushback_forbids_retries() {
+        for v in ["-1", "-250", "soon", "", "1.5"] {
+            let h = [("grpc-retry-pushback-ms", v)];
+            let hints = parse_hints(&h, at(0));
+            assert!(hints.no_retry, "{v:?}");
+            assert_eq!(hints.retry_after, None, "{v:?}");
+        }
+        // Another header's wait is kept, but the refusal still stands.
+        let h = [("grpc-retry-pushback-ms", "-1"), ("Retry-After", "2")];
+        let hints = parse_hints(&h, at(0));
+        assert!(hints.no_retry);
+        assert_eq!(hints.retry_after, Some(Duration::from_secs(2)));
+        // A non-negative pushback is a wait, not a refusal; no header, no
+        // refusal.
+        let h = [("grpc-retry-pushback-ms", "150")];
+        let hints = parse_hints(&h, at(0));
+        assert!(!hints.no_retry);
+        assert_eq!(hints.retry_after, Some(Duration::from_millis(150)));
+        let h = [("Retry-After", "2")];
+        assert!(!parse_hints(&h, at(0)).no_retry);
     }
 
     #[test]

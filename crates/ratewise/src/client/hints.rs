@@ -5,7 +5,15 @@
 //! The rule is deliberately one-sided: a header can only **lower** the pace.
 //! Other clients share the same quota, so "remaining 4000" is not an
 //! invitation to send 4000 now; raising the rate is the controller's job
-//! (AIMD or CUBIC), which feels its way up.
+//! (AIMD or CUBIC), which feels its way up. Concretely, a cap in force is
+//! never raised or removed by a later header; it only lapses at its own
+//! reset. What happens then is the owner's business: a
+//! [`Throttle`](super::throttle::Throttle) has already lowered its
+//! controller to the cap ([`RateController::limit_to`]), so the rate climbs
+//! back through the controller, and without a controller it returns to the
+//! configured base pace (unpaced for none), never above.
+//!
+//! [`RateController::limit_to`]: super::pacer::RateController::limit_to
 //!
 //! Servers mean two different things by "reset", and the safe pace differs,
 //! so the reading is chosen with [`ResetMeaning`]:
@@ -70,29 +78,44 @@ impl HintCap {
     }
 
     /// Takes in the hints of a response received at `now`.
+    ///
+    /// A hint only ever *lowers* the cap: a cap in force stays until its own
+    /// reset passes, and a later response that would allow more (a higher
+    /// cap, or no cap at all) is ignored until then. Caps end only by
+    /// lapsing, never because a header said so.
     pub fn observe(&mut self, now: Timestamp, hints: &ServerHints) {
         let (Some(remaining), Some(reset)) = (hints.remaining, hints.reset_after) else {
             return;
         };
         let until = now.saturating_add(reset);
         let secs = reset.as_secs_f64();
-        match self.meaning {
+        let cap = match self.meaning {
             ResetMeaning::WindowEnd => {
                 if remaining == 0 {
                     self.pause_until = self.pause_until.max(until);
-                    self.cap = None;
+                    None
                 } else if secs > 0.0 {
-                    self.cap = Some((remaining as f64 / secs, until));
+                    Some(remaining as f64 / secs)
                 } else {
-                    self.cap = None;
+                    None
                 }
             }
-            ResetMeaning::Refill => {
-                self.cap = match hints.limit {
-                    Some(limit) if limit > 0 && secs > 0.0 => Some((limit as f64 / secs, until)),
-                    _ => None,
-                };
-            }
+            ResetMeaning::Refill => match hints.limit {
+                Some(limit) if limit > 0 && secs > 0.0 => Some(limit as f64 / secs),
+                _ => None,
+            },
+        };
+        if let Some(rate) = cap {
+            self.lower(now, rate, until);
+        }
+    }
+
+    /// Installs a cap of `rate` until `until`, unless a lower one is in force
+    /// at `now`.
+    fn lower(&mut self, now: Timestamp, rate: f64, until: Timestamp) {
+        match self.cap_at(now) {
+            Some(current) if current < rate => {}
+            _ => self.cap = Some((rate, until)),
         }
     }
 
@@ -221,6 +244,19 @@ mod tests {
         assert_eq!(h.limit(Some(0.1), t), Some(0.1), "never raised");
         assert_eq!(h.limit(None, t), Some(0.5));
         assert_eq!(h.cap_at(t + secs(20)), None, "expires at the reset");
+        // A later, more generous header never raises a cap in force …
+        h.observe(t + secs(1), &hinted(500, 1).hints);
+        assert_eq!(h.cap_at(t + secs(1)), Some(0.5));
+        // … nor removes it; a lower one replaces it.
+        h.observe(t + secs(1), &hinted(0, 1).hints);
+        assert_eq!(h.cap_at(t + secs(1)), Some(0.5));
+        h.observe(t + secs(2), &hinted(1, 10).hints);
+        assert_eq!(h.cap_at(t + secs(2)), Some(0.1));
+        assert_eq!(h.cap_at(t + secs(11)), Some(0.1));
+        assert_eq!(h.cap_at(t + secs(12)), None, "lapses at its own reset");
+        // Once lapsed, any cap applies again.
+        h.observe(t + secs(12), &hinted(500, 1).hints);
+        assert_eq!(h.cap_at(t + secs(12)), Some(500.0));
         // Hints without a reset are ignored.
         let mut h2 = HintCap::new();
         h2.observe(
@@ -248,15 +284,17 @@ mod tests {
         assert_eq!(h.pause_until(), Timestamp::ZERO, "no hour-long pause");
         assert_eq!(h.cap_at(t), Some(1.25));
         // Half full: reset 1800 s; 2250 now plus 2250 refilled over 1800 s.
-        h.observe(
-            t,
-            &ServerHints {
-                remaining: Some(2250),
-                reset_after: Some(Duration::from_secs(1800)),
-                ..empty
-            },
-        );
-        assert_eq!(h.cap_at(t), Some(2.5));
+        let half = ServerHints {
+            remaining: Some(2250),
+            reset_after: Some(Duration::from_secs(1800)),
+            ..empty
+        };
+        let mut fresh = HintCap::with_meaning(ResetMeaning::Refill);
+        fresh.observe(t, &half);
+        assert_eq!(fresh.cap_at(t), Some(2.5));
+        // The same header never raises the cap already in force.
+        h.observe(t, &half);
+        assert_eq!(h.cap_at(t), Some(1.25));
         // Without the limit the reset says nothing usable.
         let mut h = HintCap::with_meaning(ResetMeaning::Refill);
         h.observe(

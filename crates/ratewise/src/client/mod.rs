@@ -22,6 +22,7 @@
 //! | [`sre`] | local rejection with probability `(requests − K·accepts)/(requests + 1)` | Google SRE book |
 //! | [`budget`] | retry token bucket: 500 tokens, 5 per retry, 10 per timeout | AWS standard mode |
 //! | [`hints`] | `RateLimit-Remaining` over the time to reset lowers the pace | IETF drafts, GitHub |
+//! | [`throttle_strategy`] | one [`Throttle`] partition as a [`Strategy`], for simulation | — |
 //!
 //! Rate strategies drive a core limiter ([`pacer::Pacer`], a [`Gcra`](crate::Gcra))
 //! instead of re-implementing one. [`throttle::Throttle`] composes a pacer, a
@@ -53,11 +54,13 @@ pub mod hints;
 pub mod pacer;
 pub mod sre;
 pub mod throttle;
+pub mod throttle_strategy;
 
 pub use config::{secs_to_duration, ConfigError};
 #[cfg(feature = "tokio")]
 pub use driver::{Classify, ThrottleError};
 pub use throttle::{Adaptation, StopReason, Throttle, ThrottleConfig, ThrottleMetrics};
+pub use throttle_strategy::ThrottleStrategy;
 
 /// What an attempt produced, as far as throttling is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -88,6 +91,11 @@ pub struct ServerHints {
     pub limit: Option<u64>,
     /// Time until the server's window or bucket resets.
     pub reset_after: Option<Duration>,
+    /// The server asked the client not to retry this request at all (gRPC: a
+    /// negative or unparseable `grpc-retry-pushback-ms`). A
+    /// [`Throttle`](throttle::Throttle) ends the call with
+    /// [`StopReason::RetryForbidden`](throttle::StopReason::RetryForbidden).
+    pub no_retry: bool,
 }
 
 /// An attempt's result, as fed back to a strategy.
@@ -109,6 +117,7 @@ impl Outcome {
                 remaining: None,
                 limit: None,
                 reset_after: None,
+                no_retry: false,
             },
         }
     }
@@ -122,6 +131,7 @@ impl Outcome {
                 remaining: None,
                 limit: None,
                 reset_after: None,
+                no_retry: false,
             },
         }
     }

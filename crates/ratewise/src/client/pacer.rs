@@ -159,6 +159,13 @@ pub trait RateController: Send {
     /// Told what a request produced at `now`; returns the new target rate
     /// (as [`RateController::rate`]).
     fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) -> Option<f64>;
+
+    /// Told that something outside the controller (a server hint) holds the
+    /// pace at `rate` or below: a controller that paces lowers its target to
+    /// at most `rate` (never raises it), so that when the outside limit
+    /// lapses the rate climbs back by the controller's own rule instead of
+    /// snapping back. The default does nothing.
+    fn limit_to(&mut self, _rate: f64) {}
 }
 
 impl<R: RateController + ?Sized> RateController for Box<R> {
@@ -173,6 +180,9 @@ impl<R: RateController + ?Sized> RateController for Box<R> {
     }
     fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) -> Option<f64> {
         (**self).on_outcome(now, outcome)
+    }
+    fn limit_to(&mut self, rate: f64) {
+        (**self).limit_to(rate)
     }
 }
 

@@ -20,6 +20,14 @@
 //! The window is kept in fixed buckets (120 of one second by default), so the
 //! state is a small ring of counters and the answer is exact at bucket
 //! granularity.
+//!
+//! [`WithSre`] puts the throttle around any [`Strategy`]. The strategy
+//! interface has no "do not send" answer, so a local rejection is expressed
+//! as a *wait*: the rejected call is not sent now, and the caller comes back
+//! [`WithSre::reject_delay`] later (default one bucket) to send it — what an
+//! application does with a locally refused call it still needs. A retry the
+//! throttle rejects is not made at all: the call gives up
+//! ([`Next::GiveUp`]), as [`Throttle`](super::throttle::Throttle) does.
 
 use std::time::Duration;
 
@@ -27,7 +35,7 @@ use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{at_least, ConfigError};
-use super::{Outcome, Signal};
+use super::{Next, Outcome, Signal, Strategy};
 use crate::time::{duration_to_nanos_saturating, Timestamp};
 
 /// Parameters of [`SreThrottler`], with the SRE book's values.
@@ -150,6 +158,21 @@ impl SreThrottler {
         p <= 0.0 || self.rng.random::<f64>() >= p
     }
 
+    /// Counts a request sent at `now` without deciding anything: for a call
+    /// that was rejected locally earlier (already counted then) and is sent
+    /// after a wait, which the backend sees as one more request.
+    pub fn note_request(&mut self, now: Timestamp) {
+        let slot = self.advance(now);
+        if let Some(s) = self.ring.get_mut(slot) {
+            s.0 += 1;
+        }
+    }
+
+    /// The length of one window bucket.
+    pub fn bucket(&self) -> Duration {
+        Duration::from_nanos(self.bucket_nanos)
+    }
+
     /// Records what a sent request produced at `now`.
     pub fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) {
         if matches!(outcome.signal, Signal::Success | Signal::Failure) {
@@ -158,6 +181,114 @@ impl SreThrottler {
                 s.1 += 1;
             }
         }
+    }
+}
+
+/// Any strategy with the SRE client-side throttle around it.
+///
+/// * `before_call`: the inner strategy's wait, then the throttle's coin. A
+///   local rejection (counted as a request, as the SRE book says) becomes a
+///   wait of at least [`WithSre::reject_delay`]; the call is then sent, and
+///   that send counts as one more request.
+/// * `after_attempt`: every outcome feeds the throttle's accept count; a
+///   retry the inner strategy wants is offered to the throttle first, and a
+///   local rejection turns it into [`Next::GiveUp`].
+#[derive(Clone, Debug)]
+pub struct WithSre<S> {
+    inner: S,
+    sre: SreThrottler,
+    name: String,
+    reject_delay: Duration,
+    /// The call was rejected locally in `before_call` and its delayed send
+    /// has not been counted yet.
+    uncounted: bool,
+    rejected: u64,
+}
+
+impl<S: Strategy> WithSre<S> {
+    /// `inner` behind `sre`; a rejected call waits one bucket of `sre`'s
+    /// window (one second by default).
+    pub fn new(inner: S, sre: SreThrottler) -> Self {
+        let name = format!("{}+sre", inner.name());
+        WithSre {
+            reject_delay: sre.bucket(),
+            inner,
+            sre,
+            name,
+            uncounted: false,
+            rejected: 0,
+        }
+    }
+
+    /// The same adapter with another wait after a local rejection (a zero
+    /// delay is raised to one nanosecond, so a rejection always costs time).
+    pub fn with_reject_delay(mut self, delay: Duration) -> Self {
+        self.reject_delay = delay.max(Duration::from_nanos(1));
+        self
+    }
+
+    /// The wait a local rejection turns into.
+    pub fn reject_delay(&self) -> Duration {
+        self.reject_delay
+    }
+
+    /// Calls and retries rejected locally so far.
+    pub fn rejected(&self) -> u64 {
+        self.rejected
+    }
+
+    /// The throttle.
+    pub fn sre(&self) -> &SreThrottler {
+        &self.sre
+    }
+
+    /// The wrapped strategy.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Strategy> Strategy for WithSre<S> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn before_call(&mut self, now: Timestamp) -> Duration {
+        let wait = self.inner.before_call(now);
+        if self.sre.should_send(now) {
+            self.uncounted = false;
+            wait
+        } else {
+            self.rejected += 1;
+            self.uncounted = true;
+            wait.max(self.reject_delay)
+        }
+    }
+
+    fn after_attempt(&mut self, now: Timestamp, outcome: &Outcome) -> Next {
+        if std::mem::take(&mut self.uncounted) {
+            self.sre.note_request(now);
+        }
+        self.sre.on_outcome(now, outcome);
+        match self.inner.after_attempt(now, outcome) {
+            Next::Retry(d) => {
+                if self.sre.should_send(now) {
+                    Next::Retry(d)
+                } else {
+                    self.rejected += 1;
+                    Next::GiveUp
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn current_delay(&self) -> Duration {
+        self.inner.current_delay()
+    }
+
+    fn current_rate(&self) -> Option<f64> {
+        self.inner.current_rate()
     }
 }
 
@@ -248,5 +379,75 @@ mod tests {
             ..SreConfig::default()
         };
         assert!(SreThrottler::new(bad, 0).is_err());
+    }
+
+    #[test]
+    fn with_sre_turns_local_rejections_into_waits_and_give_ups() {
+        use crate::client::backoff::{BackoffConfig, BackoffStrategy};
+        let inner =
+            BackoffStrategy::new(BackoffConfig::constant(Duration::from_millis(10)), 0).unwrap();
+        let mut s = WithSre::new(inner, SreThrottler::new(SreConfig::default(), 3).unwrap());
+        assert_eq!(s.name(), "backoff+sre");
+        assert_eq!(s.reject_delay(), Duration::from_secs(1));
+        let t = secs(1);
+        // A healthy backend: never a wait, never a rejection.
+        for _ in 0..20 {
+            assert_eq!(s.before_call(t), Duration::ZERO);
+            assert_eq!(s.after_attempt(t, &Outcome::success()), Next::Done);
+        }
+        assert_eq!(s.rejected(), 0);
+        // A backend that refuses everything: calls start to be rejected
+        // locally (a wait of one bucket), retries start to give up.
+        let (mut waits, mut give_ups) = (0, 0);
+        for _ in 0..200 {
+            if s.before_call(t) == Duration::from_secs(1) {
+                waits += 1;
+            }
+            if s.after_attempt(t, &Outcome::throttled()) == Next::GiveUp {
+                give_ups += 1;
+            }
+        }
+        assert!(waits > 50, "{waits}");
+        assert!(give_ups > 50, "{give_ups}");
+        assert_eq!(s.rejected(), waits + give_ups);
+        // Every call counted once as a request, each retry offered once, and
+        // each delayed send once more.
+        let (requests, accepts) = s.sre.counts(t);
+        assert_eq!(accepts, 20);
+        assert_eq!(requests, 20 + 200 + 200 + waits);
+        // A minute after the window forgot it all, nothing is rejected.
+        let later = secs(200);
+        assert_eq!(s.before_call(later), Duration::ZERO);
+        assert_eq!(s.after_attempt(later, &Outcome::success()), Next::Done);
+    }
+
+    #[test]
+    fn with_sre_keeps_a_longer_inner_wait() {
+        use crate::client::backoff::{BackoffConfig, BackoffStrategy};
+        let inner =
+            BackoffStrategy::new(BackoffConfig::constant(Duration::from_millis(10)), 0).unwrap();
+        let mut s = WithSre::new(inner, SreThrottler::new(SreConfig::default(), 3).unwrap())
+            .with_reject_delay(Duration::ZERO);
+        assert_eq!(s.reject_delay(), Duration::from_nanos(1));
+        let t = secs(1);
+        for _ in 0..50 {
+            s.before_call(t);
+            s.after_attempt(t, &Outcome::throttled());
+        }
+        // Whatever the coin says, the wait is at least the 1 ns delay when
+        // rejected and the inner wait (zero here) otherwise.
+        let mut rejected_waits = 0;
+        for _ in 0..50 {
+            let before = s.rejected();
+            let w = s.before_call(t);
+            if s.rejected() > before {
+                assert_eq!(w, Duration::from_nanos(1));
+                rejected_waits += 1;
+            } else {
+                assert_eq!(w, Duration::ZERO);
+            }
+            s.after_attempt(t, &Outcome::throttled());
+        }
+        assert!(rejected_waits > 0);
     }
 }

@@ -29,8 +29,15 @@
 //! token it paid stays paid, and no counter is left half-updated.
 //!
 //! # Invariants
-//! * The pacer's rate is `min(controller, hint cap)`; hints never raise it.
-//! * A Retry-After never pauses a partition longer than `max_retry_after`.
+//! * The pacer's rate is `min(controller, hint cap)`, where the controller
+//!   is the fixed base rate for [`Adaptation::Fixed`] and absent (no pacing)
+//!   for [`Adaptation::None`] and CUBIC before its first throttle.
+//! * A header never raises the rate: a hint cap in force is only ever
+//!   lowered ([`HintCap::observe`]), and a cap below the controller lowers the
+//!   controller too ([`RateController::limit_to`]), so after the cap lapses
+//!   the rate rises only as the controller raises it.
+//! * A Retry-After never pauses a partition longer than `max_retry_after`,
+//!   and never grants a retry the backoff's `max_retries` refuses.
 //! * `attempts ≥ successes + throttled`; every counter only grows.
 
 use std::collections::HashMap;
@@ -75,7 +82,9 @@ pub struct ThrottleConfig {
     /// decrease cooldown, so one burst of 429s cuts the rate once).
     pub adaptation: Adaptation,
     /// Backoff between attempts of one call (default: 100 ms × 2ⁿ, full
-    /// jitter, capped at 20 s). Its `max_retries`, if set, also limits retries.
+    /// jitter, capped at 20 s). Its `max_retries`, if set, also limits
+    /// retries, and a `Retry-After` never lifts that limit: the server's word
+    /// only sets how long to wait before a retry the backoff allows.
     pub backoff: BackoffConfig,
     /// The pacer's burst; `None` (default) for about one second of rate,
     /// `max(1, floor(rate))`, as the AWS adaptive limiter. `Some(1)` paces
@@ -125,17 +134,48 @@ impl Default for ThrottleConfig {
 }
 
 /// Why a call stopped without success.
+///
+/// Each reason is either the *server's* refusal or the *client's*
+/// ([`StopReason::is_client_side`]): a stop is client-side when the client
+/// declined to send an attempt the server never saw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum StopReason {
-    /// The attempt limit (or the backoff's retry limit) was reached.
+    /// The attempt limit (or the backoff's retry limit) was reached: every
+    /// allowed attempt was sent and refused. Server-side.
     MaxAttempts,
-    /// The next attempt could not start before the call's deadline.
+    /// The next attempt could not start before the call's deadline, so it
+    /// was not sent. Client-side.
     Deadline,
-    /// The retry budget could not pay for another retry.
+    /// The retry budget could not pay for another retry, so it was not sent
+    /// (the AWS retry quota: the client protecting a struggling service).
+    /// Client-side.
     BudgetExhausted,
-    /// The SRE throttle rejected the call locally.
+    /// The SRE throttle rejected the call locally. Client-side.
     RejectedLocally,
+    /// The server asked not to retry ([`ServerHints::no_retry`], e.g. a
+    /// negative gRPC pushback). Server-side.
+    ///
+    /// [`ServerHints::no_retry`]: super::ServerHints::no_retry
+    RetryForbidden,
+}
+
+impl StopReason {
+    /// `true` when the client itself refused to send the next attempt
+    /// ([`Deadline`](StopReason::Deadline),
+    /// [`BudgetExhausted`](StopReason::BudgetExhausted),
+    /// [`RejectedLocally`](StopReason::RejectedLocally)); `false` when the
+    /// server's refusals used up every attempt allowed
+    /// ([`MaxAttempts`](StopReason::MaxAttempts)) or the server forbade a
+    /// retry ([`RetryForbidden`](StopReason::RetryForbidden)).
+    pub const fn is_client_side(self) -> bool {
+        match self {
+            StopReason::MaxAttempts | StopReason::RetryForbidden => false,
+            StopReason::Deadline | StopReason::BudgetExhausted | StopReason::RejectedLocally => {
+                true
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for StopReason {
@@ -147,6 +187,7 @@ impl std::fmt::Display for StopReason {
             StopReason::RejectedLocally => {
                 "rejected locally: the backend has been refusing most requests"
             }
+            StopReason::RetryForbidden => "the server asked not to retry",
         })
     }
 }
@@ -507,12 +548,41 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         now: Timestamp,
         not_before: Timestamp,
     ) -> Result<Duration, StopReason> {
+        self.acquire_inner(key, call, now, not_before, true)
+    }
+
+    /// [`Throttle::acquire_at`] without the refusals: no SRE coin and no
+    /// deadline check, only the pause and the pacer. For a call that was
+    /// already refused (and counted as refused) and is sent anyway later, as
+    /// the simulation adapter does.
+    pub(crate) fn acquire_unrefused_at(
+        &self,
+        key: &K,
+        call: &mut Call,
+        now: Timestamp,
+        not_before: Timestamp,
+    ) -> Duration {
+        self.acquire_inner(key, call, now, not_before, false)
+            .unwrap_or_else(|_| not_before.saturating_duration_since(now))
+    }
+
+    fn acquire_inner(
+        &self,
+        key: &K,
+        call: &mut Call,
+        now: Timestamp,
+        not_before: Timestamp,
+        may_refuse: bool,
+    ) -> Result<Duration, StopReason> {
         let part = self.partition(key);
         let c = &self.inner.counters;
         let (pacing, start) = {
             let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(sre) = st.sre.as_mut() {
-                if !sre.should_send(now) {
+                if !may_refuse {
+                    // Sent after all: the backend sees one more request.
+                    sre.note_request(now);
+                } else if !sre.should_send(now) {
                     c.rejected_locally.fetch_add(1, Ordering::Relaxed);
                     c.gave_up.fetch_add(1, Ordering::Relaxed);
                     return Err(StopReason::RejectedLocally);
@@ -523,7 +593,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             }
             (st.pacing, not_before.max(st.paused_until).max(now))
         };
-        let deadline = call.deadline(self.inner.config.deadline);
+        let deadline = call
+            .deadline(self.inner.config.deadline)
+            .filter(|_| may_refuse);
         let wait = match (pacing, deadline) {
             (true, Some(dl)) => part
                 .pacer
@@ -579,8 +651,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         let part = self.partition(key);
         let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
 
-        // 1. Adapt the pace: controller first, then hints may only lower it.
-        let controller_rate = match cfg.adaptation {
+        // 1. Adapt the pace: the controller (or the fixed base rate) first,
+        //    then hints may only lower it. A cap below the controller also
+        //    lowers the controller, so when the cap lapses the rate climbs
+        //    back by the controller's rule; without a controller it returns
+        //    to the base rate (or to no pacing), never above.
+        let mut controller_rate = match cfg.adaptation {
             Adaptation::Fixed(r) => Some(r),
             _ => st
                 .controller
@@ -590,6 +666,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         if cfg.use_hints {
             st.hints.observe(now, &outcome.hints);
             st.paused_until = st.paused_until.max(st.hints.pause_until());
+            if let (Some(cap), Some(ctl)) = (st.hints.cap_at(now), st.controller.as_mut()) {
+                if controller_rate.is_some_and(|r| cap < r) {
+                    ctl.limit_to(cap);
+                    controller_rate = ctl.rate();
+                }
+            }
         }
         let rate = if cfg.use_hints {
             st.hints.limit(controller_rate, now)
@@ -626,16 +708,18 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             return Step::Done;
         }
 
-        // 3. How long: the backoff, or the server's word (capped) if longer.
+        // 3. Whether, then how long: the backoff decides whether another
+        //    retry is allowed at all (`None` = its retry limit is reached,
+        //    whatever the server says); the server's word (capped) only
+        //    lengthens the wait.
         let retry_after = outcome
             .hints
             .retry_after
             .map(|d| d.min(cfg.max_retry_after));
-        let backoff = call.backoff.next_delay();
-        let delay = match (backoff, retry_after) {
-            (Some(b), Some(r)) => Some(b.max(r)),
-            (b, r) => b.or(r),
-        };
+        let delay = call
+            .backoff
+            .next_delay()
+            .map(|b| retry_after.map_or(b, |r| b.max(r)));
 
         // 4. A throttle pauses the whole partition, with jitter on the resume.
         if outcome.signal == Signal::Throttled {
@@ -645,7 +729,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             st.paused_until = st.paused_until.max(now.saturating_add(pause));
         }
 
-        // 5. May we retry at all?
+        // 5. May we retry at all? The server's refusal comes first.
+        if outcome.hints.no_retry {
+            return self.give_up(StopReason::RetryForbidden);
+        }
         let Some(delay) = delay else {
             return self.give_up(StopReason::MaxAttempts);
         };
@@ -717,6 +804,8 @@ mod tests {
     use super::*;
     use crate::client::backoff::Jitter;
     use crate::client::ServerHints;
+    // Quota intervals are whole nanoseconds, so a pacer's rate can differ
+    // from the rate it was set to by a few parts in 10⁷.
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -858,6 +947,90 @@ mod tests {
     }
 
     #[test]
+    fn retry_after_never_extends_the_backoffs_retry_limit() {
+        // The backoff allows one retry; the attempt limit would allow four.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::None,
+            backoff: BackoffConfig::constant(ms(100))
+                .with_jitter(Jitter::None)
+                .with_max_retries(1),
+            max_attempts: 5,
+            ..config()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        let throttled = Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(Duration::from_secs(1)),
+            ..ServerHints::default()
+        });
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        assert_eq!(
+            th.record_at(&0, &mut call, t, &throttled),
+            Step::Retry(Duration::from_secs(1)),
+            "Retry-After sets how long (longer than the 100 ms backoff)"
+        );
+        let t1 = t + Duration::from_secs(1);
+        th.acquire_at(&0, &mut call, t1, t1).unwrap();
+        assert_eq!(
+            th.record_at(&0, &mut call, t1, &throttled),
+            Step::GiveUp(StopReason::MaxAttempts),
+            "the backoff's limit holds whatever Retry-After says"
+        );
+        // The same without Retry-After gives up at the same point.
+        let mut call = th.begin(t1);
+        th.acquire_at(&1, &mut call, t1, t1).unwrap();
+        assert_eq!(
+            th.record_at(&1, &mut call, t1, &Outcome::throttled()),
+            Step::Retry(ms(100))
+        );
+        assert_eq!(
+            th.record_at(&1, &mut call, t1, &Outcome::throttled()),
+            Step::GiveUp(StopReason::MaxAttempts)
+        );
+        assert_eq!(th.metrics().gave_up, 2);
+    }
+
+    #[test]
+    fn a_server_refusal_to_retry_ends_the_call() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let t = Timestamp::ZERO;
+        let forbidden = Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(ms(300)),
+            no_retry: true,
+            ..ServerHints::default()
+        });
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        let budget = th.budget_of(&0);
+        assert_eq!(
+            th.record_at(&0, &mut call, t, &forbidden),
+            Step::GiveUp(StopReason::RetryForbidden)
+        );
+        assert!(!StopReason::RetryForbidden.is_client_side());
+        assert_eq!(th.budget_of(&0), budget, "no retry, nothing paid");
+        // It was still a throttle: counted, the rate cut, the partition paused.
+        let m = th.metrics();
+        assert_eq!((m.throttled, m.retries, m.gave_up), (1, 0, 1));
+        assert_eq!(th.rate_of(&0), Some(5.0));
+        assert_eq!(th.try_acquire_at(&0, t), Err(ms(300)));
+        // A server error with the refusal is not retried either.
+        let mut call = th.begin(t);
+        th.acquire_at(&1, &mut call, t, t).unwrap();
+        let failed = Outcome {
+            signal: Signal::ServerError,
+            hints: ServerHints {
+                no_retry: true,
+                ..ServerHints::default()
+            },
+        };
+        assert_eq!(
+            th.record_at(&1, &mut call, t, &failed),
+            Step::GiveUp(StopReason::RetryForbidden)
+        );
+    }
+
+    #[test]
     fn hints_lower_the_pace_before_any_429() {
         let th: Throttle<u8> = Throttle::new(config()).unwrap();
         let t = Timestamp::ZERO;
@@ -875,14 +1048,175 @@ mod tests {
             "2 left over 10 s, below AIMD's 10/s"
         );
         assert_eq!(th.metrics().throttled, 0);
-        // A generous hint never raises the rate above the controller's.
+        // A generous hint never raises the rate: the 0.2/s cap holds until
+        // its reset, and the controller was lowered with it.
         let lots = Outcome::success().with_hints(ServerHints {
             remaining: Some(1_000_000),
             reset_after: Some(Duration::from_secs(1)),
             ..ServerHints::default()
         });
         th.record_at(&0, &mut th.begin(t), t, &lots);
-        assert_eq!(th.rate_of(&0), Some(10.0));
+        assert_eq!(th.rate_of(&0), Some(0.2));
+    }
+
+    fn capped(remaining: u64, reset_secs: u64) -> Outcome {
+        Outcome::success().with_hints(ServerHints {
+            remaining: Some(remaining),
+            reset_after: Some(Duration::from_secs(reset_secs)),
+            ..ServerHints::default()
+        })
+    }
+
+    #[test]
+    fn without_a_controller_a_header_never_raises_the_pace() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::None,
+            ..config()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        th.record_at(&0, &mut call, t, &capped(1, 10));
+        assert_eq!(th.rate_of(&0), Some(0.1));
+        // One generous response must not move 0.1/s to 500/s.
+        let t1 = t + ms(500);
+        th.record_at(&0, &mut th.begin(t1), t1, &capped(500, 1));
+        assert_eq!(th.rate_of(&0), Some(0.1));
+        // When the cap lapses, back to the base: no pacing at all.
+        let t2 = t + Duration::from_secs(10);
+        th.record_at(&0, &mut th.begin(t2), t2, &Outcome::success());
+        assert_eq!(th.rate_of(&0), None);
+        // A fixed base rate comes back to exactly that rate, never above.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(3.0),
+            ..config()
+        })
+        .unwrap();
+        th.record_at(&0, &mut th.begin(t), t, &capped(1, 10));
+        assert_eq!(th.rate_of(&0), Some(0.1));
+        th.record_at(&0, &mut th.begin(t1), t1, &capped(500, 1));
+        assert_eq!(th.rate_of(&0), Some(0.1));
+        th.record_at(&0, &mut th.begin(t2), t2, &capped(500, 1));
+        let back = th.rate_of(&0).unwrap();
+        assert!((back - 3.0).abs() < 1e-6, "{back}");
+    }
+
+    #[test]
+    fn cubic_before_its_first_throttle_is_not_raised_by_a_header() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Cubic(CubicConfig::default()),
+            ..config()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        th.record_at(&0, &mut th.begin(t), t, &capped(1, 10));
+        assert_eq!(th.rate_of(&0), Some(0.1));
+        let t1 = t + ms(500);
+        th.record_at(&0, &mut th.begin(t1), t1, &capped(500, 1));
+        assert_eq!(th.rate_of(&0), Some(0.1));
+    }
+
+    #[test]
+    fn aimd_climbs_back_after_a_cap_lapses_instead_of_snapping_back() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap(); // AIMD 10/s
+        let t = Timestamp::ZERO;
+        th.record_at(&0, &mut th.begin(t), t, &capped(2, 2)); // 1/s for 2 s
+        assert_eq!(th.rate_of(&0), Some(1.0));
+        // The cap lapses. AIMD (+0.5/s per 10 successes) climbs from 1/s.
+        let mut now = t + Duration::from_secs(2);
+        let mut prev = 1.0;
+        for _ in 0..30 {
+            th.record_at(&0, &mut th.begin(now), now, &Outcome::success());
+            let r = th.rate_of(&0).unwrap();
+            assert!(r <= prev + 0.5 + 1e-9, "{prev} -> {r}");
+            prev = r;
+            now = now + ms(100);
+        }
+        assert_eq!(th.rate_of(&0), Some(2.5), "three steps of +0.5 from 1/s");
+    }
+
+    /// The controller's (or base) rate of `key`'s partition: `None` when
+    /// there is neither (no pacing without hints).
+    fn controller_rate(th: &Throttle<u8>, key: u8) -> Option<f64> {
+        match th.config().adaptation {
+            Adaptation::Fixed(r) => Some(r),
+            _ => th
+                .partition(&key)
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .controller
+                .as_ref()
+                .and_then(|c| c.rate()),
+        }
+    }
+
+    fn cap_in_force(th: &Throttle<u8>, key: u8, now: Timestamp) -> bool {
+        th.partition(&key)
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .hints
+            .cap_at(now)
+            .is_some()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_header_never_raises_the_effective_rate(
+            adaptation in 0u8..4,
+            refill in proptest::prelude::any::<bool>(),
+            steps in proptest::collection::vec(
+                (0u8..3, 0u64..2_000, proptest::option::of((0u64..1_000, 0u64..30, 1u64..2_000))),
+                1..200,
+            ),
+        ) {
+            let adaptation = match adaptation {
+                0 => Adaptation::None,
+                1 => Adaptation::Fixed(5.0),
+                2 => Adaptation::Aimd(AimdConfig::default()),
+                _ => Adaptation::Cubic(CubicConfig::default()),
+            };
+            let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+                adaptation,
+                hint_reset: if refill { ResetMeaning::Refill } else { ResetMeaning::WindowEnd },
+                ..config()
+            })
+            .unwrap();
+            let inf = f64::INFINITY;
+            let mut now = Timestamp::ZERO;
+            for (sig, gap_ms, hint) in steps {
+                now = now + ms(gap_ms);
+                // What the pace was just before this response: the rate in
+                // force while a cap holds, else the controller's (or base).
+                let before = if cap_in_force(&th, 0, now) {
+                    th.rate_of(&0).unwrap_or(inf)
+                } else {
+                    controller_rate(&th, 0).unwrap_or(inf)
+                };
+                let signal = [Signal::Success, Signal::Throttled, Signal::ServerError][usize::from(sig)];
+                let hints = ServerHints {
+                    remaining: hint.map(|h| h.0),
+                    reset_after: hint.map(|h| Duration::from_secs(h.1)),
+                    limit: hint.map(|h| h.2),
+                    ..ServerHints::default()
+                };
+                let mut call = th.begin(now);
+                th.record_at(&0, &mut call, now, &Outcome { signal, hints });
+                let after = th.rate_of(&0).unwrap_or(inf);
+                let ctl = controller_rate(&th, 0);
+                // Never above what it was or what the controller now says…
+                proptest::prop_assert!(
+                    after <= before.max(ctl.unwrap_or(0.0)) * (1.0 + 1e-6),
+                    "{} -> {} (controller {:?})", before, after, ctl
+                );
+                // … and never above the controller (or base) because of a header.
+                if let Some(c) = ctl {
+                    proptest::prop_assert!(after <= c * (1.0 + 1e-6), "{} > controller {}", after, c);
+                }
+            }
+        }
     }
 
     #[test]
@@ -949,6 +1283,7 @@ mod tests {
                     remaining: hint.map(|h| h.0),
                     reset_after: hint.map(|h| Duration::from_secs(h.1)),
                     limit: None,
+                    no_retry: false,
                 };
                 let step = th.record_at(&key, &mut call, now, &Outcome { signal, hints });
                 if let Step::Retry(d) = step {

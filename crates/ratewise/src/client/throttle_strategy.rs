@@ -1,0 +1,251 @@
+//! [`ThrottleStrategy`]: one partition of a [`Throttle`] seen as a
+//! [`Strategy`], so the composed throttle (pacer, controller, pause, backoff,
+//! budget, SRE) can be driven by the simulator in virtual time exactly like
+//! the single strategies.
+//!
+//! It is a thin sans-IO mapping over [`Throttle::begin`],
+//! [`Throttle::acquire_at`] and [`Throttle::record_at`]:
+//!
+//! * `before_call(now)` begins a call and takes its first slot; the answer is
+//!   the pacer's (or a pause's) wait.
+//! * `after_attempt(now, outcome)` records the outcome. [`Step::Done`] is
+//!   [`Next::Done`]; [`Step::GiveUp`] is [`Next::GiveUp`]; for
+//!   [`Step::Retry`] the retry's slot is taken at once, no earlier than the
+//!   retry delay, and the whole wait is answered. (Reserving ahead holds the
+//!   pacer until then; the strategy interface must answer the full wait now,
+//!   where the async driver sleeps the delay first.) A retry the throttle
+//!   refuses (SRE rejection, deadline) is [`Next::GiveUp`].
+//! * The interface has no "do not send", so a *first* attempt the throttle
+//!   refuses is expressed as a wait: the refusal is counted (metrics, SRE),
+//!   and the call is sent [`ThrottleStrategy::refusal_delay`] later through
+//!   the pause and the pacer like any attempt — what an application does with
+//!   a call it still needs.
+//!
+//! Several `ThrottleStrategy` values may share one `Throttle` (it is a cheap
+//! clone) and even one key: the partition's state is shared, as it is among
+//! the tasks of a real client.
+
+use std::hash::Hash;
+use std::time::Duration;
+
+use super::throttle::{Call, Step, Throttle};
+use super::{Next, Outcome, Strategy};
+use crate::time::Timestamp;
+
+/// One partition of a [`Throttle`] as a [`Strategy`].
+#[derive(Debug)]
+pub struct ThrottleStrategy<K = ()> {
+    throttle: Throttle<K>,
+    key: K,
+    call: Option<Call>,
+    refusal_delay: Duration,
+    refused: u64,
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync> ThrottleStrategy<K> {
+    /// `throttle`'s partition `key`; a refused call waits one second.
+    pub fn new(throttle: Throttle<K>, key: K) -> Self {
+        ThrottleStrategy {
+            throttle,
+            key,
+            call: None,
+            refusal_delay: Duration::from_secs(1),
+            refused: 0,
+        }
+    }
+
+    /// The same adapter with another wait after a refused first attempt.
+    pub fn with_refusal_delay(mut self, delay: Duration) -> Self {
+        self.refusal_delay = delay;
+        self
+    }
+
+    /// The wait a refused first attempt turns into.
+    pub fn refusal_delay(&self) -> Duration {
+        self.refusal_delay
+    }
+
+    /// First attempts the throttle refused (and that were sent later).
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    /// The throttle.
+    pub fn throttle(&self) -> &Throttle<K> {
+        &self.throttle
+    }
+
+    /// The partition key.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
+    fn name(&self) -> &str {
+        "throttle"
+    }
+
+    fn before_call(&mut self, now: Timestamp) -> Duration {
+        let mut call = self.throttle.begin(now);
+        let wait = match self.throttle.acquire_at(&self.key, &mut call, now, now) {
+            Ok(wait) => wait,
+            Err(_refusal) => {
+                self.refused += 1;
+                let later = now.saturating_add(self.refusal_delay);
+                self.throttle
+                    .acquire_unrefused_at(&self.key, &mut call, now, later)
+            }
+        };
+        self.call = Some(call);
+        wait
+    }
+
+    fn after_attempt(&mut self, now: Timestamp, outcome: &Outcome) -> Next {
+        // An attempt without `before_call` (a driver that skipped it) still
+        // counts: it becomes a call begun now.
+        let call = self.call.get_or_insert_with(|| self.throttle.begin(now));
+        match self.throttle.record_at(&self.key, call, now, outcome) {
+            Step::Done => {
+                self.call = None;
+                Next::Done
+            }
+            Step::GiveUp(_) => {
+                self.call = None;
+                Next::GiveUp
+            }
+            Step::Retry(delay) => {
+                let at = now.saturating_add(delay);
+                match self.throttle.acquire_at(&self.key, call, now, at) {
+                    Ok(wait) => Next::Retry(wait),
+                    Err(_) => {
+                        self.call = None;
+                        Next::GiveUp
+                    }
+                }
+            }
+        }
+    }
+
+    fn current_delay(&self) -> Duration {
+        self.throttle.metrics().current_delay
+    }
+
+    fn current_rate(&self) -> Option<f64> {
+        self.throttle.rate_of(&self.key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::backoff::{BackoffConfig, Jitter};
+    use crate::client::sre::SreConfig;
+    use crate::client::throttle::{Adaptation, ThrottleConfig};
+    use crate::client::ServerHints;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn config() -> ThrottleConfig {
+        ThrottleConfig {
+            adaptation: Adaptation::Fixed(10.0),
+            backoff: BackoffConfig::exponential(ms(100), 2.0).with_jitter(Jitter::None),
+            pause_jitter: 0.0,
+            burst: Some(1),
+            max_attempts: 3,
+            ..ThrottleConfig::default()
+        }
+    }
+
+    #[test]
+    fn paces_retries_and_gives_up_like_the_throttle() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let mut s = ThrottleStrategy::new(th.clone(), 7);
+        assert_eq!(s.name(), "throttle");
+        let t = Timestamp::ZERO;
+        // 10/s, burst 1: calls are spaced 100 ms apart.
+        assert_eq!(s.before_call(t), ms(0));
+        assert_eq!(s.after_attempt(t, &Outcome::success()), Next::Done);
+        assert_eq!(s.before_call(t), ms(100));
+        let t1 = t + ms(100);
+        // A throttle with Retry-After 2 s: the retry waits 2 s, and the
+        // partition is paused for everybody.
+        let throttled = Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(Duration::from_secs(2)),
+            ..ServerHints::default()
+        });
+        assert_eq!(
+            s.after_attempt(t1, &throttled),
+            Next::Retry(Duration::from_secs(2))
+        );
+        assert_eq!(th.try_acquire_at(&7, t1), Err(Duration::from_secs(2)));
+        let t2 = t1 + Duration::from_secs(2);
+        assert!(matches!(s.after_attempt(t2, &throttled), Next::Retry(_)));
+        // Third attempt throttled: max_attempts = 3 reached.
+        assert_eq!(s.after_attempt(t2, &throttled), Next::GiveUp);
+        assert_eq!(s.current_rate(), Some(10.0));
+        let m = th.metrics();
+        assert_eq!((m.attempts, m.successes, m.throttled), (4, 1, 3));
+        assert_eq!(m.gave_up, 1);
+    }
+
+    #[test]
+    fn a_refused_call_becomes_a_wait_and_is_then_sent() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::None,
+            sre: Some(SreConfig::default()),
+            budget: None,
+            max_attempts: 1,
+            ..config()
+        })
+        .unwrap();
+        let mut s = ThrottleStrategy::new(th.clone(), 0).with_refusal_delay(ms(500));
+        let t = Timestamp::ZERO;
+        let (mut waits, mut sent) = (0u64, 0u64);
+        for _ in 0..200 {
+            let w = s.before_call(t);
+            if w == ms(500) {
+                waits += 1;
+            } else {
+                assert_eq!(w, Duration::ZERO);
+            }
+            sent += 1;
+            // A server error: refused by the backend, but no pause.
+            let failed = Outcome {
+                signal: crate::client::Signal::ServerError,
+                hints: ServerHints::default(),
+            };
+            let next = s.after_attempt(t, &failed);
+            assert_eq!(next, Next::GiveUp, "max_attempts = 1");
+        }
+        assert!(waits > 50, "{waits}");
+        assert_eq!(s.refused(), waits);
+        let m = th.metrics();
+        assert_eq!(m.rejected_locally, waits);
+        assert_eq!(m.attempts, sent, "every call was sent in the end");
+    }
+
+    #[test]
+    fn a_refused_retry_gives_up() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::None,
+            deadline: Some(ms(150)),
+            ..config()
+        })
+        .unwrap();
+        let mut s = ThrottleStrategy::new(th, 0);
+        let t = Timestamp::ZERO;
+        assert_eq!(s.before_call(t), Duration::ZERO);
+        assert_eq!(
+            s.after_attempt(t, &Outcome::throttled()),
+            Next::Retry(ms(100))
+        );
+        // The next backoff, 200 ms, would pass the 150 ms deadline.
+        assert_eq!(
+            s.after_attempt(t + ms(100), &Outcome::throttled()),
+            Next::GiveUp
+        );
+    }
+}
