@@ -83,8 +83,11 @@ pub struct StrategyParamsConfig {
     /// `starting_sleep_for`), in seconds.
     #[serde(default)]
     pub initial_delay_s: Option<f64>,
-    /// The quota one client believes it has, `quota_count` per
-    /// `quota_window_s` seconds (for the flood guard). Both or neither.
+    /// The quota one client thread believes it has, `quota_count` per
+    /// `quota_window_s` seconds (for the flood guard). Both or neither;
+    /// when neither is given, each thread gets its fair share of the
+    /// server's quota (see
+    /// [`ServerConfig::fair_share`](crate::server::ServerConfig::fair_share)).
     #[serde(default)]
     pub quota_count: Option<u32>,
     /// See `quota_count`.

@@ -13,6 +13,7 @@ use std::time::Duration;
 use ratewise::client::aimd::AimdStrategy;
 use ratewise::client::auto_sleeper::{AutoSleeper, AutoSleeperConfig};
 use ratewise::client::backoff::{BackoffConfig, BackoffStrategy};
+use ratewise::client::budget::{RetryBudget, RetryBudgetConfig, WithBudget};
 use ratewise::client::cubic::CubicStrategy;
 use ratewise::client::flood_guard::{FloodGuardStrategy, MAX_FLOOD_GUARD_COUNT};
 use ratewise::client::heroku::{
@@ -21,7 +22,8 @@ use ratewise::client::heroku::{
     HerokuConfig, Null,
 };
 use ratewise::client::hints::{ResetMeaning, WithHints};
-use ratewise::client::Strategy;
+use ratewise::client::sre::{SreConfig, SreThrottler, WithSre};
+use ratewise::client::{Strategy, Throttle, ThrottleConfig, ThrottleStrategy};
 
 use crate::error::SimError;
 
@@ -192,6 +194,39 @@ pub const ALL: &[StrategyInfo] = &[
         name: "aws-standard-backoff",
         description: "AWS SDK standard retry backoff: full jitter of min(2^i s, 20 s), two retries",
         build: |p| boxed(BackoffStrategy::new(BackoffConfig::aws_standard(), p.seed)),
+    },
+    StrategyInfo {
+        name: "sre+eb",
+        description: "Heroku exponential backoff behind the SRE book's client-side throttle (K = 2, 2-minute window)",
+        build: |p| {
+            let sre = SreThrottler::new(SreConfig::default(), crate::engine::split_mix(p.seed))
+                .map_err(|e| e.to_string())?;
+            boxed(ExponentialBackoff::new(heroku(p, 1.2), p.seed).map(|eb| WithSre::new(eb, sre)))
+        },
+    },
+    StrategyInfo {
+        name: "aws-standard+budget",
+        description: "AWS SDK standard retry backoff plus its retry budget (500 tokens; a retry costs 5, successes pay it back)",
+        build: |p| {
+            let budget =
+                RetryBudget::new(RetryBudgetConfig::default()).map_err(|e| e.to_string())?;
+            boxed(
+                BackoffStrategy::new(BackoffConfig::aws_standard(), p.seed)
+                    .map(|b| WithBudget::new(b, budget)),
+            )
+        },
+    },
+    StrategyInfo {
+        name: "throttle",
+        description: "ratewise's composed Throttle with its defaults: AIMD pacing, hints, backoff, retry budget",
+        build: |p| {
+            let throttle = Throttle::new(ThrottleConfig {
+                seed: p.seed,
+                hint_reset: p.reset_meaning,
+                ..ThrottleConfig::default()
+            });
+            boxed(throttle.map(|t| ThrottleStrategy::new(t, ())))
+        },
     },
 ];
 

@@ -286,6 +286,15 @@ fn state_sharing_block() -> String {
     out
 }
 
+/// The strategy list, as `ratewise strategies` prints it.
+fn strategies_block() -> String {
+    let mut out = String::from("| name | what it is |\n|---|---|\n");
+    for s in strategies::ALL {
+        out.push_str(&format!("| `{}` | {} |\n", s.name, s.description));
+    }
+    out
+}
+
 /// Replaces (or, with `UPDATE_EXPECT` set, rewrites) the text between
 /// `<!-- generated:NAME -->` and `<!-- end:NAME -->` in the document.
 fn check_block(doc: &mut String, name: &str, expected: &str) -> Result<(), String> {
@@ -321,6 +330,7 @@ fn simulator_doc_quotes_the_current_numbers() {
     let mut doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let before = doc.clone();
     let results = [
+        check_block(&mut doc, "strategies", &strategies_block()),
         check_block(&mut doc, "fidelity-table", &fidelity_table()),
         check_block(&mut doc, "fidelity-orderings", &ordering_block()),
         check_block(&mut doc, "state-sharing", &state_sharing_block()),
