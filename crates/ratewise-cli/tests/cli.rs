@@ -159,3 +159,32 @@ fn closed_stdout_is_a_clean_exit() {
     assert!(html.contains("sleep-chart"), "the report was not written");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn identical_rows_are_noted_under_the_table() {
+    // Heroku's server sends no RateLimit-Reset, so hint pacing never acts.
+    let dir = std::env::temp_dir().join(format!("ratewise-cli-note-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let report = dir.join("r.html");
+    let o = ratewise(&[
+        "simulate",
+        "--strategy",
+        "aimd",
+        "--strategy",
+        "aimd-hints",
+        "--strategy",
+        "eiprd",
+        "--report",
+        report.to_str().unwrap_or_default(),
+    ]);
+    let out = stdout(&o);
+    let notes: Vec<&str> = out.lines().filter(|l| l.starts_with("note:")).collect();
+    assert_eq!(notes.len(), 1, "{out}");
+    assert!(
+        notes[0].contains("`aimd-hints` behaved exactly like `aimd`"),
+        "{out}"
+    );
+    let html = std::fs::read_to_string(&report).unwrap_or_default();
+    assert!(html.contains("class=\"note\""));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -492,3 +492,29 @@ fn every_built_in_scenario_runs_every_strategy() {
         }
     }
 }
+
+#[test]
+fn flood_guard_paces_to_its_fair_share_at_heroku() {
+    // 1.25/s shared by 10 clients: one send per 8 s each uses the whole
+    // refill with almost no 429s, unlike the plain backoff it wraps.
+    let scenario = Scenario::load("heroku").unwrap_or_else(|e| panic!("{e}"));
+    let run = |name| {
+        let s = strategies::find(name).unwrap_or_else(|e| panic!("{e}"));
+        ratewise_sim::run(&scenario, &s, 1)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .metrics
+    };
+    let guard = run("flood-guard");
+    let plain = run("google-backoff");
+    assert!(
+        guard.avg_retry_rate_pct < 2.0,
+        "{}",
+        guard.avg_retry_rate_pct
+    );
+    assert!(
+        plain.avg_retry_rate_pct > 20.0,
+        "{}",
+        plain.avg_retry_rate_pct
+    );
+    assert!(guard.utilization > 0.95, "{}", guard.utilization);
+}
