@@ -7,8 +7,13 @@
 //!
 //! Errors go to stderr with a non-zero exit status; a progress bar is drawn
 //! on stderr only for multi-run sweeps on a terminal.
+//!
+//! Output goes through one locked stdout handle with `writeln!`, never
+//! `println!`: a reader that goes away early (`ratewise simulate | head -3`)
+//! makes writes fail with `BrokenPipe`, which ends the program quietly with
+//! status 0, as Unix filters do, instead of panicking.
 
-use std::io::IsTerminal;
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -55,18 +60,49 @@ enum Command {
     Scenarios,
 }
 
+/// Why a command failed.
+#[derive(Debug)]
+enum CliError {
+    /// The simulation or its inputs.
+    Sim(SimError),
+    /// Writing to stdout.
+    Stdout(io::Error),
+}
+
+impl From<SimError> for CliError {
+    fn from(e: SimError) -> Self {
+        CliError::Sim(e)
+    }
+}
+
+impl From<io::Error> for CliError {
+    fn from(e: io::Error) -> Self {
+        CliError::Stdout(e)
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let result = run(cli, &mut out).and_then(|()| out.flush().map_err(CliError::from));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
+        // The reader went away (`| head`): nothing left to say to anyone.
+        Err(CliError::Stdout(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(CliError::Stdout(e)) => {
+            // Nothing better to do if stderr is gone too.
+            let _ = writeln!(io::stderr(), "error: writing to stdout: {e}");
+            ExitCode::FAILURE
+        }
+        Err(CliError::Sim(e)) => {
+            let _ = writeln!(io::stderr(), "error: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run(cli: Cli) -> Result<(), SimError> {
+fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
     match cli.command {
         Command::Strategies => {
             let w = strategies::ALL
@@ -75,7 +111,7 @@ fn run(cli: Cli) -> Result<(), SimError> {
                 .max()
                 .unwrap_or(0);
             for s in strategies::ALL {
-                println!("{:w$}  {}", s.name, s.description);
+                writeln!(out, "{:w$}  {}", s.name, s.description)?;
             }
             Ok(())
         }
@@ -83,7 +119,7 @@ fn run(cli: Cli) -> Result<(), SimError> {
             let all = Scenario::built_in()?;
             let w = all.iter().map(|s| s.name.len()).max().unwrap_or(0);
             for s in all {
-                println!("{:w$}  {}", s.name, s.description);
+                writeln!(out, "{:w$}  {}", s.name, s.description)?;
             }
             Ok(())
         }
@@ -122,23 +158,25 @@ fn run(cli: Cli) -> Result<(), SimError> {
             };
             let result = exp.run(|| bar.inc(1))?;
             bar.finish_and_clear();
-            if json {
-                println!("{}", report::json(&result));
-            } else {
-                print!("{}", report::table(&result));
-            }
+            // The report is written before anything is printed, so a reader
+            // that stops early (`| head`) cannot cost the user the report.
             let path = match (report_path, json) {
                 (Some(p), _) => Some(p),
                 (None, false) => Some(PathBuf::from("ratewise-report.html")),
                 (None, true) => None,
             };
-            if let Some(p) = path {
-                std::fs::write(&p, report::html(&result)).map_err(|source| SimError::Io {
+            if let Some(p) = &path {
+                std::fs::write(p, report::html(&result)).map_err(|source| SimError::Io {
                     path: p.display().to_string(),
                     source,
                 })?;
-                if !json {
-                    println!("report: {}", p.display());
+            }
+            if json {
+                writeln!(out, "{}", report::json(&result))?;
+            } else {
+                write!(out, "{}", report::table(&result))?;
+                if let Some(p) = &path {
+                    writeln!(out, "report: {}", p.display())?;
                 }
             }
             Ok(())

@@ -121,3 +121,70 @@ fn unknown_names_are_clear_errors() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown scenario `nope`"));
 }
+
+/// `ratewise simulate | head -3`: the reader goes away before the table is
+/// printed. The command must neither panic nor fail, and the report it was
+/// asked for must still be written.
+#[test]
+fn closed_stdout_is_a_clean_exit() {
+    use std::process::Stdio;
+
+    let dir = std::env::temp_dir().join(format!("ratewise-cli-pipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let report = dir.join("r.html");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ratewise"))
+        .args([
+            "simulate",
+            "--runs",
+            "2",
+            "--report",
+            report.to_str().unwrap_or_default(),
+        ])
+        .env_remove("CI")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running ratewise: {e}"));
+    // Close the read end at once: the simulation runs for far longer than
+    // this takes, so every write to stdout meets a closed pipe.
+    drop(child.stdout.take());
+    let o = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for ratewise: {e}"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "panicked:\n{err}");
+    assert!(o.status.success(), "status {:?}, stderr:\n{err}", o.status);
+    assert!(err.is_empty(), "a broken pipe is not an error:\n{err}");
+    let html = std::fs::read_to_string(&report).unwrap_or_default();
+    assert!(html.contains("sleep-chart"), "the report was not written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn identical_rows_are_noted_under_the_table() {
+    // Heroku's server sends no RateLimit-Reset, so hint pacing never acts.
+    let dir = std::env::temp_dir().join(format!("ratewise-cli-note-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let report = dir.join("r.html");
+    let o = ratewise(&[
+        "simulate",
+        "--strategy",
+        "aimd",
+        "--strategy",
+        "aimd-hints",
+        "--strategy",
+        "eiprd",
+        "--report",
+        report.to_str().unwrap_or_default(),
+    ]);
+    let out = stdout(&o);
+    let notes: Vec<&str> = out.lines().filter(|l| l.starts_with("note:")).collect();
+    assert_eq!(notes.len(), 1, "{out}");
+    assert!(
+        notes[0].contains("`aimd-hints` behaved exactly like `aimd`"),
+        "{out}"
+    );
+    let html = std::fs::read_to_string(&report).unwrap_or_default();
+    assert!(html.contains("class=\"note\""));
+    let _ = std::fs::remove_dir_all(&dir);
+}

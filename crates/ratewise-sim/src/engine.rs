@@ -15,7 +15,8 @@
 //! with SplitMix64. The same scenario, strategy and seed therefore give the
 //! same events, metrics and JSON, byte for byte.
 //!
-//! Fidelity to Heroku's harness (spec §2.3): a thread checks its deadline
+//! Fidelity to Heroku's harness (the demo runner of the `rate_throttle_client`
+//! gem, described in docs/simulator.md): a thread checks its deadline
 //! only before starting a new call; every attempt counts as a request and
 //! every throttled attempt as a retry; the recorded sleep values include the
 //! strategy's jitter; and in duration mode a finishing thread can end its
@@ -336,11 +337,15 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     let mut threads = Vec::with_capacity(scenario.client_count());
     let mut strategies: Vec<Box<dyn Strategy>> = Vec::new();
     let mut process = 0usize;
+    // The quota a client believes it has: the scenario's explicit
+    // `[strategy] quota_count / quota_window_s`, else its fair share of the
+    // server's documented quota among all the scenario's client threads.
     let known_quota = scenario
         .strategy
         .quota_count
         .zip(scenario.strategy.quota_window_s)
-        .map(|(c, w)| (c, Duration::from_secs_f64(w)));
+        .map(|(c, w)| (c, Duration::from_secs_f64(w)))
+        .or_else(|| scenario.server.fair_share(scenario.client_count()));
     let reset_meaning = match scenario.strategy.reset_meaning {
         Some(crate::scenario::ResetMeaningConfig::Refill) => ResetMeaning::Refill,
         Some(crate::scenario::ResetMeaningConfig::WindowEnd) | None => ResetMeaning::WindowEnd,

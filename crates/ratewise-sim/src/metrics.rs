@@ -1,5 +1,6 @@
-//! Metrics, defined exactly as Heroku's harness computes them (spec §2.4,
-//! §4.2), plus a few that make the trade-offs visible.
+//! Metrics, defined exactly as Heroku's harness (the demo runner of the
+//! open-source `rate_throttle_client` gem) computes them, plus a few that
+//! make the trade-offs visible.
 //!
 //! * **Avg retry rate** — the *unweighted* mean over client threads of each
 //!   thread's `throttled / requests`, × 100 (a thread that made no request
@@ -237,7 +238,8 @@ mod tests {
 
     #[test]
     fn stdev_is_the_sample_stdev_heroku_published() {
-        // Z README EB raw request counts: sample stdev 147.84 (spec §2.4).
+        // The raw EB request counts in the gem's README; its published
+        // stdev, 147.84, is the sample (n − 1) one.
         let counts = [
             1317.0, 1314.0, 1015.0, 963.0, 1254.0, 1133.0, 1334.0, 1025.0, 1024.0, 1036.0,
         ];

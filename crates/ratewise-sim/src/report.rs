@@ -83,7 +83,7 @@ impl Serialize for DocJson<'_> {
     }
 }
 
-/// The JSON document of the issue: `{"scenario", "seed", "runs",
+/// The JSON document `ratewise simulate --json` prints: `{"scenario", "seed", "runs",
 /// "results": [{"strategy", "avg_retry_rate_pct", …}]}`; with more than one
 /// run each metric also has `_min` and `_max` companions.
 pub fn json(e: &ExperimentResult) -> String {
@@ -91,7 +91,12 @@ pub fn json(e: &ExperimentResult) -> String {
         .unwrap_or_else(|err| format!("{{\"error\":\"{err}\"}}"))
 }
 
-fn cell(s: Option<Stat>, runs: u32, unit: &str) -> String {
+/// One cell of the text table: `mean (min–max)` over several runs, or the
+/// value of a single run. `unit` is appended to each number (`" %"`,
+/// `" s"`); `"#"` marks a count, printed whole for one run and with one
+/// decimal as a mean. Public so that documents quoting the table (see
+/// docs/simulator.md) can be generated with exactly the CLI's formatting.
+pub fn cell(s: Option<Stat>, runs: u32, unit: &str) -> String {
     // Counts (unit "#") print whole for one run and with one decimal as a
     // mean over several; everything else with two decimals.
     let (p, unit) = match unit {
@@ -171,7 +176,35 @@ pub fn table(e: &ExperimentResult) -> String {
             let _ = writeln!(out, "{}", "-".repeat(total));
         }
     }
+    for note in identical_notes(e) {
+        let _ = writeln!(out, "note: {note}");
+    }
     out
+}
+
+/// One sentence per strategy whose every run matched an earlier row's
+/// exactly, so that a reader does not mistake a duplicate row for a result.
+///
+/// Two strategies tie like this when what sets them apart never came into
+/// play in the scenario, typically a server signal one of them reads and
+/// the server never sends (Heroku's bucket sends `RateLimit-Remaining` but
+/// no `RateLimit-Reset`, and the hint pacing needs both).
+pub fn identical_notes(e: &ExperimentResult) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (i, r) in e.results.iter().enumerate() {
+        let twin =
+            e.results.iter().take(i).find(|o| {
+                o.strategy != r.strategy && o.runs == r.runs && o.clear_runs == r.clear_runs
+            });
+        if let Some(o) = twin {
+            notes.push(format!(
+                "`{}` behaved exactly like `{}` in every run: what sets it apart never came \
+                 into play here (e.g. a response header this server does not send)",
+                r.strategy, o.strategy
+            ));
+        }
+    }
+    notes
 }
 
 fn esc(s: &str) -> String {
@@ -436,6 +469,9 @@ pub fn html(e: &ExperimentResult) -> String {
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table>");
+    for note in identical_notes(e) {
+        let _ = write!(out, "<p class=\"note\">{}</p>", esc(&note));
+    }
     if let Some(c) = &e.clear_scenario {
         let _ = write!(
             out,

@@ -83,8 +83,11 @@ pub struct StrategyParamsConfig {
     /// `starting_sleep_for`), in seconds.
     #[serde(default)]
     pub initial_delay_s: Option<f64>,
-    /// The quota one client believes it has, `quota_count` per
-    /// `quota_window_s` seconds (for the flood guard). Both or neither.
+    /// The quota one client thread believes it has, `quota_count` per
+    /// `quota_window_s` seconds (for the flood guard). Both or neither;
+    /// when neither is given, each thread gets its fair share of the
+    /// server's quota (see
+    /// [`ServerConfig::fair_share`](crate::server::ServerConfig::fair_share)).
     #[serde(default)]
     pub quota_count: Option<u32>,
     /// See `quota_count`.
@@ -136,7 +139,8 @@ pub enum Latency {
 
 impl Default for Latency {
     /// Uniform 0.10–0.20 s (mean 0.15 s): the simulated per-request time
-    /// implied by the published Heroku workload numbers (spec §8).
+    /// implied by the published Heroku workload numbers (see
+    /// docs/simulator.md).
     fn default() -> Self {
         Latency::Uniform {
             min_s: 0.10,
@@ -182,7 +186,8 @@ impl Latency {
 #[serde(rename_all = "snake_case")]
 pub enum StateSharing {
     /// Each thread has its own strategy object (what Heroku's harness
-    /// effectively did, spec §2.1).
+    /// effectively did: each call worked on its own copy of the shared
+    /// sleep value).
     #[default]
     PerThread,
     /// One strategy object per process, shared by its threads; calls from

@@ -69,7 +69,8 @@ fn quota(rate: f64, burst: u64, field: &str) -> Result<Quota, SimError> {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ServerConfig {
-    /// Heroku's continuously refilled token bucket (spec §1.1).
+    /// Heroku's continuously refilled token bucket (the fake server of the
+    /// `rate_throttle_client` gem's simulator).
     HerokuBucket {
         /// Bucket size (`MAX`).
         #[serde(default = "default_heroku_capacity")]
@@ -81,7 +82,8 @@ pub enum ServerConfig {
         #[serde(default)]
         starting: f64,
     },
-    /// A fixed stock of requests that never refills (spec §1.2).
+    /// A fixed stock of requests that never refills (the gem's
+    /// "decrease only" fake server).
     DecreaseOnly {
         /// Requests available (`STARTING_LIMIT`).
         starting: f64,
@@ -354,6 +356,60 @@ impl ServerConfig {
         }
     }
 
+    /// The sustained rate (requests per second) and the capacity available
+    /// at the start of a run, as a client could learn them from the API's
+    /// documentation; `None` for a server with no sustained rate (the
+    /// decrease-only stock).
+    pub fn documented_quota(&self) -> Option<(f64, f64)> {
+        match *self {
+            ServerConfig::HerokuBucket {
+                refill_per_s,
+                starting,
+                ..
+            } => Some((refill_per_s, starting)),
+            ServerConfig::DecreaseOnly { .. } => None,
+            ServerConfig::Limiter {
+                rate_per_s,
+                burst,
+                start_full,
+                ..
+            } => Some((rate_per_s, if start_full { burst as f64 } else { 0.0 })),
+            ServerConfig::FixedWindow { limit, window_s } => {
+                Some((limit as f64 / window_s, limit as f64))
+            }
+            ServerConfig::Shared {
+                rate_per_s, burst, ..
+            } => Some((rate_per_s, burst)),
+            // The autoscaling server starts with no banked burst.
+            ServerConfig::Autoscaling {
+                initial_rate_per_s, ..
+            } => Some((initial_rate_per_s, 0.0)),
+        }
+        .filter(|&(rate, _)| rate.is_finite() && rate > 0.0)
+    }
+
+    /// One client thread's fair share of the server's quota when `threads`
+    /// threads share it, as `count` sends per `window`: the sustained rate
+    /// divided by `threads`, with an allowance of `count` back-to-back sends
+    /// equal to the thread's share of the capacity available at the start
+    /// (at least 1). The window is `count · threads / rate`, so the share's
+    /// long-run rate is exactly `rate / threads`.
+    ///
+    /// For Heroku's bucket (1.25/s, starting empty) and 10 threads that is
+    /// 1 send per 8 s; for a fixed window of 100 per 100 s and 4 threads, 25
+    /// per 100 s. `None` when the server has no sustained rate.
+    pub fn fair_share(&self, threads: usize) -> Option<(u32, Duration)> {
+        let (rate, initial) = self.documented_quota()?;
+        let n = threads.max(1) as f64;
+        let count = (initial.max(0.0) / n).floor().clamp(
+            1.0,
+            f64::from(ratewise::client::flood_guard::MAX_FLOOD_GUARD_COUNT),
+        );
+        let window = count * n / rate;
+        (window.is_finite() && window > 0.0)
+            .then(|| (count as u32, Duration::from_secs_f64(window.min(1.0e12))))
+    }
+
     /// Builds a fresh server.
     ///
     /// # Errors
@@ -427,7 +483,8 @@ impl ServerConfig {
     }
 }
 
-/// Heroku's fake server (spec §1.1): a continuously refilled token bucket
+/// Heroku's fake server, as the open-source `rate_throttle_client` gem's
+/// simulator implements it: a continuously refilled token bucket
 /// with float state, lazily started clock, and the "no advance while full"
 /// quirk. `RateLimit-Remaining` (floor, after the decrement) is sent on both
 /// 200 and 429.
@@ -477,7 +534,8 @@ impl ServerModel for HerokuBucket {
         Response {
             throttled,
             remaining: Some(self.header()),
-            limit: Some(self.max as u64),
+            // Heroku's fake server sends `RateLimit-Remaining` only.
+            limit: None,
             retry_after: None,
             reset_after: None,
             delay: Duration::ZERO,
@@ -500,7 +558,8 @@ impl ServerModel for HerokuBucket {
     }
 }
 
-/// The decrease-only server (spec §1.2): a fixed stock, no refill.
+/// The decrease-only server of the gem's "time to clear" benchmark: a
+/// fixed stock, no refill.
 #[derive(Clone, Debug)]
 pub struct DecreaseOnly {
     starting: f64,
@@ -526,7 +585,8 @@ impl ServerModel for DecreaseOnly {
         Response {
             throttled,
             remaining: Some(self.limit_left.max(0.0).floor() as u64),
-            limit: Some(self.starting as u64),
+            // Same headers as the Heroku bucket: remaining only.
+            limit: None,
             retry_after: None,
             reset_after: None,
             delay: Duration::ZERO,
@@ -881,6 +941,44 @@ mod tests {
 
     fn t(s: f64) -> Timestamp {
         Timestamp::from_secs_f64(s)
+    }
+
+    #[test]
+    fn fair_share_splits_the_sustained_rate_between_threads() {
+        let heroku = ServerConfig::HerokuBucket {
+            capacity: 4500.0,
+            refill_per_s: 1.25,
+            starting: 0.0,
+        };
+        // Starting empty: no burst to share, one send per 10 / 1.25 s.
+        assert_eq!(heroku.fair_share(10), Some((1, Duration::from_secs(8))));
+        let window = ServerConfig::FixedWindow {
+            limit: 100,
+            window_s: 100.0,
+        };
+        assert_eq!(window.fair_share(4), Some((25, Duration::from_secs(100))));
+        let full = ServerConfig::Limiter {
+            algorithm: LimiterAlgorithm::Gcra,
+            rate_per_s: 10.0,
+            burst: 20,
+            start_full: true,
+        };
+        assert_eq!(full.fair_share(4), Some((5, Duration::from_secs(2))));
+        assert_eq!(full.fair_share(0), Some((20, Duration::from_secs(2))));
+        assert_eq!(
+            ServerConfig::DecreaseOnly { starting: 4500.0 }.fair_share(10),
+            None
+        );
+    }
+
+    #[test]
+    fn heroku_family_sends_remaining_only() {
+        let mut bucket = HerokuBucket::new(4500.0, 1.25, 0.0);
+        let r = bucket.handle(t(0.0));
+        assert_eq!((r.remaining, r.limit, r.reset_after), (Some(0), None, None));
+        let mut stock = DecreaseOnly::new(10.0);
+        let r = stock.handle(t(0.0));
+        assert_eq!((r.remaining, r.limit, r.reset_after), (Some(9), None, None));
     }
 
     #[test]

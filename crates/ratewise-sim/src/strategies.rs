@@ -13,15 +13,17 @@ use std::time::Duration;
 use ratewise::client::aimd::AimdStrategy;
 use ratewise::client::auto_sleeper::{AutoSleeper, AutoSleeperConfig};
 use ratewise::client::backoff::{BackoffConfig, BackoffStrategy};
+use ratewise::client::budget::{RetryBudget, RetryBudgetConfig, WithBudget};
 use ratewise::client::cubic::CubicStrategy;
-use ratewise::client::flood_guard::FloodGuardStrategy;
+use ratewise::client::flood_guard::{FloodGuardStrategy, MAX_FLOOD_GUARD_COUNT};
 use ratewise::client::heroku::{
     ExponentialBackoff, ExponentialIncreaseGradualDecrease,
     ExponentialIncreaseProportionalDecrease, ExponentialIncreaseProportionalRemainingDecrease,
     HerokuConfig, Null,
 };
 use ratewise::client::hints::{ResetMeaning, WithHints};
-use ratewise::client::Strategy;
+use ratewise::client::sre::{SreConfig, SreThrottler, WithSre};
+use ratewise::client::{Strategy, Throttle, ThrottleConfig, ThrottleStrategy};
 
 use crate::error::SimError;
 
@@ -33,9 +35,12 @@ pub struct StrategyParams {
     /// The scenario's starting sleep (Heroku's `starting_sleep_for`), for
     /// strategies that keep one; `None` keeps the strategy's default.
     pub initial_delay: Option<Duration>,
-    /// The quota a client knows it has (`count` per `window`), for
-    /// strategies that pace to a known quota (the flood guard); `None`
-    /// means Heroku's 4500 per hour.
+    /// The quota one client thread knows it has (`count` per `window`),
+    /// for strategies that pace to a known quota (the flood guard). The
+    /// engine fills it from the scenario's `[strategy]` section or, failing
+    /// that, with the thread's fair share of the server's quota
+    /// ([`ServerConfig::fair_share`](crate::server::ServerConfig::fair_share));
+    /// `None` means no sustained quota is known and the guard never paces.
     pub known_quota: Option<(u32, Duration)>,
     /// How hint-reading strategies interpret `RateLimit-Reset`.
     pub reset_meaning: ResetMeaning,
@@ -146,17 +151,17 @@ pub const ALL: &[StrategyInfo] = &[
     StrategyInfo {
         name: "auto-sleeper",
         description:
-            "responsive exponential backoff (AutoSleeper, ref. 000) with its published defaults",
+            "responsive exponential backoff (AutoSleeper): back off while throttled, speed up on success",
         build: |p| boxed(AutoSleeper::new(AutoSleeperConfig::default(), p.seed)),
     },
     StrategyInfo {
         name: "aimd",
-        description: "adaptive rate (start 10/s, halve on throttle, +0.5/s per 10 successes) + discounted backoff (ref. 001)",
+        description: "adaptive rate (start 10/s, halve on throttle, +0.5/s per 10 successes) + discounted backoff",
         build: |p| boxed(AimdStrategy::with_defaults(p.seed)),
     },
     StrategyInfo {
         name: "aimd-hints",
-        description: "aimd, plus RateLimit-Remaining/Reset hints that lower the pace before any 429",
+        description: "aimd, plus RateLimit-Remaining/Reset hints that lower the pace before any 429 (needs both; Heroku sends no Reset)",
         build: |p| {
             boxed(
                 AimdStrategy::with_defaults(p.seed)
@@ -171,23 +176,57 @@ pub const ALL: &[StrategyInfo] = &[
     },
     StrategyInfo {
         name: "flood-guard",
-        description: "Google's flood buster: pace own sends to the known quota (scenario [strategy]) + Google backoff (ref. 004)",
+        description: "Google's flood buster: pace own sends to this client's fair share of the quota + Google backoff",
         build: |p| {
+            // Without a known quota, a guard so wide it never holds a send.
             let (count, window) = p
                 .known_quota
-                .unwrap_or((4500, Duration::from_secs(3600)));
+                .unwrap_or((MAX_FLOOD_GUARD_COUNT, Duration::from_millis(1)));
             boxed(FloodGuardStrategy::google(count, window, p.seed))
         },
     },
     StrategyInfo {
         name: "google-backoff",
-        description: "Google's 1 s, 2 s, 4 s … + random ≤ 1 s, five retries (ref. 004)",
+        description: "Google's 1 s, 2 s, 4 s … + random ≤ 1 s, five retries",
         build: |p| boxed(BackoffStrategy::new(BackoffConfig::google(), p.seed)),
     },
     StrategyInfo {
         name: "aws-standard-backoff",
         description: "AWS SDK standard retry backoff: full jitter of min(2^i s, 20 s), two retries",
         build: |p| boxed(BackoffStrategy::new(BackoffConfig::aws_standard(), p.seed)),
+    },
+    StrategyInfo {
+        name: "sre+eb",
+        description: "Heroku exponential backoff behind the SRE book's client-side throttle (K = 2, 2-minute window)",
+        build: |p| {
+            let sre = SreThrottler::new(SreConfig::default(), crate::engine::split_mix(p.seed))
+                .map_err(|e| e.to_string())?;
+            boxed(ExponentialBackoff::new(heroku(p, 1.2), p.seed).map(|eb| WithSre::new(eb, sre)))
+        },
+    },
+    StrategyInfo {
+        name: "aws-standard+budget",
+        description: "AWS SDK standard retry backoff plus its retry budget (500 tokens; a retry costs 5, successes pay it back)",
+        build: |p| {
+            let budget =
+                RetryBudget::new(RetryBudgetConfig::default()).map_err(|e| e.to_string())?;
+            boxed(
+                BackoffStrategy::new(BackoffConfig::aws_standard(), p.seed)
+                    .map(|b| WithBudget::new(b, budget)),
+            )
+        },
+    },
+    StrategyInfo {
+        name: "throttle",
+        description: "ratewise's composed Throttle with its defaults: AIMD pacing, hints, backoff, retry budget",
+        build: |p| {
+            let throttle = Throttle::new(ThrottleConfig {
+                seed: p.seed,
+                hint_reset: p.reset_meaning,
+                ..ThrottleConfig::default()
+            });
+            boxed(throttle.map(|t| ThrottleStrategy::new(t, ())))
+        },
     },
 ];
 
