@@ -80,7 +80,7 @@ const VALUE_MASK: u64 = u64::MAX >> GEN_BITS;
 /// equals it because stored times stay below [`TAT_MAX`] + 1.
 const RECONFIGURING: u64 = u64::MAX;
 /// The largest arrival time (and `now`) the limiter represents.
-const TAT_MAX: u64 = VALUE_MASK - 1;
+pub(crate) const TAT_MAX: u64 = VALUE_MASK - 1;
 
 #[inline]
 fn split(word: u64) -> (u64, u64) {
@@ -153,25 +153,6 @@ impl<C: Clock> Gcra<C> {
             spin_wait();
         }
     }
-
-    fn decision(
-        allowed: bool,
-        q: Quota,
-        now: u64,
-        tat_after: u64,
-        retry_after: Option<u64>,
-    ) -> Decision {
-        let tau = q.window_nanos();
-        let ahead = tat_after.saturating_sub(now);
-        Decision {
-            allowed,
-            limit: q.burst(),
-            remaining: q.units_in(tau.saturating_sub(ahead)),
-            reset_after: Duration::from_nanos(ahead),
-            retry_after: retry_after.map(Duration::from_nanos),
-            delay: Duration::ZERO,
-        }
-    }
 }
 
 impl<C: Clock> RateLimiter for Gcra<C> {
@@ -185,17 +166,8 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         let writer = self.config.lock_writer();
         let old = self.config.load();
         let (generation, tat) = split(self.tat.swap(RECONFIGURING, Ordering::AcqRel));
-        // Preserve the number of available units: debt measured in units of
-        // the old quota becomes the same debt in units of the new one, and a
-        // change of burst shifts the "full" point (capped at the new burst).
-        let ahead = u128::from(tat.saturating_sub(now));
-        let old_e = u128::from(old.emission_nanos());
-        let new_e = u128::from(quota.emission_nanos());
-        let debt_new = ahead * new_e / old_e;
-        let burst_shift = i128::from(quota.burst()) - i128::from(old.burst());
-        let new_ahead = (debt_new as i128 + burst_shift * new_e as i128).max(0);
-        let new_ahead = u64::try_from(new_ahead).unwrap_or(u64::MAX);
-        let new_tat = now.saturating_add(new_ahead).min(TAT_MAX);
+        // Preserve the number of available units (see `math::convert`).
+        let new_tat = math::convert(tat, now, old, quota);
         let next_generation = generation.wrapping_add(VALUE_MASK + 1);
         self.config.store_locked(&writer, quota);
         // Publishing the TAT after the quota: a check that sees the converted
@@ -216,31 +188,26 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             // here, but then its CAS fails: the generation has moved on.
             let q = self.config.load();
             validate_weight(n, q.burst())?;
-            let tau = q.window_nanos();
-            let new_tat = tat
-                .max(now)
-                .saturating_add(n * q.emission_nanos())
-                .min(TAT_MAX);
-            let ahead = new_tat.saturating_sub(now);
-            if ahead > tau {
-                // Denied: no write. A denial commits nothing, so it must check
-                // that the word it judged is still current; otherwise it may
-                // have paired a new quota with an old-units TAT.
-                if let Some(fresh) = self.changed_since(word) {
-                    word = fresh;
-                    continue;
+            let new_tat = match math::admit(tat, now, n, q) {
+                math::Admission::Admit { new_tat } => new_tat,
+                math::Admission::Deny(decision) => {
+                    // A denial commits nothing, so it must check that the
+                    // word it judged is still current; otherwise it may have
+                    // paired a new quota with an old-units TAT.
+                    if let Some(fresh) = self.changed_since(word) {
+                        word = fresh;
+                        continue;
+                    }
+                    return Ok(decision);
                 }
-                // The request fits once `ahead` has shrunk to `tau`.
-                let retry = ahead - tau;
-                return Ok(Self::decision(false, q, now, tat.max(now), Some(retry)));
-            }
+            };
             match self.tat.compare_exchange_weak(
                 word,
                 generation | new_tat,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Ok(Self::decision(true, q, now, new_tat, None)),
+                Ok(_) => return Ok(math::decision(true, q, now, new_tat, None)),
                 Err(actual) => word = actual,
             }
         }
@@ -260,20 +227,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         };
         let (_, tat) = split(word);
         validate_weight(n, q.burst())?;
-        let new_tat = tat.max(now).saturating_add(n * q.emission_nanos());
-        let ahead = new_tat.saturating_sub(now);
-        let tau = q.window_nanos();
-        if ahead > tau {
-            Ok(Self::decision(
-                false,
-                q,
-                now,
-                tat.max(now),
-                Some(ahead - tau),
-            ))
-        } else {
-            Ok(Self::decision(true, q, now, tat.max(now), None))
-        }
+        Ok(math::peek(tat, now, n, q))
     }
 
     fn reserve_within_at(
@@ -283,7 +237,6 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         max_wait: Duration,
     ) -> Result<Reservation, ReserveError> {
         let now_ns = now.as_nanos().min(TAT_MAX);
-        let max_wait_ns = crate::time::duration_to_nanos_saturating(max_wait);
         let mut word = self.tat.load(Ordering::Acquire);
         loop {
             if word == RECONFIGURING {
@@ -292,23 +245,17 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             let (generation, tat) = split(word);
             let q = self.config.load();
             validate_weight(n, q.burst())?;
-            let cost = n * q.emission_nanos();
-            let new_tat = tat.max(now_ns).saturating_add(cost).min(TAT_MAX);
-            let wait = new_tat
-                .saturating_sub(now_ns)
-                .saturating_sub(q.window_nanos());
-            if wait > max_wait_ns {
-                // As a denial: judged on a current word, or judged again.
-                if let Some(fresh) = self.changed_since(word) {
-                    word = fresh;
-                    continue;
+            let (new_tat, act, cost) = match math::reserve(tat, now_ns, n, q, max_wait) {
+                Ok(plan) => plan,
+                Err(e) => {
+                    // As a denial: judged on a current word, or judged again.
+                    if let Some(fresh) = self.changed_since(word) {
+                        word = fresh;
+                        continue;
+                    }
+                    return Err(e);
                 }
-                return Err(ReserveError::WouldWaitTooLong {
-                    wait: Duration::from_nanos(wait),
-                    max_wait,
-                });
-            }
-            let act = now_ns.saturating_add(wait);
+            };
             self.last_act.fetch_max(act, Ordering::AcqRel);
             match self.tat.compare_exchange_weak(
                 word,
@@ -342,20 +289,19 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                 word = self.load_word();
             }
             let (generation, tat) = split(word);
-            let e = self.config.load().emission_nanos();
-            // Go `x/time/rate`'s rule: later reservations were promised the
-            // stretch from this one's act time to the latest act time; only
-            // the rest comes back. A forged reservation never returns more
-            // than its weight. (After a re-configuration the reservation's
-            // cost is in the old quota's units; it is capped at its weight in
-            // the new ones.)
-            let cost = reservation.cost.min(reservation.weight.saturating_mul(e));
+            let q = self.config.load();
             let last_act = self.last_act.load(Ordering::Acquire);
-            let restore = crate::token_bucket::restore_after_later_grants(cost, act, last_act);
-            if restore == 0 {
+            let Some((new_tat, new_last)) = math::cancel(
+                tat,
+                now,
+                act,
+                reservation.cost,
+                reservation.weight,
+                q,
+                last_act,
+            ) else {
                 return 0;
-            }
-            let new_tat = tat.saturating_sub(restore).max(now.min(tat));
+            };
             match self.tat.compare_exchange_weak(
                 word,
                 generation | new_tat,
@@ -363,19 +309,16 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    if act == last_act {
-                        // It was the latest: the latest is now the one before.
-                        let previous = act.saturating_sub(cost);
-                        if previous >= now {
-                            let _ = self.last_act.compare_exchange(
-                                last_act,
-                                previous,
-                                Ordering::AcqRel,
-                                Ordering::Acquire,
-                            );
-                        }
+                    if new_last != last_act {
+                        // A reservation raced in? Then it keeps the higher value.
+                        let _ = self.last_act.compare_exchange(
+                            last_act,
+                            new_last,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
                     }
-                    return (tat - new_tat) / e;
+                    return (tat - new_tat) / q.emission_nanos();
                 }
                 Err(actual) => word = actual,
             }
@@ -385,6 +328,142 @@ impl<C: Clock> RateLimiter for Gcra<C> {
     #[inline]
     fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+}
+
+/// GCRA's arithmetic as pure functions of (TAT, now, quota): shared by the
+/// lock-free [`Gcra`] (which commits results with a CAS) and the keyed
+/// limiter's plain-field [`GcraState`](crate::keyed::GcraState) (which
+/// commits them under its shard lock), so the two cannot drift apart.
+pub(crate) mod math {
+    use std::time::Duration;
+
+    use super::TAT_MAX;
+    use crate::decision::Decision;
+    use crate::error::ReserveError;
+    use crate::quota::Quota;
+
+    /// The evidence for a decision whose TAT (after it) is `tat_after`.
+    #[inline]
+    pub(crate) fn decision(
+        allowed: bool,
+        q: Quota,
+        now: u64,
+        tat_after: u64,
+        retry_after: Option<u64>,
+    ) -> Decision {
+        let ahead = tat_after.saturating_sub(now);
+        Decision {
+            allowed,
+            limit: q.burst(),
+            remaining: q.units_in(q.window_nanos().saturating_sub(ahead)),
+            reset_after: Duration::from_nanos(ahead),
+            retry_after: retry_after.map(Duration::from_nanos),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// The outcome of admitting weight `n` (already validated) at `now`.
+    pub(crate) enum Admission {
+        /// Admitted: commit `new_tat`.
+        Admit {
+            /// The TAT after the admission.
+            new_tat: u64,
+        },
+        /// Denied: commit nothing.
+        Deny(Decision),
+    }
+
+    /// Whether `n` units fit at `now`, and the TAT to commit if they do.
+    #[inline]
+    pub(crate) fn admit(tat: u64, now: u64, n: u64, q: Quota) -> Admission {
+        let tau = q.window_nanos();
+        let base = tat.max(now);
+        let new_tat = base.saturating_add(n * q.emission_nanos()).min(TAT_MAX);
+        let ahead = new_tat.saturating_sub(now);
+        if ahead > tau {
+            // The request fits once `ahead` has shrunk to `tau`.
+            Admission::Deny(decision(false, q, now, base, Some(ahead - tau)))
+        } else {
+            Admission::Admit { new_tat }
+        }
+    }
+
+    /// What a check would answer, without committing.
+    #[inline]
+    pub(crate) fn peek(tat: u64, now: u64, n: u64, q: Quota) -> Decision {
+        match admit(tat, now, n, q) {
+            Admission::Deny(d) => d,
+            Admission::Admit { .. } => decision(true, q, now, tat.max(now), None),
+        }
+    }
+
+    /// A reservation of `n` units at `now`: the TAT to commit, the act time
+    /// and the cost, or the wait that exceeds `max_wait`.
+    pub(crate) fn reserve(
+        tat: u64,
+        now: u64,
+        n: u64,
+        q: Quota,
+        max_wait: Duration,
+    ) -> Result<(u64, u64, u64), ReserveError> {
+        let cost = n * q.emission_nanos();
+        let new_tat = tat.max(now).saturating_add(cost).min(TAT_MAX);
+        let wait = new_tat.saturating_sub(now).saturating_sub(q.window_nanos());
+        if wait > crate::time::duration_to_nanos_saturating(max_wait) {
+            return Err(ReserveError::WouldWaitTooLong {
+                wait: Duration::from_nanos(wait),
+                max_wait,
+            });
+        }
+        Ok((new_tat, now.saturating_add(wait), cost))
+    }
+
+    /// Cancelling a reservation (act time `act`, `cost`, `weight`) at `now`
+    /// when the latest reservation acts at `last_act`: Go `x/time/rate`'s
+    /// rule — later reservations were promised the stretch from `act` to
+    /// `last_act`; only the rest comes back, and a forged reservation never
+    /// returns more than its weight. `None` if nothing comes back; otherwise
+    /// the new TAT and the new `last_act`.
+    pub(crate) fn cancel(
+        tat: u64,
+        now: u64,
+        act: u64,
+        cost: u64,
+        weight: u64,
+        q: Quota,
+        last_act: u64,
+    ) -> Option<(u64, u64)> {
+        let cost = cost.min(weight.saturating_mul(q.emission_nanos()));
+        let restore = crate::token_bucket::restore_after_later_grants(cost, act, last_act);
+        if restore == 0 {
+            return None;
+        }
+        let new_tat = tat.saturating_sub(restore).max(now.min(tat));
+        // If it was the latest, the latest is now the one before it.
+        let previous = act.saturating_sub(cost);
+        let new_last = if act == last_act && previous >= now {
+            previous
+        } else {
+            last_act
+        };
+        Some((new_tat, new_last))
+    }
+
+    /// The TAT that keeps the number of available units when the quota
+    /// changes from `old` to `new` at `now` (capped at the new burst; a debt
+    /// stays a debt, re-expressed in the new interval).
+    pub(crate) fn convert(tat: u64, now: u64, old: Quota, new: Quota) -> u64 {
+        let ahead = u128::from(tat.saturating_sub(now));
+        let old_e = u128::from(old.emission_nanos());
+        let new_e = u128::from(new.emission_nanos());
+        let debt_new = i128::try_from(ahead * new_e / old_e).unwrap_or(i128::MAX);
+        let burst_shift = i128::from(new.burst()) - i128::from(old.burst());
+        let new_ahead = debt_new
+            .saturating_add(burst_shift.saturating_mul(i128::try_from(new_e).unwrap_or(i128::MAX)))
+            .max(0);
+        let new_ahead = u64::try_from(new_ahead).unwrap_or(u64::MAX);
+        now.saturating_add(new_ahead).min(TAT_MAX)
     }
 }
 

@@ -138,6 +138,7 @@ use indexmap::IndexMap;
 use crate::decision::Decision;
 use crate::error::{CheckError, ReserveError};
 use crate::gcra::QuotaCell;
+use crate::gcra::{math, TAT_MAX};
 use crate::limiter::{validate_weight, RateLimiter, Reservation};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
@@ -293,66 +294,38 @@ impl GcraState {
             quota,
         }
     }
-
-    #[inline]
-    fn decision(&self, allowed: bool, now: u64, tat: u64, retry: Option<u64>) -> Decision {
-        let q = self.quota;
-        let ahead = tat.saturating_sub(now);
-        Decision {
-            allowed,
-            limit: q.burst(),
-            remaining: q.units_in(q.window_nanos().saturating_sub(ahead)),
-            reset_after: Duration::from_nanos(ahead),
-            retry_after: retry.map(Duration::from_nanos),
-            delay: Duration::ZERO,
-        }
-    }
 }
 
+/// Every method is `Gcra`'s arithmetic (`gcra::math`) committed to plain
+/// fields instead of through a CAS.
 impl KeyState for GcraState {
     fn quota(&self) -> Quota {
         self.quota
     }
 
     fn set_quota_at(&mut self, quota: Quota, now: Timestamp) {
-        let now = now.as_nanos();
-        let old = self.quota;
-        let ahead = u128::from(self.tat.saturating_sub(now));
-        let old_e = u128::from(old.emission_nanos());
-        let new_e = u128::from(quota.emission_nanos());
-        let debt_new = ahead * new_e / old_e;
-        let shift = i128::from(quota.burst()) - i128::from(old.burst());
-        let new_ahead =
-            (i128::try_from(debt_new).unwrap_or(i128::MAX) + shift * new_e as i128).max(0);
-        self.tat = now.saturating_add(u64::try_from(new_ahead).unwrap_or(u64::MAX));
+        let now = now.as_nanos().min(TAT_MAX);
+        self.tat = math::convert(self.tat, now, self.quota, quota);
         self.quota = quota;
     }
 
     #[inline]
     fn check_at(&mut self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let now = now.as_nanos();
-        let q = self.quota;
-        validate_weight(n, q.burst())?;
-        let base = self.tat.max(now);
-        let new_tat = base.saturating_add(n * q.emission_nanos());
-        let ahead = new_tat.saturating_sub(now);
-        if ahead > q.window_nanos() {
-            return Ok(self.decision(false, now, base, Some(ahead - q.window_nanos())));
+        let now = now.as_nanos().min(TAT_MAX);
+        validate_weight(n, self.quota.burst())?;
+        match math::admit(self.tat, now, n, self.quota) {
+            math::Admission::Admit { new_tat } => {
+                self.tat = new_tat;
+                Ok(math::decision(true, self.quota, now, new_tat, None))
+            }
+            math::Admission::Deny(decision) => Ok(decision),
         }
-        self.tat = new_tat;
-        Ok(self.decision(true, now, new_tat, None))
     }
 
     fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let now = now.as_nanos();
-        let q = self.quota;
-        validate_weight(n, q.burst())?;
-        let base = self.tat.max(now);
-        let ahead = base
-            .saturating_add(n * q.emission_nanos())
-            .saturating_sub(now);
-        let retry = (ahead > q.window_nanos()).then(|| ahead - q.window_nanos());
-        Ok(self.decision(retry.is_none(), now, base, retry))
+        let now = now.as_nanos().min(TAT_MAX);
+        validate_weight(n, self.quota.burst())?;
+        Ok(math::peek(self.tat, now, n, self.quota))
     }
 
     fn reserve_within_at(
@@ -361,22 +334,10 @@ impl KeyState for GcraState {
         now: Timestamp,
         max_wait: Duration,
     ) -> Result<Reservation, ReserveError> {
-        let now_ns = now.as_nanos();
-        let q = self.quota;
-        validate_weight(n, q.burst())?;
-        let cost = n * q.emission_nanos();
-        let new_tat = self.tat.max(now_ns).saturating_add(cost);
-        let wait = new_tat
-            .saturating_sub(now_ns)
-            .saturating_sub(q.window_nanos());
-        if wait > crate::time::duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
+        let now_ns = now.as_nanos().min(TAT_MAX);
+        validate_weight(n, self.quota.burst())?;
+        let (new_tat, act, cost) = math::reserve(self.tat, now_ns, n, self.quota, max_wait)?;
         self.tat = new_tat;
-        let act = now_ns.saturating_add(wait);
         self.last_act = self.last_act.max(act);
         Ok(Reservation::new(
             n,
@@ -391,27 +352,21 @@ impl KeyState for GcraState {
         if now > reservation.act_at() {
             return 0;
         }
-        // As in `Gcra`: `x/time/rate`'s rule, capped at the weight.
+        let now = now.as_nanos().min(TAT_MAX);
         let tat = self.tat;
-        let now = now.as_nanos();
-        let cost = reservation.cost().min(
-            reservation
-                .weight()
-                .saturating_mul(self.quota.emission_nanos()),
-        );
-        let act = reservation.act_at().as_nanos();
-        let restore = crate::token_bucket::restore_after_later_grants(cost, act, self.last_act);
-        if restore == 0 {
+        let Some((new_tat, new_last)) = math::cancel(
+            tat,
+            now,
+            reservation.act_at().as_nanos(),
+            reservation.cost(),
+            reservation.weight(),
+            self.quota,
+            self.last_act,
+        ) else {
             return 0;
-        }
-        let new_tat = tat.saturating_sub(restore).max(now.min(tat));
+        };
         self.tat = new_tat;
-        if act == self.last_act {
-            let previous = act.saturating_sub(cost);
-            if previous >= now {
-                self.last_act = previous;
-            }
-        }
+        self.last_act = new_last;
         (tat - new_tat) / self.quota.emission_nanos()
     }
 }
