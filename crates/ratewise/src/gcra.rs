@@ -142,8 +142,10 @@ impl<C: Clock> Gcra<C> {
         }
     }
 
-    /// The TAT word, waiting out a re-configuration in progress.
-    #[inline]
+    /// The TAT word, waiting out a re-configuration in progress. Cold: only
+    /// a re-configuration in flight leads here.
+    #[cold]
+    #[inline(never)]
     fn load_word(&self) -> u64 {
         loop {
             let word = self.tat.load(Ordering::Acquire);
@@ -175,7 +177,10 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         self.tat.store(next_generation | new_tat, Ordering::Release);
     }
 
-    #[inline]
+    // Always inlined: the hot path is a handful of instructions around one
+    // CAS, and inlining lets a caller that reads only `allowed` drop the rest
+    // of the evidence.
+    #[inline(always)]
     fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         let now = now.as_nanos().min(TAT_MAX);
         let mut word = self.tat.load(Ordering::Acquire);
@@ -190,7 +195,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             validate_weight(n, q.burst())?;
             let new_tat = match math::admit(tat, now, n, q) {
                 math::Admission::Admit { new_tat } => new_tat,
-                math::Admission::Deny(decision) => {
+                math::Admission::Deny { base, retry } => {
                     // A denial commits nothing, so it must check that the
                     // word it judged is still current; otherwise it may have
                     // paired a new quota with an old-units TAT.
@@ -198,7 +203,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                         word = fresh;
                         continue;
                     }
-                    return Ok(decision);
+                    return Ok(math::Admission::denial(base, retry, q, now));
                 }
             };
             match self.tat.compare_exchange_weak(
@@ -370,8 +375,22 @@ pub(crate) mod math {
             /// The TAT after the admission.
             new_tat: u64,
         },
-        /// Denied: commit nothing.
-        Deny(Decision),
+        /// Denied: commit nothing. `base` is `max(TAT, now)`; the same
+        /// request fits after `retry` nanoseconds.
+        Deny {
+            /// `max(TAT, now)`.
+            base: u64,
+            /// Nanoseconds until the same request would fit.
+            retry: u64,
+        },
+    }
+
+    impl Admission {
+        /// The denial's evidence.
+        #[inline]
+        pub(crate) fn denial(base: u64, retry: u64, q: Quota, now: u64) -> Decision {
+            decision(false, q, now, base, Some(retry))
+        }
     }
 
     /// Whether `n` units fit at `now`, and the TAT to commit if they do.
@@ -383,7 +402,10 @@ pub(crate) mod math {
         let ahead = new_tat.saturating_sub(now);
         if ahead > tau {
             // The request fits once `ahead` has shrunk to `tau`.
-            Admission::Deny(decision(false, q, now, base, Some(ahead - tau)))
+            Admission::Deny {
+                base,
+                retry: ahead - tau,
+            }
         } else {
             Admission::Admit { new_tat }
         }
@@ -393,13 +415,14 @@ pub(crate) mod math {
     #[inline]
     pub(crate) fn peek(tat: u64, now: u64, n: u64, q: Quota) -> Decision {
         match admit(tat, now, n, q) {
-            Admission::Deny(d) => d,
+            Admission::Deny { base, retry } => Admission::denial(base, retry, q, now),
             Admission::Admit { .. } => decision(true, q, now, tat.max(now), None),
         }
     }
 
     /// A reservation of `n` units at `now`: the TAT to commit, the act time
     /// and the cost, or the wait that exceeds `max_wait`.
+    #[inline]
     pub(crate) fn reserve(
         tat: u64,
         now: u64,
@@ -425,6 +448,7 @@ pub(crate) mod math {
     /// `last_act`; only the rest comes back, and a forged reservation never
     /// returns more than its weight. `None` if nothing comes back; otherwise
     /// the new TAT and the new `last_act`.
+    #[inline]
     pub(crate) fn cancel(
         tat: u64,
         now: u64,

@@ -318,7 +318,9 @@ impl KeyState for GcraState {
                 self.tat = new_tat;
                 Ok(math::decision(true, self.quota, now, new_tat, None))
             }
-            math::Admission::Deny(decision) => Ok(decision),
+            math::Admission::Deny { base, retry } => {
+                Ok(math::Admission::denial(base, retry, self.quota, now))
+            }
         }
     }
 
