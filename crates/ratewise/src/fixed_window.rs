@@ -40,14 +40,14 @@
 //! instead would let a burst lowered and raised again hand out capacity.
 //! Counts of earlier windows are forgotten, as they are at every boundary.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::{RateLimiter, Reservation};
+use crate::locked::Earliest;
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A fixed-window counter. See the [module docs](self).
 ///
@@ -100,6 +100,17 @@ impl State {
             0
         }
     }
+}
+
+impl Earliest for State {
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn settle(&mut self, now: u64) -> (u64, u64) {
+        self.last = self.last.max(now);
+        (self.last, self.last)
+    }
 
     /// The earliest time at or after `now` at which `n` units fit.
     fn earliest(&self, n: u64, now: u64) -> u64 {
@@ -112,7 +123,7 @@ impl State {
         }
     }
 
-    fn admit(&mut self, n: u64, at: u64) {
+    fn admit_at(&mut self, n: u64, at: u64) {
         let k = at / self.window();
         if k != self.index {
             self.index = k;
@@ -121,7 +132,7 @@ impl State {
         self.count = self.count.saturating_add(n);
     }
 
-    fn decision(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
         let t = now.max(self.start(self.index));
         let end = self.start((t / self.window()).saturating_add(1));
         Decision {
@@ -136,6 +147,11 @@ impl State {
             retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
             delay: Duration::ZERO,
         }
+    }
+
+    /// The window a reservation was counted in.
+    fn mark(&self, _at: u64) -> u64 {
+        self.index
     }
 }
 
@@ -167,16 +183,12 @@ impl<C: Clock> FixedWindow<C> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is plain numbers, consistent between statements, so a
-        // panic elsewhere cannot leave it torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::locked::lock(&self.state)
     }
 }
 
 impl<C: Clock> RateLimiter for FixedWindow<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
+    crate::locked::shared_limiter_methods!();
 
     fn set_quota_at(&self, quota: Quota, now: Timestamp) {
         let mut s = self.lock();
@@ -197,58 +209,6 @@ impl<C: Clock> RateLimiter for FixedWindow<C> {
         s.count = quota.burst() - free.min(quota.burst());
     }
 
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        s.last = s.last.max(caller);
-        let now = s.last;
-        let at = s.earliest(n, now);
-        if at > now {
-            return Ok(s.decision(caller, now, Some(at)));
-        }
-        s.admit(n, now);
-        Ok(s.decision(caller, now, None))
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        s.last = s.last.max(caller);
-        let now = s.last;
-        let at = s.earliest(n, now);
-        Ok(s.decision(caller, now, (at > now).then_some(at)))
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        s.last = s.last.max(caller);
-        let at = s.earliest(n, s.last);
-        let wait = at.saturating_sub(caller);
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.admit(n, at);
-        Ok(Reservation::new(
-            n,
-            now,
-            Timestamp::from_nanos(at),
-            s.index,
-            n,
-        ))
-    }
-
     fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
         let mut s = self.lock();
         s.last = s.last.max(now.as_nanos());
@@ -260,15 +220,11 @@ impl<C: Clock> RateLimiter for FixedWindow<C> {
         s.count -= back;
         back
     }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
 }
 
 impl<C> std::fmt::Debug for FixedWindow<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let s = crate::locked::lock(&self.state);
         f.debug_struct("FixedWindow")
             .field("quota", &s.quota)
             .field("index", &s.index)
@@ -280,6 +236,7 @@ impl<C> std::fmt::Debug for FixedWindow<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{CheckError, ReserveError};
     use crate::test_support::{admitted, assert_retry_exact, ms};
     use crate::time::ManualClock;
 

@@ -28,14 +28,14 @@
 //! towards less room), capped at the new capacity, exactly as the token
 //! bucket keeps its tokens; a debt from reservations stays a debt.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::{RateLimiter, Reservation};
+use crate::locked::{Admission, Booking, Cost};
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A leaky bucket used as a meter. See the [module docs](self).
 ///
@@ -86,7 +86,7 @@ impl State {
         clamp_u64((self.level + cost).saturating_sub(self.capacity()))
     }
 
-    fn decision(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
+    fn evidence(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
         let e = u128::from(self.quota.emission_nanos());
         Decision {
             allowed,
@@ -96,6 +96,47 @@ impl State {
             retry_after: retry_after.map(Duration::from_nanos),
             delay: Duration::ZERO,
         }
+    }
+}
+
+impl Admission for State {
+    type Plan = Cost;
+
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn plan(&mut self, n: u64, now: u64) -> Cost {
+        // Draining is not consuming: peek may bring the level up to date.
+        self.drain(now);
+        let cost = self.quota.cost_nanos(n);
+        Cost {
+            caller: now,
+            cost,
+            wait: self.wait_for(u128::from(cost)),
+        }
+    }
+
+    fn passes(&self, plan: &Cost) -> bool {
+        plan.fits()
+    }
+
+    fn admit(&mut self, _n: u64, plan: &Cost) {
+        self.level += u128::from(plan.cost);
+        self.last_act = self.last_act.max(self.last);
+    }
+
+    fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
+        self.evidence(allowed, (!allowed).then_some(plan.wait))
+    }
+
+    fn reserve_wait(&self, plan: &Cost) -> u64 {
+        plan.wait
+    }
+
+    fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
+        self.level = self.level.saturating_add(u128::from(plan.cost));
+        plan.book(self.last, &mut self.last_act)
     }
 }
 
@@ -131,16 +172,12 @@ impl<C: Clock> LeakyMeter<C> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is plain numbers, consistent between statements, so a
-        // panic elsewhere cannot leave it torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::locked::lock(&self.state)
     }
 }
 
 impl<C: Clock> RateLimiter for LeakyMeter<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
+    crate::locked::shared_limiter_methods!();
 
     fn set_quota_at(&self, quota: Quota, now: Timestamp) {
         let mut s = self.lock();
@@ -158,65 +195,6 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
         let free = free.saturating_mul(new_e).div_euclid(old_e).min(new_cap);
         s.level = u128::try_from(new_cap - free).unwrap_or(u128::MAX);
         s.quota = quota;
-    }
-
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        s.drain(now.as_nanos());
-        let cost = u128::from(s.quota.cost_nanos(n));
-        match s.wait_for(cost) {
-            0 => {
-                s.level += cost;
-                s.last_act = s.last_act.max(s.last);
-                Ok(s.decision(true, None))
-            }
-            wait => Ok(s.decision(false, Some(wait))),
-        }
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        // Draining is not consuming: peek may bring the level up to date.
-        s.drain(now.as_nanos());
-        let cost = u128::from(s.quota.cost_nanos(n));
-        match s.wait_for(cost) {
-            0 => Ok(s.decision(true, None)),
-            wait => Ok(s.decision(false, Some(wait))),
-        }
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let now_ns = now.as_nanos();
-        s.drain(now_ns);
-        let cost = s.quota.cost_nanos(n);
-        let wait = s.wait_for(u128::from(cost));
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.level = s.level.saturating_add(u128::from(cost));
-        // Measured from the meter's own latest time, which is `now` unless
-        // the caller's clock ran backwards.
-        let act = s.last.max(now_ns).saturating_add(wait);
-        s.last_act = s.last_act.max(act);
-        Ok(Reservation::new(
-            n,
-            now,
-            Timestamp::from_nanos(act),
-            act,
-            cost,
-        ))
     }
 
     fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
@@ -242,15 +220,11 @@ impl<C: Clock> RateLimiter for LeakyMeter<C> {
         }
         clamp_u64((before - s.level) / u128::from(s.quota.emission_nanos()))
     }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
 }
 
 impl<C> std::fmt::Debug for LeakyMeter<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let s = crate::locked::lock(&self.state);
         f.debug_struct("LeakyMeter")
             .field("quota", &s.quota)
             .field("level_nanos", &s.level)
@@ -261,6 +235,7 @@ impl<C> std::fmt::Debug for LeakyMeter<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{CheckError, ReserveError};
     use crate::test_support::{admitted, assert_retry_exact, ms};
     use crate::time::ManualClock;
 

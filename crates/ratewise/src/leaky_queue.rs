@@ -61,14 +61,14 @@
 //! new interval. A `now` earlier than the latest time seen is treated as
 //! that latest time, which is never more permissive.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::{RateLimiter, Reservation};
+use crate::locked::{Admission, Booking};
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A leaky bucket used as a queue (a scheduler). See the [module
 /// docs](self).
@@ -101,7 +101,10 @@ struct State {
 }
 
 /// Where a request of some weight would go at some time.
+#[derive(Clone, Copy, Debug)]
 struct Slot {
+    /// The caller's `now`.
+    caller: u64,
     /// The clamped `now`.
     now: u64,
     /// Its departure: `max(tail, now)`.
@@ -113,21 +116,7 @@ struct Slot {
 }
 
 impl State {
-    fn slot(&mut self, n: u64, now: u64) -> Slot {
-        self.last = self.last.max(now);
-        let now = self.last;
-        let departure = self.tail.max(now);
-        let tail_after = departure.saturating_add(self.quota.cost_nanos(n));
-        let wait = (tail_after - now).saturating_sub(self.quota.window_nanos());
-        Slot {
-            now,
-            departure,
-            tail_after,
-            wait,
-        }
-    }
-
-    fn decision(&self, now: u64, tail: u64, retry_after: Option<u64>, delay: u64) -> Decision {
+    fn evidence(&self, now: u64, tail: u64, retry_after: Option<u64>, delay: u64) -> Decision {
         let backlog = tail.saturating_sub(now);
         Decision {
             allowed: retry_after.is_none(),
@@ -137,6 +126,61 @@ impl State {
             reset_after: Duration::from_nanos(backlog),
             retry_after: retry_after.map(Duration::from_nanos),
             delay: Duration::from_nanos(delay),
+        }
+    }
+}
+
+impl Admission for State {
+    type Plan = Slot;
+
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn plan(&mut self, n: u64, caller: u64) -> Slot {
+        self.last = self.last.max(caller);
+        let now = self.last;
+        let departure = self.tail.max(now);
+        let tail_after = departure.saturating_add(self.quota.cost_nanos(n));
+        let wait = (tail_after - now).saturating_sub(self.quota.window_nanos());
+        Slot {
+            caller,
+            now,
+            departure,
+            tail_after,
+            wait,
+        }
+    }
+
+    fn passes(&self, slot: &Slot) -> bool {
+        slot.wait == 0
+    }
+
+    fn admit(&mut self, _n: u64, slot: &Slot) {
+        self.tail = slot.tail_after;
+    }
+
+    fn decision(&self, slot: &Slot, allowed: bool) -> Decision {
+        if allowed {
+            let delay = slot.departure.saturating_sub(slot.caller);
+            self.evidence(slot.now, self.tail, None, delay)
+        } else {
+            self.evidence(slot.now, self.tail, Some(slot.wait), 0)
+        }
+    }
+
+    /// A reservation acts at its departure, which may be beyond the queue's
+    /// capacity (see the module docs).
+    fn reserve_wait(&self, slot: &Slot) -> u64 {
+        slot.departure.saturating_sub(slot.caller)
+    }
+
+    fn book(&mut self, _n: u64, slot: &Slot) -> Booking {
+        self.tail = slot.tail_after;
+        Booking {
+            act: slot.departure,
+            mark: slot.tail_after,
+            cost: slot.tail_after - slot.departure,
         }
     }
 }
@@ -168,72 +212,18 @@ impl<C: Clock> LeakyQueue<C> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is plain numbers, consistent between statements, so a
-        // panic elsewhere cannot leave it torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::locked::lock(&self.state)
     }
 }
 
 impl<C: Clock> RateLimiter for LeakyQueue<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
+    crate::locked::shared_limiter_methods!();
 
     fn set_quota_at(&self, quota: Quota, now: Timestamp) {
         let mut s = self.lock();
         s.last = s.last.max(now.as_nanos());
         // `tail` is kept: scheduled departures stand (see the module docs).
         s.quota = quota;
-    }
-
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let slot = s.slot(n, now.as_nanos());
-        if slot.wait > 0 {
-            return Ok(s.decision(slot.now, s.tail, Some(slot.wait), 0));
-        }
-        s.tail = slot.tail_after;
-        let delay = slot.departure.saturating_sub(now.as_nanos());
-        Ok(s.decision(slot.now, s.tail, None, delay))
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let slot = s.slot(n, now.as_nanos());
-        if slot.wait > 0 {
-            Ok(s.decision(slot.now, s.tail, Some(slot.wait), 0))
-        } else {
-            let delay = slot.departure.saturating_sub(now.as_nanos());
-            Ok(s.decision(slot.now, s.tail, None, delay))
-        }
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let slot = s.slot(n, now.as_nanos());
-        let wait = slot.departure.saturating_sub(now.as_nanos());
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.tail = slot.tail_after;
-        Ok(Reservation::new(
-            n,
-            now,
-            Timestamp::from_nanos(slot.departure),
-            slot.tail_after,
-            slot.tail_after - slot.departure,
-        ))
     }
 
     fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
@@ -251,15 +241,11 @@ impl<C: Clock> RateLimiter for LeakyQueue<C> {
         s.tail = reservation.mark - reservation.cost;
         reservation.weight
     }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
 }
 
 impl<C> std::fmt::Debug for LeakyQueue<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let s = crate::locked::lock(&self.state);
         f.debug_struct("LeakyQueue")
             .field("quota", &s.quota)
             .field("tail_nanos", &s.tail)
@@ -270,6 +256,7 @@ impl<C> std::fmt::Debug for LeakyQueue<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{CheckError, ReserveError};
     use crate::test_support::{admitted, assert_retry_exact, ms};
     use crate::time::ManualClock;
 

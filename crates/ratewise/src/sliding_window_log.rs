@@ -48,14 +48,14 @@
 //! length. Entries older than the old window were already forgotten.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::{RateLimiter, Reservation};
+use crate::locked::Earliest;
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A sliding-window log. See the [module docs](self).
 ///
@@ -120,6 +120,12 @@ impl State {
             self.log.pop_front();
         }
     }
+}
+
+impl Earliest for State {
+    fn quota(&self) -> Quota {
+        self.quota
+    }
 
     /// Raises `now` to the latest time seen, prunes, and returns the time a
     /// decision is made at (`now`, or the newest entry if later).
@@ -152,7 +158,7 @@ impl State {
         t0
     }
 
-    fn push(&mut self, n: u64, at: u64) {
+    fn admit_at(&mut self, n: u64, at: u64) {
         match self.log.back_mut() {
             Some(e) if e.at == at => e.weight += n,
             _ => self.log.push_back(Entry { at, weight: n }),
@@ -163,7 +169,7 @@ impl State {
         self.prune(at);
     }
 
-    fn decision(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
         let w = self.quota.window_nanos();
         let empty_at = self.newest().map_or(caller_now, |at| at.saturating_add(w));
         Decision {
@@ -179,6 +185,11 @@ impl State {
             retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
             delay: Duration::ZERO,
         }
+    }
+
+    /// The log entry a reservation was counted in: its time.
+    fn mark(&self, at: u64) -> u64 {
+        at
     }
 }
 
@@ -222,67 +233,20 @@ impl<C: Clock> SlidingWindowLog<C> {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // Every statement leaves `log` and `total` consistent (plain pushes,
-        // pops and additions that cannot panic), so a panic elsewhere cannot
-        // leave the state torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        // pops and additions that cannot panic), so ignoring poisoning is
+        // sound here too.
+        crate::locked::lock(&self.state)
     }
 }
 
 impl<C: Clock> RateLimiter for SlidingWindowLog<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
+    crate::locked::shared_limiter_methods!();
 
     fn set_quota_at(&self, quota: Quota, now: Timestamp) {
         let mut s = self.lock();
         s.quota = quota;
         // Drop what has left the new window.
         s.settle(now.as_nanos());
-    }
-
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        let (now, t0) = s.settle(caller);
-        let at = s.earliest(n, t0);
-        if at > now {
-            return Ok(s.decision(caller, now, Some(at)));
-        }
-        s.push(n, now);
-        Ok(s.decision(caller, now, None))
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        // Pruning expired entries is not consuming.
-        let (now, t0) = s.settle(caller);
-        let at = s.earliest(n, t0);
-        Ok(s.decision(caller, now, (at > now).then_some(at)))
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        let (_, t0) = s.settle(caller);
-        let at = s.earliest(n, t0);
-        let wait = at.saturating_sub(caller);
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.push(n, at);
-        Ok(Reservation::new(n, now, Timestamp::from_nanos(at), at, n))
     }
 
     fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
@@ -306,15 +270,11 @@ impl<C: Clock> RateLimiter for SlidingWindowLog<C> {
         s.total -= back;
         back
     }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
 }
 
 impl<C> std::fmt::Debug for SlidingWindowLog<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let s = crate::locked::lock(&self.state);
         f.debug_struct("SlidingWindowLog")
             .field("quota", &s.quota)
             .field("entries", &s.log.len())
@@ -326,6 +286,7 @@ impl<C> std::fmt::Debug for SlidingWindowLog<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{CheckError, ReserveError};
     use crate::test_support::{admitted, assert_retry_exact, ms};
     use crate::time::ManualClock;
 

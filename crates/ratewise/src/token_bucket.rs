@@ -11,14 +11,14 @@
 //! Reservations may drive the balance below zero (a debt later requests
 //! queue behind), as in Go's `x/time/rate`.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::{RateLimiter, Reservation};
+use crate::locked::{Admission, Booking, Cost};
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A token bucket. See the [module docs](self).
 ///
@@ -63,7 +63,7 @@ impl State {
         }
     }
 
-    fn decision(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
+    fn evidence(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
         let tau = i128::from(self.quota.window_nanos());
         Decision {
             allowed,
@@ -73,6 +73,47 @@ impl State {
             retry_after: retry_after.map(Duration::from_nanos),
             delay: Duration::ZERO,
         }
+    }
+}
+
+impl Admission for State {
+    type Plan = Cost;
+
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn plan(&mut self, n: u64, now: u64) -> Cost {
+        // Refilling is not consuming: peek may bring the balance up to date.
+        self.refill(now);
+        let cost = n * self.quota.emission_nanos();
+        Cost {
+            caller: now,
+            cost,
+            wait: clamp_u64(i128::from(cost) - self.credit),
+        }
+    }
+
+    fn passes(&self, plan: &Cost) -> bool {
+        plan.fits()
+    }
+
+    fn admit(&mut self, _n: u64, plan: &Cost) {
+        self.credit -= i128::from(plan.cost);
+        self.last_act = self.last_act.max(self.last);
+    }
+
+    fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
+        self.evidence(allowed, (!allowed).then_some(plan.wait))
+    }
+
+    fn reserve_wait(&self, plan: &Cost) -> u64 {
+        plan.wait
+    }
+
+    fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
+        self.credit -= i128::from(plan.cost);
+        plan.book(self.last, &mut self.last_act)
     }
 }
 
@@ -128,16 +169,12 @@ impl<C: Clock> TokenBucket<C> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is plain numbers that are always consistent between
-        // statements, so a panic elsewhere cannot leave it torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::locked::lock(&self.state)
     }
 }
 
 impl<C: Clock> RateLimiter for TokenBucket<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
+    crate::locked::shared_limiter_methods!();
 
     fn set_quota_at(&self, quota: Quota, now: Timestamp) {
         let mut s = self.lock();
@@ -147,66 +184,6 @@ impl<C: Clock> RateLimiter for TokenBucket<C> {
         let new_e = i128::from(quota.emission_nanos());
         s.credit = (s.credit * new_e / old_e).min(i128::from(quota.window_nanos()));
         s.quota = quota;
-    }
-
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        s.refill(now.as_nanos());
-        let cost = i128::from(n * s.quota.emission_nanos());
-        if s.credit >= cost {
-            s.credit -= cost;
-            s.last_act = s.last_act.max(s.last);
-            Ok(s.decision(true, None))
-        } else {
-            let retry = clamp_u64(cost - s.credit);
-            Ok(s.decision(false, Some(retry)))
-        }
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        // Refilling is not consuming: peek may bring the balance up to date.
-        s.refill(now.as_nanos());
-        let cost = i128::from(n * s.quota.emission_nanos());
-        if s.credit >= cost {
-            Ok(s.decision(true, None))
-        } else {
-            Ok(s.decision(false, Some(clamp_u64(cost - s.credit))))
-        }
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let now_ns = now.as_nanos();
-        s.refill(now_ns);
-        let cost = n * s.quota.emission_nanos();
-        let wait = clamp_u64(i128::from(cost) - s.credit);
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.credit -= i128::from(cost);
-        // Act time is measured from the bucket's own latest time, which is
-        // `now` unless the caller's clock ran backwards.
-        let act = s.last.max(now_ns).saturating_add(wait);
-        s.last_act = s.last_act.max(act);
-        Ok(Reservation::new(
-            n,
-            now,
-            Timestamp::from_nanos(act),
-            act,
-            cost,
-        ))
     }
 
     fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
@@ -235,15 +212,11 @@ impl<C: Clock> RateLimiter for TokenBucket<C> {
         }
         u64::try_from((s.credit - before) / i128::from(s.quota.emission_nanos())).unwrap_or(0)
     }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
 }
 
 impl<C> std::fmt::Debug for TokenBucket<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let s = crate::locked::lock(&self.state);
         f.debug_struct("TokenBucket")
             .field("quota", &s.quota)
             .field("credit_nanos", &s.credit)
