@@ -419,17 +419,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn extreme_times_do_not_panic() {
-        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
-            let q = Quota::from_parts(i, b).unwrap();
-            for n in [1, b] {
-                let l = LeakyQueue::with_clock(q, ManualClock::new());
-                crate::test_support::exercise_extremes(&l, n);
-            }
-        }
-    }
-
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// With reservations and cancellations mixed in, the departures of
@@ -483,10 +472,5 @@ mod tests {
         }
     }
 
-    #[test]
-    fn is_send_sync() {
-        fn assert_send_sync<T: Send + Sync>() {}
-        assert_send_sync::<LeakyQueue>();
-        assert_send_sync::<LeakyQueue<ManualClock>>();
-    }
+    crate::test_support::shared_limiter_tests!(LeakyQueue);
 }

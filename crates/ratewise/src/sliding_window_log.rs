@@ -443,52 +443,10 @@ mod tests {
         assert!(l.check_at(5, ms(500)).unwrap().allowed);
     }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// Exact retry_after, denials change nothing, and at most
-        /// `b·⌈(D + 1)/W⌉` units are admitted within any span of `D` ns (at
-        /// most `b` in each of the `⌈(D + 1)/W⌉` windows `(t − W, t]` that
-        /// cover it).
-        #[test]
-        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
-            let q = Quota::from_parts(i, b).unwrap();
-            let w = i * b;
-            crate::test_support::check_workload(
-                || SlidingWindowLog::with_clock(q, ManualClock::new()),
-                &ops,
-                |span| b * (span + 1).div_ceil(w),
-            );
-        }
-    }
-
-    #[test]
-    fn extreme_times_do_not_panic() {
-        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
-            let q = Quota::from_parts(i, b).unwrap();
-            for n in [1, b] {
-                let l = SlidingWindowLog::with_clock(q, ManualClock::new());
-                crate::test_support::exercise_extremes(&l, n);
-            }
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// With reservations and cancellations mixed in, what acts (checks
-        /// admitted, reservations at their act time, minus those cancelled
-        /// in time) still respects the same span bound.
-        #[test]
-        fn prop_reservations_keep_the_bound((i, b, ops) in crate::test_support::mixed_workload()) {
-            let l = SlidingWindowLog::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
-            let acts = crate::test_support::run_mixed(&l, &ops);
-            crate::test_support::assert_span_bound(&acts, |span| b * (span + 1).div_ceil(i * b));
-        }
-    }
-
-    #[test]
-    fn is_send_sync() {
-        fn assert_send_sync<T: Send + Sync>() {}
-        assert_send_sync::<SlidingWindowLog>();
-        assert_send_sync::<SlidingWindowLog<ManualClock>>();
-    }
+    // At most `b·⌈(D + 1)/W⌉` units within any span of `D` ns: at most `b`
+    // in each of the `⌈(D + 1)/W⌉` windows `(t − W, t]` that cover it.
+    crate::test_support::shared_limiter_tests!(
+        SlidingWindowLog,
+        span_bound: |i, b, span| b * (span + 1).div_ceil(i * b),
+    );
 }

@@ -249,3 +249,66 @@ pub(crate) fn assert_span_bound(acts: &[(u64, u64)], bound: impl Fn(u64) -> u64)
         }
     }
 }
+
+/// Writes the unit tests every mutex-protected limiter `$ty` shares, into
+/// its `tests` module (which must have `Quota` in scope):
+///
+/// * `extreme_times_do_not_panic`: [`exercise_extremes`] for a range of
+///   quotas, down to one nanosecond and up to `u64::MAX` per unit, with
+///   weights 1 and the burst;
+/// * `is_send_sync`: the limiter can be shared between threads;
+/// * with `span_bound: |i, b, span| …` (the most weight the algorithm may
+///   admit within `span` ns for interval `i` and burst `b`), also
+///   `prop_workload` — [`check_workload`]: exact `retry_after`, denials
+///   change nothing, admissions within the bound — and
+///   `prop_reservations_keep_the_bound` — with reservations and
+///   cancellations mixed in, what acts (checks admitted, reservations at
+///   their act time, minus those cancelled in time) still respects the
+///   bound ([`run_mixed`], [`assert_span_bound`]).
+macro_rules! shared_limiter_tests {
+    ($ty:ident) => {
+        #[test]
+        fn extreme_times_do_not_panic() {
+            for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
+                let q = Quota::from_parts(i, b).unwrap();
+                for n in [1, b] {
+                    let l = $ty::with_clock(q, $crate::time::ManualClock::new());
+                    $crate::test_support::exercise_extremes(&l, n);
+                }
+            }
+        }
+
+        #[test]
+        fn is_send_sync() {
+            fn assert_send_sync<T: Send + Sync>() {}
+            assert_send_sync::<$ty>();
+            assert_send_sync::<$ty<$crate::time::ManualClock>>();
+        }
+    };
+    ($ty:ident, span_bound: |$i:ident, $b:ident, $span:ident| $bound:expr $(,)?) => {
+        $crate::test_support::shared_limiter_tests!($ty);
+
+        proptest::proptest! {
+            #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+            #[test]
+            fn prop_workload((i, b, ops) in $crate::test_support::workload()) {
+                let bound = |$i: u64, $b: u64, $span: u64| -> u64 { $bound };
+                let q = Quota::from_parts(i, b).unwrap();
+                $crate::test_support::check_workload(
+                    || $ty::with_clock(q, $crate::time::ManualClock::new()),
+                    &ops,
+                    |span| bound(i, b, span),
+                );
+            }
+
+            #[test]
+            fn prop_reservations_keep_the_bound((i, b, ops) in $crate::test_support::mixed_workload()) {
+                let bound = |$i: u64, $b: u64, $span: u64| -> u64 { $bound };
+                let l = $ty::with_clock(Quota::from_parts(i, b).unwrap(), $crate::time::ManualClock::new());
+                let acts = $crate::test_support::run_mixed(&l, &ops);
+                $crate::test_support::assert_span_bound(&acts, |span| bound(i, b, span));
+            }
+        }
+    };
+}
+pub(crate) use shared_limiter_tests;
