@@ -206,34 +206,26 @@ impl Cost {
     }
 }
 
-/// [`RateLimiter::check_at`](crate::RateLimiter::check_at) for a
-/// mutex-protected state.
-pub(crate) fn check<S: Admission>(
+/// What [`RateLimiter::check_at`](crate::RateLimiter::check_at) and
+/// [`RateLimiter::peek_at`](crate::RateLimiter::peek_at) answer.
+pub(crate) type Checked = Result<Decision, CheckError>;
+
+/// [`RateLimiter::check_at`](crate::RateLimiter::check_at) (`consume`) or
+/// [`RateLimiter::peek_at`](crate::RateLimiter::peek_at) (not `consume`) for
+/// a mutex-protected state.
+pub(crate) fn decide<S: Admission>(
     state: &Mutex<S>,
     n: u64,
     now: Timestamp,
-) -> Result<Decision, CheckError> {
+    consume: bool,
+) -> Checked {
     let mut s = lock(state);
     validate_weight(n, s.quota().burst())?;
     let plan = s.plan(n, now.as_nanos());
     let allowed = s.passes(&plan);
-    if allowed {
+    if allowed && consume {
         s.admit(n, &plan);
     }
-    Ok(s.decision(&plan, allowed))
-}
-
-/// [`RateLimiter::peek_at`](crate::RateLimiter::peek_at) for a
-/// mutex-protected state.
-pub(crate) fn peek<S: Admission>(
-    state: &Mutex<S>,
-    n: u64,
-    now: Timestamp,
-) -> Result<Decision, CheckError> {
-    let mut s = lock(state);
-    validate_weight(n, s.quota().burst())?;
-    let plan = s.plan(n, now.as_nanos());
-    let allowed = s.passes(&plan);
     Ok(s.decision(&plan, allowed))
 }
 
@@ -277,20 +269,12 @@ macro_rules! shared_limiter_methods {
             $crate::locked::Admission::quota(&*$crate::locked::lock(&self.state))
         }
 
-        fn check_at(
-            &self,
-            n: u64,
-            now: $crate::time::Timestamp,
-        ) -> Result<$crate::decision::Decision, $crate::error::CheckError> {
-            $crate::locked::check(&self.state, n, now)
+        fn check_at(&self, n: u64, now: $crate::time::Timestamp) -> $crate::locked::Checked {
+            $crate::locked::decide(&self.state, n, now, true)
         }
 
-        fn peek_at(
-            &self,
-            n: u64,
-            now: $crate::time::Timestamp,
-        ) -> Result<$crate::decision::Decision, $crate::error::CheckError> {
-            $crate::locked::peek(&self.state, n, now)
+        fn peek_at(&self, n: u64, now: $crate::time::Timestamp) -> $crate::locked::Checked {
+            $crate::locked::decide(&self.state, n, now, false)
         }
 
         fn reserve_within_at(

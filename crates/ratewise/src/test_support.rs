@@ -46,19 +46,27 @@ pub(crate) fn assert_retry_exact<L: RateLimiter>(l: &L, n: u64, now: Timestamp) 
     at
 }
 
+/// A random time step for a quota of `interval` ns per unit and burst
+/// `burst`, scaled so that every regime (idle, saturated, window boundaries)
+/// is reached: often none, often up to one interval, sometimes up to three
+/// windows.
+fn step(interval: u64, burst: u64) -> impl proptest::strategy::Strategy<Value = u64> {
+    use proptest::prelude::*;
+    let window = interval * burst;
+    prop_oneof![
+        3 => Just(0u64),
+        4 => 0..=interval,
+        2 => 0..=3 * window,
+    ]
+}
+
 /// A random workload for property tests: a quota's raw parts and a list of
 /// `(time step, weight)` checks, scaled to the quota so that every regime
 /// (idle, saturated, window boundaries) is reached.
 pub(crate) fn workload() -> impl proptest::strategy::Strategy<Value = (u64, u64, Vec<(u64, u64)>)> {
     use proptest::prelude::*;
     (1u64..=40, 1u64..=8).prop_flat_map(|(interval, burst)| {
-        let window = interval * burst;
-        let step = prop_oneof![
-            3 => Just(0u64),
-            4 => 0..=interval,
-            2 => 0..=3 * window,
-        ];
-        let ops = proptest::collection::vec((step, 1..=burst), 1..80);
+        let ops = proptest::collection::vec((step(interval, burst), 1..=burst), 1..80);
         (Just(interval), Just(burst), ops)
     })
 }
@@ -168,13 +176,7 @@ pub(crate) fn mixed_workload(
 ) -> impl proptest::strategy::Strategy<Value = (u64, u64, Vec<(u64, u8, u64)>)> {
     use proptest::prelude::*;
     (1u64..=40, 1u64..=8).prop_flat_map(|(interval, burst)| {
-        let window = interval * burst;
-        let step = prop_oneof![
-            3 => Just(0u64),
-            4 => 0..=interval,
-            2 => 0..=3 * window,
-        ];
-        let ops = proptest::collection::vec((step, 0u8..4, 1..=burst), 1..80);
+        let ops = proptest::collection::vec((step(interval, burst), 0u8..4, 1..=burst), 1..80);
         (Just(interval), Just(burst), ops)
     })
 }
