@@ -33,19 +33,19 @@
 //!
 //! # Re-configuration
 //!
-//! [`RateLimiter::set_quota_at`] keeps the latest window's *free room* (if
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the latest window's *free room* (if
 //! that window is current or in the future), capped at the new burst, in the
 //! window of the new length that contains the old window's start — the rule
 //! every algorithm follows (the token bucket's tokens). Keeping the count
 //! instead would let a burst lowered and raised again hand out capacity.
 //! Counts of earlier windows are forgotten, as they are at every boundary.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::limiter::{RateLimiter, Reservation};
-use crate::locked::Earliest;
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Earliest};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -181,46 +181,40 @@ impl<C: Clock> FixedWindow<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        crate::locked::lock(&self.state)
-    }
 }
 
-impl<C: Clock> RateLimiter for FixedWindow<C> {
-    crate::locked::shared_limiter_methods!();
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
-        let now = s.last;
-        let old_start = s.start(s.index);
-        let used = if s.index >= now / s.window() {
-            s.count
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.last = self.last.max(now.as_nanos());
+        let now = self.last;
+        let old_start = self.start(self.index);
+        let used = if self.index >= now / self.window() {
+            self.count
         } else {
             0
         };
         // Keep the free room, not the count: capping the count at a smaller
         // burst and then raising the burst again would hand out capacity.
-        let free = s.quota.burst().saturating_sub(used);
-        s.quota = quota;
+        let free = self.quota.burst().saturating_sub(used);
+        self.quota = quota;
         let w = quota.window_nanos();
-        s.index = (now / w).max(old_start / w);
-        s.count = quota.burst() - free.min(quota.burst());
+        self.index = (now / w).max(old_start / w);
+        self.count = quota.burst() - free.min(quota.burst());
     }
 
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
+        self.last = self.last.max(now.as_nanos());
         // Past its act time (on the limiter's clock) it may have been used.
-        if s.last > reservation.act_at.as_nanos() || reservation.mark != s.index {
+        if self.last > reservation.act_at.as_nanos() || reservation.mark != self.index {
             return 0;
         }
-        let back = reservation.cost.min(s.count);
-        s.count -= back;
+        let back = reservation.cost.min(self.count);
+        self.count -= back;
         back
     }
 }
+
+crate::locked::impl_rate_limiter!(FixedWindow);
 
 impl<C> std::fmt::Debug for FixedWindow<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -237,6 +231,7 @@ impl<C> std::fmt::Debug for FixedWindow<C> {
 mod tests {
     use super::*;
     use crate::error::{CheckError, ReserveError};
+    use crate::limiter::RateLimiter;
     use crate::test_support::{admitted, assert_retry_exact, ms};
     use crate::time::ManualClock;
 

@@ -23,17 +23,17 @@
 //!   else is admitted.
 //! * A `now` earlier than the latest time seen drains nothing.
 //!
-//! **Re-configuring** with [`RateLimiter::set_quota_at`] keeps the number of
+//! **Re-configuring** with [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the number of
 //! *free* units (capacity − level, re-scaled to the new interval and rounded
 //! towards less room), capped at the new capacity, exactly as the token
 //! bucket keeps its tokens; a debt from reservations stays a debt.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::limiter::{RateLimiter, Reservation};
-use crate::locked::{Admission, Booking, Cost};
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Admission, Booking, Cost};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -170,57 +170,53 @@ impl<C: Clock> LeakyMeter<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        crate::locked::lock(&self.state)
-    }
 }
 
-impl<C: Clock> RateLimiter for LeakyMeter<C> {
-    crate::locked::shared_limiter_methods!();
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.drain(now.as_nanos());
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.drain(now.as_nanos());
         // Keep the number of *free* units (capacity − level), as the token
         // bucket keeps its tokens: re-scale to the new interval rounding
         // towards less room, cap at the new capacity, and keep any debt.
         // Preserving the level instead would hand out capacity when a burst
         // is lowered and raised again.
-        let old_e = i128::from(s.quota.emission_nanos());
+        let old_e = i128::from(self.quota.emission_nanos());
         let new_e = i128::from(quota.emission_nanos());
         let new_cap = i128::from(quota.window_nanos());
-        let free = i128::try_from(s.capacity()).unwrap_or(i128::MAX)
-            - i128::try_from(s.level).unwrap_or(i128::MAX);
+        let free = i128::try_from(self.capacity()).unwrap_or(i128::MAX)
+            - i128::try_from(self.level).unwrap_or(i128::MAX);
         let free = free.saturating_mul(new_e).div_euclid(old_e).min(new_cap);
-        s.level = u128::try_from(new_cap - free).unwrap_or(u128::MAX);
-        s.quota = quota;
+        self.level = u128::try_from(new_cap - free).unwrap_or(u128::MAX);
+        self.quota = quota;
     }
 
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
         if now > reservation.act_at {
             return 0;
         }
-        let mut s = self.lock();
         let now = now.as_nanos();
-        s.drain(now);
+        self.drain(now);
         // Later grants were promised room on top of this reservation; only
         // the rest comes back out (the `x/time/rate` rule). A forged
         // reservation never returns more than its weight.
-        let cost = reservation.cost.min(s.quota.cost_nanos(reservation.weight));
+        let cost = reservation
+            .cost
+            .min(self.quota.cost_nanos(reservation.weight));
         let act = reservation.act_at.as_nanos();
-        let restore = crate::token_bucket::restore_after_later_grants(cost, act, s.last_act);
-        let before = s.level;
-        s.level = s.level.saturating_sub(u128::from(restore));
-        if restore > 0 && act == s.last_act {
+        let restore = crate::token_bucket::restore_after_later_grants(cost, act, self.last_act);
+        let before = self.level;
+        self.level = self.level.saturating_sub(u128::from(restore));
+        if restore > 0 && act == self.last_act {
             let previous = act.saturating_sub(cost);
             if previous >= now {
-                s.last_act = previous;
+                self.last_act = previous;
             }
         }
-        clamp_u64((before - s.level) / u128::from(s.quota.emission_nanos()))
+        clamp_u64((before - self.level) / u128::from(self.quota.emission_nanos()))
     }
 }
+
+crate::locked::impl_rate_limiter!(LeakyMeter);
 
 impl<C> std::fmt::Debug for LeakyMeter<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -236,6 +232,7 @@ impl<C> std::fmt::Debug for LeakyMeter<C> {
 mod tests {
     use super::*;
     use crate::error::{CheckError, ReserveError};
+    use crate::limiter::RateLimiter;
     use crate::test_support::{admitted, assert_retry_exact, ms};
     use crate::time::ManualClock;
 

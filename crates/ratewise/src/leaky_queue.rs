@@ -37,7 +37,7 @@
 //!
 //! # Reservations and cancellation
 //!
-//! [`RateLimiter::reserve_within_at`] books the next departure slot, and may
+//! [`RateLimiter::reserve_within_at`](crate::RateLimiter::reserve_within_at) books the next departure slot, and may
 //! book it beyond the queue's capacity (the request then waits outside the
 //! queue until room appears, then in it): `act_at` is the departure and the
 //! wait checked against `max_wait` is `act_at − now`. Later checks see an
@@ -55,18 +55,18 @@
 //!
 //! # Re-configuration and time
 //!
-//! [`RateLimiter::set_quota_at`] keeps `tail`: work already scheduled keeps
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps `tail`: work already scheduled keeps
 //! its departure times, the backlog stays used, and new admissions are
 //! measured against the new capacity (`burst'·interval'`) and spaced by the
 //! new interval. A `now` earlier than the latest time seen is treated as
 //! that latest time, which is never more permissive.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::limiter::{RateLimiter, Reservation};
-use crate::locked::{Admission, Booking};
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Admission, Booking};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -210,38 +210,32 @@ impl<C: Clock> LeakyQueue<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        crate::locked::lock(&self.state)
-    }
 }
 
-impl<C: Clock> RateLimiter for LeakyQueue<C> {
-    crate::locked::shared_limiter_methods!();
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.last = self.last.max(now.as_nanos());
         // `tail` is kept: scheduled departures stand (see the module docs).
-        s.quota = quota;
+        self.quota = quota;
     }
 
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
+        self.last = self.last.max(now.as_nanos());
         // Past its act time (on the queue's clock) it may have been used.
-        if s.last > reservation.act_at.as_nanos() {
+        if self.last > reservation.act_at.as_nanos() {
             return 0;
         }
         // Only the last request in the queue can leave without leaving a hole
         // that a newcomer would fill out of order.
-        if s.tail != reservation.mark || reservation.mark < reservation.cost {
+        if self.tail != reservation.mark || reservation.mark < reservation.cost {
             return 0;
         }
-        s.tail = reservation.mark - reservation.cost;
+        self.tail = reservation.mark - reservation.cost;
         reservation.weight
     }
 }
+
+crate::locked::impl_rate_limiter!(LeakyQueue);
 
 impl<C> std::fmt::Debug for LeakyQueue<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -257,6 +251,7 @@ impl<C> std::fmt::Debug for LeakyQueue<C> {
 mod tests {
     use super::*;
     use crate::error::{CheckError, ReserveError};
+    use crate::limiter::RateLimiter;
     use crate::test_support::{admitted, assert_retry_exact, ms};
     use crate::time::ManualClock;
 

@@ -257,38 +257,72 @@ pub(crate) fn reserve<S: Admission>(
     ))
 }
 
-/// Writes the [`RateLimiter`](crate::RateLimiter) methods that are the same
-/// for every mutex-protected limiter — `quota`, `check_at`, `peek_at`,
-/// `reserve_within_at` and `now` — inside its `impl RateLimiter` block. The
-/// type must have the fields `state: Mutex<S>` (with `S:`
-/// [`Admission`]) and `clock: C` (with `C: Clock`); the block itself
-/// supplies `set_quota_at` and `cancel_at`.
-macro_rules! shared_limiter_methods {
-    () => {
-        fn quota(&self) -> $crate::quota::Quota {
-            $crate::locked::Admission::quota(&*$crate::locked::lock(&self.state))
-        }
+/// Re-configuration and cancellation on a locked state: each algorithm's
+/// own rules (see its module docs), called by
+/// [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) and
+/// [`RateLimiter::cancel_at`](crate::RateLimiter::cancel_at) with the lock
+/// held.
+pub(crate) trait Adjust {
+    /// Replaces the quota at `now`.
+    fn set_quota(&mut self, quota: Quota, now: Timestamp);
 
-        fn check_at(&self, n: u64, now: $crate::time::Timestamp) -> $crate::locked::Checked {
-            $crate::locked::decide(&self.state, n, now, true)
-        }
+    /// Hands back `reservation` at `now`; returns the whole units given back.
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64;
+}
 
-        fn peek_at(&self, n: u64, now: $crate::time::Timestamp) -> $crate::locked::Checked {
-            $crate::locked::decide(&self.state, n, now, false)
-        }
+/// Implements [`RateLimiter`](crate::RateLimiter) for a mutex-protected
+/// limiter `$ty<C>`: a struct with the fields `state: Mutex<S>`, where `S:`
+/// [`Admission`] `+` [`Adjust`], and `clock: C`, where `C: Clock`. Every
+/// method locks the state once and hands it to the shared paths above or to
+/// the state's own [`Adjust`] rules.
+macro_rules! impl_rate_limiter {
+    ($ty:ident) => {
+        impl<C: $crate::time::Clock> $crate::limiter::RateLimiter for $ty<C> {
+            fn quota(&self) -> $crate::quota::Quota {
+                $crate::locked::Admission::quota(&*$crate::locked::lock(&self.state))
+            }
 
-        fn reserve_within_at(
-            &self,
-            n: u64,
-            now: $crate::time::Timestamp,
-            max_wait: ::std::time::Duration,
-        ) -> Result<$crate::limiter::Reservation, $crate::error::ReserveError> {
-            $crate::locked::reserve(&self.state, n, now, max_wait)
-        }
+            fn set_quota_at(&self, quota: $crate::quota::Quota, now: $crate::time::Timestamp) {
+                $crate::locked::Adjust::set_quota(
+                    &mut *$crate::locked::lock(&self.state),
+                    quota,
+                    now,
+                )
+            }
 
-        fn now(&self) -> $crate::time::Timestamp {
-            $crate::time::Clock::now(&self.clock)
+            fn check_at(&self, n: u64, now: $crate::time::Timestamp) -> $crate::locked::Checked {
+                $crate::locked::decide(&self.state, n, now, true)
+            }
+
+            fn peek_at(&self, n: u64, now: $crate::time::Timestamp) -> $crate::locked::Checked {
+                $crate::locked::decide(&self.state, n, now, false)
+            }
+
+            fn reserve_within_at(
+                &self,
+                n: u64,
+                now: $crate::time::Timestamp,
+                max_wait: ::std::time::Duration,
+            ) -> Result<$crate::limiter::Reservation, $crate::error::ReserveError> {
+                $crate::locked::reserve(&self.state, n, now, max_wait)
+            }
+
+            fn cancel_at(
+                &self,
+                reservation: $crate::limiter::Reservation,
+                now: $crate::time::Timestamp,
+            ) -> u64 {
+                $crate::locked::Adjust::cancel(
+                    &mut *$crate::locked::lock(&self.state),
+                    reservation,
+                    now,
+                )
+            }
+
+            fn now(&self) -> $crate::time::Timestamp {
+                $crate::time::Clock::now(&self.clock)
+            }
         }
     };
 }
-pub(crate) use shared_limiter_methods;
+pub(crate) use impl_rate_limiter;

@@ -39,19 +39,19 @@
 //!
 //! # Re-configuration
 //!
-//! [`RateLimiter::set_quota_at`] keeps the free room: `burst − ⌈estimate⌉`
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the free room: `burst − ⌈estimate⌉`
 //! units, capped at the new burst, stay free in the current window of the
 //! new length (whose count is set accordingly, with an empty previous
 //! window). This is the rule every algorithm follows (the token bucket's
 //! tokens); keeping the count would let a burst lowered and raised again
 //! hand out capacity.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::limiter::{RateLimiter, Reservation};
-use crate::locked::Earliest;
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Earliest};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -238,41 +238,33 @@ impl<C: Clock> SlidingWindowCounter<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        crate::locked::lock(&self.state)
-    }
 }
 
-impl<C: Clock> RateLimiter for SlidingWindowCounter<C> {
-    crate::locked::shared_limiter_methods!();
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
-        let t = s.last.max(s.start(s.index));
-        let w = u128::from(s.window());
-        let used = u64::try_from(s.weighted(0, t).div_ceil(w)).unwrap_or(u64::MAX);
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.last = self.last.max(now.as_nanos());
+        let t = self.last.max(self.start(self.index));
+        let w = u128::from(self.window());
+        let used = u64::try_from(self.weighted(0, t).div_ceil(w)).unwrap_or(u64::MAX);
         // Keep the free room, not the count: capping the count at a smaller
         // burst and then raising the burst again would hand out capacity.
-        let free = s.quota.burst().saturating_sub(used);
-        s.quota = quota;
-        s.index = t / quota.window_nanos();
-        s.prev = 0;
-        s.cur = quota.burst() - free.min(quota.burst());
+        let free = self.quota.burst().saturating_sub(used);
+        self.quota = quota;
+        self.index = t / quota.window_nanos();
+        self.prev = 0;
+        self.cur = quota.burst() - free.min(quota.burst());
     }
 
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
+        self.last = self.last.max(now.as_nanos());
         // Past its act time (on the limiter's clock) it may have been used.
-        if s.last > reservation.act_at.as_nanos() {
+        if self.last > reservation.act_at.as_nanos() {
             return 0;
         }
-        let slot = if reservation.mark == s.index {
-            &mut s.cur
-        } else if reservation.mark.saturating_add(1) == s.index {
-            &mut s.prev
+        let slot = if reservation.mark == self.index {
+            &mut self.cur
+        } else if reservation.mark.saturating_add(1) == self.index {
+            &mut self.prev
         } else {
             return 0;
         };
@@ -281,6 +273,8 @@ impl<C: Clock> RateLimiter for SlidingWindowCounter<C> {
         back
     }
 }
+
+crate::locked::impl_rate_limiter!(SlidingWindowCounter);
 
 impl<C> std::fmt::Debug for SlidingWindowCounter<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -298,6 +292,7 @@ impl<C> std::fmt::Debug for SlidingWindowCounter<C> {
 mod tests {
     use super::*;
     use crate::error::{CheckError, ReserveError};
+    use crate::limiter::RateLimiter;
     use crate::test_support::{admitted, assert_retry_exact, ms};
     use crate::time::ManualClock;
 

@@ -15,7 +15,7 @@
 //! `16·burst` bytes, plus the ring's rounding up to a power of two (so under
 //! `32·burst` bytes). It starts empty and grows only as traffic needs; once it
 //! has grown, checks reuse its storage and do not allocate. (After
-//! [`RateLimiter::set_quota_at`] lowers the burst, entries admitted under the
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) lowers the burst, entries admitted under the
 //! old one stay until they expire.) A denial walks the log to compute the
 //! exact `retry_after`, which is `O(entries)`; an admission is `O(1)`
 //! amortised.
@@ -43,17 +43,17 @@
 //!
 //! # Re-configuration
 //!
-//! [`RateLimiter::set_quota_at`] keeps the log: every unit admitted in the
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the log: every unit admitted in the
 //! last window stays counted against the new burst, within the new window
 //! length. Entries older than the old window were already forgotten.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::limiter::{RateLimiter, Reservation};
-use crate::locked::Earliest;
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Earliest};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -223,54 +223,45 @@ impl<C: Clock> SlidingWindowLog<C> {
 
     /// How many entries the log holds now (at most the burst).
     pub fn len(&self) -> usize {
-        self.lock().log.len()
+        crate::locked::lock(&self.state).log.len()
     }
 
     /// `true` if the log holds no entries.
     pub fn is_empty(&self) -> bool {
-        self.lock().log.is_empty()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // Every statement leaves `log` and `total` consistent (plain pushes,
-        // pops and additions that cannot panic), so ignoring poisoning is
-        // sound here too.
-        crate::locked::lock(&self.state)
+        crate::locked::lock(&self.state).log.is_empty()
     }
 }
 
-impl<C: Clock> RateLimiter for SlidingWindowLog<C> {
-    crate::locked::shared_limiter_methods!();
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.quota = quota;
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.quota = quota;
         // Drop what has left the new window.
-        s.settle(now.as_nanos());
+        self.settle(now.as_nanos());
     }
 
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
+        self.last = self.last.max(now.as_nanos());
         // Past its act time (on the limiter's clock) it may have been used.
-        if s.last > reservation.act_at.as_nanos() {
+        if self.last > reservation.act_at.as_nanos() {
             return 0;
         }
-        let Ok(i) = s.log.binary_search_by_key(&reservation.mark, |e| e.at) else {
+        let Ok(i) = self.log.binary_search_by_key(&reservation.mark, |e| e.at) else {
             return 0;
         };
-        let Some(e) = s.log.get_mut(i) else {
+        let Some(e) = self.log.get_mut(i) else {
             return 0;
         };
         let back = reservation.cost.min(e.weight);
         e.weight -= back;
         if e.weight == 0 {
-            s.log.remove(i);
+            self.log.remove(i);
         }
-        s.total -= back;
+        self.total -= back;
         back
     }
 }
+
+crate::locked::impl_rate_limiter!(SlidingWindowLog);
 
 impl<C> std::fmt::Debug for SlidingWindowLog<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -287,6 +278,7 @@ impl<C> std::fmt::Debug for SlidingWindowLog<C> {
 mod tests {
     use super::*;
     use crate::error::{CheckError, ReserveError};
+    use crate::limiter::RateLimiter;
     use crate::test_support::{admitted, assert_retry_exact, ms};
     use crate::time::ManualClock;
 

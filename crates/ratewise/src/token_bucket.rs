@@ -11,12 +11,12 @@
 //! Reservations may drive the balance below zero (a debt later requests
 //! queue behind), as in Go's `x/time/rate`.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::limiter::{RateLimiter, Reservation};
-use crate::locked::{Admission, Booking, Cost};
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Admission, Booking, Cost};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -167,52 +167,48 @@ impl<C: Clock> TokenBucket<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        crate::locked::lock(&self.state)
-    }
 }
 
-impl<C: Clock> RateLimiter for TokenBucket<C> {
-    crate::locked::shared_limiter_methods!();
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.refill(now.as_nanos());
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.refill(now.as_nanos());
         // Keep the number of tokens, capped at the new burst.
-        let old_e = i128::from(s.quota.emission_nanos());
+        let old_e = i128::from(self.quota.emission_nanos());
         let new_e = i128::from(quota.emission_nanos());
-        s.credit = (s.credit * new_e / old_e).min(i128::from(quota.window_nanos()));
-        s.quota = quota;
+        self.credit = (self.credit * new_e / old_e).min(i128::from(quota.window_nanos()));
+        self.quota = quota;
     }
 
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
         if now > reservation.act_at {
             return 0;
         }
-        let mut s = self.lock();
         let now = now.as_nanos();
-        s.refill(now);
+        self.refill(now);
         // A forged reservation never returns more than its weight.
-        let cost = reservation.cost.min(s.quota.cost_nanos(reservation.weight));
+        let cost = reservation
+            .cost
+            .min(self.quota.cost_nanos(reservation.weight));
         let act = reservation.act_at.as_nanos();
-        let restore = restore_after_later_grants(cost, act, s.last_act);
+        let restore = restore_after_later_grants(cost, act, self.last_act);
         if restore == 0 {
             return 0;
         }
-        let tau = i128::from(s.quota.window_nanos());
-        let before = s.credit;
-        s.credit = (s.credit + i128::from(restore)).min(tau);
-        if act == s.last_act {
+        let tau = i128::from(self.quota.window_nanos());
+        let before = self.credit;
+        self.credit = (self.credit + i128::from(restore)).min(tau);
+        if act == self.last_act {
             // It was the latest grant: the latest is now the one before it.
             let previous = act.saturating_sub(cost);
             if previous >= now {
-                s.last_act = previous;
+                self.last_act = previous;
             }
         }
-        u64::try_from((s.credit - before) / i128::from(s.quota.emission_nanos())).unwrap_or(0)
+        u64::try_from((self.credit - before) / i128::from(self.quota.emission_nanos())).unwrap_or(0)
     }
 }
+
+crate::locked::impl_rate_limiter!(TokenBucket);
 
 impl<C> std::fmt::Debug for TokenBucket<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -227,6 +223,7 @@ impl<C> std::fmt::Debug for TokenBucket<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::RateLimiter;
     use crate::time::ManualClock;
 
     fn ms(v: u64) -> Timestamp {
