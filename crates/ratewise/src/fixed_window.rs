@@ -40,12 +40,13 @@
 //! instead would let a burst lowered and raised again hand out capacity.
 //! Counts of earlier windows are forgotten, as they are at every boundary.
 
+use std::fmt::DebugStruct;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Earliest};
+use crate::locked::{Adjust, Earliest, Fields};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -216,14 +217,9 @@ impl Adjust for State {
 
 crate::locked::impl_rate_limiter!(FixedWindow);
 
-impl<C> std::fmt::Debug for FixedWindow<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = crate::locked::lock(&self.state);
-        f.debug_struct("FixedWindow")
-            .field("quota", &s.quota)
-            .field("index", &s.index)
-            .field("count", &s.count)
-            .finish_non_exhaustive()
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("index", &self.index).field("count", &self.count);
     }
 }
 
@@ -232,12 +228,11 @@ mod tests {
     use super::*;
     use crate::error::{CheckError, ReserveError};
     use crate::limiter::RateLimiter;
-    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::test_support::{admitted, assert_retry_exact, ms, quota};
     use crate::time::ManualClock;
 
     fn fixed(rate: u64, burst: u64) -> FixedWindow<ManualClock> {
-        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        FixedWindow::with_clock(q, ManualClock::new())
+        FixedWindow::with_clock(quota(rate, burst), ManualClock::new())
     }
 
     #[test]

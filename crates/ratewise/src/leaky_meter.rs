@@ -28,12 +28,13 @@
 //! towards less room), capped at the new capacity, exactly as the token
 //! bucket keeps its tokens; a debt from reservations stays a debt.
 
+use std::fmt::DebugStruct;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Cost};
+use crate::locked::{Adjust, Admission, Booking, Cost, Fields};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -218,13 +219,9 @@ impl Adjust for State {
 
 crate::locked::impl_rate_limiter!(LeakyMeter);
 
-impl<C> std::fmt::Debug for LeakyMeter<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = crate::locked::lock(&self.state);
-        f.debug_struct("LeakyMeter")
-            .field("quota", &s.quota)
-            .field("level_nanos", &s.level)
-            .finish_non_exhaustive()
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("level_nanos", &self.level);
     }
 }
 
@@ -233,12 +230,11 @@ mod tests {
     use super::*;
     use crate::error::{CheckError, ReserveError};
     use crate::limiter::RateLimiter;
-    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::test_support::{admitted, assert_retry_exact, ms, quota};
     use crate::time::ManualClock;
 
     fn meter(rate: u64, burst: u64) -> LeakyMeter<ManualClock> {
-        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        LeakyMeter::with_clock(q, ManualClock::new())
+        LeakyMeter::with_clock(quota(rate, burst), ManualClock::new())
     }
 
     /// 003, "Leaky Bucket — The Mathematics", meter worked example.

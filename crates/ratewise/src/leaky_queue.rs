@@ -61,12 +61,13 @@
 //! new interval. A `now` earlier than the latest time seen is treated as
 //! that latest time, which is never more permissive.
 
+use std::fmt::DebugStruct;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking};
+use crate::locked::{Adjust, Admission, Booking, Fields};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -237,13 +238,9 @@ impl Adjust for State {
 
 crate::locked::impl_rate_limiter!(LeakyQueue);
 
-impl<C> std::fmt::Debug for LeakyQueue<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = crate::locked::lock(&self.state);
-        f.debug_struct("LeakyQueue")
-            .field("quota", &s.quota)
-            .field("tail_nanos", &s.tail)
-            .finish_non_exhaustive()
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("tail_nanos", &self.tail);
     }
 }
 
@@ -252,12 +249,11 @@ mod tests {
     use super::*;
     use crate::error::{CheckError, ReserveError};
     use crate::limiter::RateLimiter;
-    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::test_support::{admitted, assert_retry_exact, ms, quota};
     use crate::time::ManualClock;
 
     fn queue(rate: u64, burst: u64) -> LeakyQueue<ManualClock> {
-        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        LeakyQueue::with_clock(q, ManualClock::new())
+        LeakyQueue::with_clock(quota(rate, burst), ManualClock::new())
     }
 
     /// Admits `count` requests of weight 1 at `at`; returns the departure

@@ -270,11 +270,19 @@ pub(crate) trait Adjust {
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64;
 }
 
-/// Implements [`RateLimiter`](crate::RateLimiter) for a mutex-protected
+/// The fields a mutex-protected limiter's `Debug` output shows after its
+/// quota.
+pub(crate) trait Fields {
+    /// Adds the state's own fields to `d`.
+    fn fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>);
+}
+
+/// Implements [`RateLimiter`](crate::RateLimiter) and `Debug` for a mutex-protected
 /// limiter `$ty<C>`: a struct with the fields `state: Mutex<S>`, where `S:`
-/// [`Admission`] `+` [`Adjust`], and `clock: C`, where `C: Clock`. Every
-/// method locks the state once and hands it to the shared paths above or to
-/// the state's own [`Adjust`] rules.
+/// [`Admission`] `+` [`Adjust`] `+` [`Fields`], and `clock: C`, where
+/// `C: Clock`. Every method locks the state once and hands it to the shared
+/// paths above or to the state's own [`Adjust`] rules. `Debug` shows the
+/// type's name, its quota and the state's [`Fields`].
 macro_rules! impl_rate_limiter {
     ($ty:ident) => {
         impl<C: $crate::time::Clock> $crate::limiter::RateLimiter for $ty<C> {
@@ -321,6 +329,16 @@ macro_rules! impl_rate_limiter {
 
             fn now(&self) -> $crate::time::Timestamp {
                 $crate::time::Clock::now(&self.clock)
+            }
+        }
+
+        impl<C> ::std::fmt::Debug for $ty<C> {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let s = $crate::locked::lock(&self.state);
+                let mut d = f.debug_struct(stringify!($ty));
+                d.field("quota", &$crate::locked::Admission::quota(&*s));
+                $crate::locked::Fields::fields(&*s, &mut d);
+                d.finish_non_exhaustive()
             }
         }
     };

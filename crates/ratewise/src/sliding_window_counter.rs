@@ -46,12 +46,13 @@
 //! tokens); keeping the count would let a burst lowered and raised again
 //! hand out capacity.
 
+use std::fmt::DebugStruct;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Earliest};
+use crate::locked::{Adjust, Earliest, Fields};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -276,15 +277,11 @@ impl Adjust for State {
 
 crate::locked::impl_rate_limiter!(SlidingWindowCounter);
 
-impl<C> std::fmt::Debug for SlidingWindowCounter<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = crate::locked::lock(&self.state);
-        f.debug_struct("SlidingWindowCounter")
-            .field("quota", &s.quota)
-            .field("index", &s.index)
-            .field("prev", &s.prev)
-            .field("cur", &s.cur)
-            .finish_non_exhaustive()
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("index", &self.index)
+            .field("prev", &self.prev)
+            .field("cur", &self.cur);
     }
 }
 
@@ -293,12 +290,11 @@ mod tests {
     use super::*;
     use crate::error::{CheckError, ReserveError};
     use crate::limiter::RateLimiter;
-    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::test_support::{admitted, assert_retry_exact, ms, quota};
     use crate::time::ManualClock;
 
     fn swc(rate: u64, burst: u64) -> SlidingWindowCounter<ManualClock> {
-        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        SlidingWindowCounter::with_clock(q, ManualClock::new())
+        SlidingWindowCounter::with_clock(quota(rate, burst), ManualClock::new())
     }
 
     #[test]

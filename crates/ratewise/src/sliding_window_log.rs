@@ -48,12 +48,13 @@
 //! length. Entries older than the old window were already forgotten.
 
 use std::collections::VecDeque;
+use std::fmt::DebugStruct;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Earliest};
+use crate::locked::{Adjust, Earliest, Fields};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -263,14 +264,10 @@ impl Adjust for State {
 
 crate::locked::impl_rate_limiter!(SlidingWindowLog);
 
-impl<C> std::fmt::Debug for SlidingWindowLog<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = crate::locked::lock(&self.state);
-        f.debug_struct("SlidingWindowLog")
-            .field("quota", &s.quota)
-            .field("entries", &s.log.len())
-            .field("total", &s.total)
-            .finish_non_exhaustive()
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("entries", &self.log.len())
+            .field("total", &self.total);
     }
 }
 
@@ -279,12 +276,11 @@ mod tests {
     use super::*;
     use crate::error::{CheckError, ReserveError};
     use crate::limiter::RateLimiter;
-    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::test_support::{admitted, assert_retry_exact, ms, quota};
     use crate::time::ManualClock;
 
     fn swl(rate: u64, burst: u64) -> SlidingWindowLog<ManualClock> {
-        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        SlidingWindowLog::with_clock(q, ManualClock::new())
+        SlidingWindowLog::with_clock(quota(rate, burst), ManualClock::new())
     }
 
     #[test]

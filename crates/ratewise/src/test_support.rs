@@ -4,11 +4,17 @@ use std::time::Duration;
 
 use crate::limiter::RateLimiter;
 use crate::limiter::Reservation;
+use crate::quota::Quota;
 use crate::time::Timestamp;
 
 /// A timestamp `v` milliseconds after the origin.
 pub(crate) fn ms(v: u64) -> Timestamp {
     Timestamp::from_nanos(v * 1_000_000)
+}
+
+/// `rate` per second with a burst of `burst`.
+pub(crate) fn quota(rate: u64, burst: u64) -> Quota {
+    Quota::per_second(rate).unwrap().with_burst(burst).unwrap()
 }
 
 /// Checks `n` at `at` `count` times and returns how many were admitted.

@@ -11,12 +11,13 @@
 //! Reservations may drive the balance below zero (a debt later requests
 //! queue behind), as in Go's `x/time/rate`.
 
+use std::fmt::DebugStruct;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Cost};
+use crate::locked::{Adjust, Admission, Booking, Cost, Fields};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -210,13 +211,9 @@ impl Adjust for State {
 
 crate::locked::impl_rate_limiter!(TokenBucket);
 
-impl<C> std::fmt::Debug for TokenBucket<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = crate::locked::lock(&self.state);
-        f.debug_struct("TokenBucket")
-            .field("quota", &s.quota)
-            .field("credit_nanos", &s.credit)
-            .finish_non_exhaustive()
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("credit_nanos", &self.credit);
     }
 }
 
