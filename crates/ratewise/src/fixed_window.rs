@@ -226,9 +226,11 @@ impl Fields for State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{CheckError, ReserveError};
+    use crate::error::ReserveError;
     use crate::limiter::RateLimiter;
-    use crate::test_support::{admitted, assert_retry_exact, ms, quota};
+    use crate::test_support::{
+        admitted, assert_peeks_allowed, assert_retry_exact, assert_weights, ms, quota,
+    };
     use crate::time::ManualClock;
 
     fn fixed(rate: u64, burst: u64) -> FixedWindow<ManualClock> {
@@ -252,14 +254,7 @@ mod tests {
     #[test]
     fn weights_and_errors() {
         let l = fixed(10, 5); // 5 per 500 ms
-        assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
-        assert!(matches!(
-            l.check_at(6, ms(0)),
-            Err(CheckError::ExceedsBurst { .. })
-        ));
-        assert!(l.check_at(3, ms(0)).unwrap().allowed);
-        assert!(!l.check_at(3, ms(0)).unwrap().allowed);
-        assert!(l.check_at(2, ms(0)).unwrap().allowed);
+        assert_weights(&l, ms(0));
     }
 
     #[test]
@@ -280,9 +275,7 @@ mod tests {
     #[test]
     fn peek_does_not_consume() {
         let l = fixed(10, 2);
-        for _ in 0..5 {
-            assert!(l.peek_at(2, ms(0)).unwrap().allowed);
-        }
+        assert_peeks_allowed(&l, 2, 5);
         assert_eq!(l.peek_at(1, ms(0)).unwrap().remaining, 2);
         assert_eq!(admitted(&l, 5, 1, ms(0)), 2);
     }

@@ -228,9 +228,11 @@ impl Fields for State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{CheckError, ReserveError};
+    use crate::error::ReserveError;
     use crate::limiter::RateLimiter;
-    use crate::test_support::{admitted, assert_retry_exact, ms, quota};
+    use crate::test_support::{
+        admitted, assert_peeks_allowed, assert_retry_exact, assert_weights, ms, quota,
+    };
     use crate::time::ManualClock;
 
     fn meter(rate: u64, burst: u64) -> LeakyMeter<ManualClock> {
@@ -265,21 +267,10 @@ mod tests {
     #[test]
     fn weights_and_errors() {
         let m = meter(10, 5);
-        assert_eq!(m.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
-        assert_eq!(
-            m.check_at(6, ms(0)),
-            Err(CheckError::ExceedsBurst {
-                requested: 6,
-                burst: 5
-            })
-        );
-        assert!(m.check_at(3, ms(0)).unwrap().allowed);
-        let denied = m.check_at(3, ms(0)).unwrap();
-        assert!(!denied.allowed);
+        let denied = assert_weights(&m, ms(0));
         assert_eq!(denied.retry_after, Some(Duration::from_millis(100)));
         // The denial changed nothing.
         assert_eq!(denied.remaining, 2);
-        assert!(m.check_at(2, ms(0)).unwrap().allowed);
     }
 
     #[test]
@@ -299,9 +290,7 @@ mod tests {
     #[test]
     fn peek_does_not_consume() {
         let m = meter(10, 3);
-        for _ in 0..10 {
-            assert!(m.peek_at(1, ms(0)).unwrap().allowed);
-        }
+        assert_peeks_allowed(&m, 1, 10);
         assert_eq!(admitted(&m, 5, 1, ms(0)), 3);
     }
 

@@ -288,9 +288,11 @@ impl Fields for State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{CheckError, ReserveError};
+    use crate::error::ReserveError;
     use crate::limiter::RateLimiter;
-    use crate::test_support::{admitted, assert_retry_exact, ms, quota};
+    use crate::test_support::{
+        admitted, assert_peeks_allowed, assert_retry_exact, assert_weights, ms, quota,
+    };
     use crate::time::ManualClock;
 
     fn swc(rate: u64, burst: u64) -> SlidingWindowCounter<ManualClock> {
@@ -323,14 +325,7 @@ mod tests {
     #[test]
     fn weights_and_errors() {
         let l = swc(10, 5);
-        assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
-        assert!(matches!(
-            l.check_at(6, ms(0)),
-            Err(CheckError::ExceedsBurst { .. })
-        ));
-        assert!(l.check_at(3, ms(0)).unwrap().allowed);
-        assert!(!l.check_at(3, ms(0)).unwrap().allowed);
-        assert!(l.check_at(2, ms(0)).unwrap().allowed);
+        assert_weights(&l, ms(0));
     }
 
     #[test]
@@ -358,9 +353,7 @@ mod tests {
     #[test]
     fn peek_does_not_consume() {
         let l = swc(10, 2);
-        for _ in 0..5 {
-            assert!(l.peek_at(2, ms(0)).unwrap().allowed);
-        }
+        assert_peeks_allowed(&l, 2, 5);
         assert_eq!(admitted(&l, 5, 1, ms(0)), 2);
     }
 

@@ -274,9 +274,11 @@ impl Fields for State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{CheckError, ReserveError};
+    use crate::error::ReserveError;
     use crate::limiter::RateLimiter;
-    use crate::test_support::{admitted, assert_retry_exact, ms, quota};
+    use crate::test_support::{
+        admitted, assert_peeks_allowed, assert_retry_exact, assert_weights, ms, quota,
+    };
     use crate::time::ManualClock;
 
     fn swl(rate: u64, burst: u64) -> SlidingWindowLog<ManualClock> {
@@ -302,16 +304,8 @@ mod tests {
     #[test]
     fn weights_and_errors() {
         let l = swl(10, 5);
-        assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
-        assert!(matches!(
-            l.check_at(6, ms(0)),
-            Err(CheckError::ExceedsBurst { .. })
-        ));
-        assert!(l.check_at(3, ms(0)).unwrap().allowed);
-        let d = l.check_at(3, ms(100)).unwrap();
-        assert!(!d.allowed);
+        let d = assert_weights(&l, ms(100));
         assert_eq!(d.remaining, 2);
-        assert!(l.check_at(2, ms(100)).unwrap().allowed);
     }
 
     #[test]
@@ -333,9 +327,7 @@ mod tests {
     #[test]
     fn peek_does_not_consume() {
         let l = swl(10, 2);
-        for _ in 0..5 {
-            assert!(l.peek_at(2, ms(0)).unwrap().allowed);
-        }
+        assert_peeks_allowed(&l, 2, 5);
         assert!(l.is_empty());
         assert_eq!(admitted(&l, 5, 1, ms(0)), 2);
     }

@@ -24,6 +24,34 @@ pub(crate) fn admitted<L: RateLimiter>(l: &L, count: u64, n: u64, at: Timestamp)
         .count() as u64
 }
 
+/// For a limiter with a burst of 5 and nothing admitted yet: weight 0 and a
+/// weight above the burst are errors, 3 units pass at the origin, 3 more are
+/// then denied at `at` and the 2 left still pass there. Returns the denial.
+pub(crate) fn assert_weights<L: RateLimiter>(l: &L, at: Timestamp) -> crate::Decision {
+    use crate::error::CheckError;
+    assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
+    assert_eq!(
+        l.check_at(6, ms(0)),
+        Err(CheckError::ExceedsBurst {
+            requested: 6,
+            burst: 5
+        })
+    );
+    assert!(l.check_at(3, ms(0)).unwrap().allowed);
+    let denied = l.check_at(3, at).unwrap();
+    assert!(!denied.allowed);
+    assert!(l.check_at(2, at).unwrap().allowed);
+    denied
+}
+
+/// Asserts that `times` peeks of weight `n` at the origin are all allowed
+/// (peeking consumes nothing).
+pub(crate) fn assert_peeks_allowed<L: RateLimiter>(l: &L, n: u64, times: u64) {
+    for _ in 0..times {
+        assert!(l.peek_at(n, ms(0)).unwrap().allowed);
+    }
+}
+
 /// Asserts that a request of weight `n` is denied at `now` and that its
 /// `retry_after` is exact: still denied one nanosecond before
 /// `now + retry_after`, admitted at it. Consumes the request at that time and
