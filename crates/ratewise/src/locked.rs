@@ -6,10 +6,13 @@
 //! [`RateLimiter::reserve_within_at`] in the same steps: lock, validate the
 //! weight against the burst, bring the state up to `now` (never back in
 //! time), work out where the request would go, admit it or not, and describe
-//! the outcome. Those steps are written once here. What really differs — how
-//! time is settled, when a request passes, what admitting it changes, what
-//! the decision reports — stays in each algorithm's [`Admission`] impl, as do
-//! cancellation and re-configuration.
+//! the outcome. Those steps are written once here, and
+//! [`impl_rate_limiter!`] writes each type's whole `RateLimiter` and `Debug`
+//! impls around them. What really differs — how time is settled, when a
+//! request passes, what admitting it changes, what the decision reports —
+//! stays in each algorithm's module, in its state's [`Admission`] (or
+//! [`Earliest`]) impl; so do its cancellation and re-configuration rules
+//! ([`Adjust`]) and its `Debug` fields ([`Fields`]).
 //!
 //! # Invariants
 //!
@@ -20,7 +23,8 @@
 //!   admits; a denied `check` changes nothing more than `peek` would.
 //! * A reservation that would wait longer than `max_wait` changes nothing
 //!   more than the plan did.
-//! * Nothing here allocates: a plan is a small `Copy` value on the stack.
+//! * Nothing here allocates: a plan is a small `Copy` value on the stack
+//!   (an algorithm's own admission may, as the log's ring grows).
 //! * Mutex poisoning is ignored: every state is plain data left consistent
 //!   between statements, so a panic elsewhere cannot leave it torn.
 //!
