@@ -86,18 +86,6 @@ impl State {
     fn wait_for(&self, cost: u128) -> u64 {
         clamp_u64((self.level + cost).saturating_sub(self.capacity()))
     }
-
-    fn evidence(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
-        let e = u128::from(self.quota.emission_nanos());
-        Decision {
-            allowed,
-            limit: self.quota.burst(),
-            remaining: clamp_u64(self.capacity().saturating_sub(self.level) / e),
-            reset_after: Duration::from_nanos(clamp_u64(self.level)),
-            retry_after: retry_after.map(Duration::from_nanos),
-            delay: Duration::ZERO,
-        }
-    }
 }
 
 impl Admission for State {
@@ -118,21 +106,21 @@ impl Admission for State {
         }
     }
 
-    fn passes(&self, plan: &Cost) -> bool {
-        plan.fits()
-    }
-
     fn admit(&mut self, _n: u64, plan: &Cost) {
         self.level += u128::from(plan.cost);
         self.last_act = self.last_act.max(self.last);
     }
 
     fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
-        self.evidence(allowed, (!allowed).then_some(plan.wait))
-    }
-
-    fn reserve_wait(&self, plan: &Cost) -> u64 {
-        plan.wait
+        let e = u128::from(self.quota.emission_nanos());
+        Decision {
+            allowed,
+            limit: self.quota.burst(),
+            remaining: clamp_u64(self.capacity().saturating_sub(self.level) / e),
+            reset_after: Duration::from_nanos(clamp_u64(self.level)),
+            retry_after: plan.retry_after(allowed),
+            delay: Duration::ZERO,
+        }
     }
 
     fn book(&mut self, _n: u64, plan: &Cost) -> Booking {

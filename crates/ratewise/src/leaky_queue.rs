@@ -67,7 +67,7 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Fields};
+use crate::locked::{Adjust, Admission, Booking, Fields, Placement};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -131,6 +131,18 @@ impl State {
     }
 }
 
+impl Placement for Slot {
+    fn passes(&self) -> bool {
+        self.wait == 0
+    }
+
+    /// A reservation acts at its departure, which may be beyond the queue's
+    /// capacity (see the module docs).
+    fn reserve_wait(&self) -> u64 {
+        self.departure.saturating_sub(self.caller)
+    }
+}
+
 impl Admission for State {
     type Plan = Slot;
 
@@ -153,10 +165,6 @@ impl Admission for State {
         }
     }
 
-    fn passes(&self, slot: &Slot) -> bool {
-        slot.wait == 0
-    }
-
     fn admit(&mut self, _n: u64, slot: &Slot) {
         self.tail = slot.tail_after;
     }
@@ -168,12 +176,6 @@ impl Admission for State {
         } else {
             self.evidence(slot.now, self.tail, Some(slot.wait), 0)
         }
-    }
-
-    /// A reservation acts at its departure, which may be beyond the queue's
-    /// capacity (see the module docs).
-    fn reserve_wait(&self, slot: &Slot) -> u64 {
-        slot.departure.saturating_sub(slot.caller)
     }
 
     fn book(&mut self, _n: u64, slot: &Slot) -> Booking {

@@ -58,14 +58,24 @@ pub(crate) struct Booking {
     pub(crate) cost: u64,
 }
 
+/// Where a request would go, as an [`Admission::plan`] found it.
+pub(crate) trait Placement: Copy {
+    /// Whether a check admits the planned request now.
+    fn passes(&self) -> bool;
+
+    /// How many nanoseconds a reservation of the planned request would wait,
+    /// from the caller's `now`; compared with `max_wait`.
+    fn reserve_wait(&self) -> u64;
+}
+
 /// A mutex-protected limiter state that can say where a request would go and
 /// admit it there. The shared paths call, in order: [`Admission::plan`],
-/// then [`Admission::passes`], [`Admission::admit`] and
-/// [`Admission::decision`] (check and peek), or [`Admission::reserve_wait`]
+/// then [`Placement::passes`], [`Admission::admit`] and
+/// [`Admission::decision`] (check and peek), or [`Placement::reserve_wait`]
 /// and [`Admission::book`] (reserve).
 pub(crate) trait Admission {
     /// What [`Admission::plan`] learns about one request.
-    type Plan: Copy;
+    type Plan: Placement;
 
     /// The current quota.
     fn quota(&self) -> Quota;
@@ -75,19 +85,12 @@ pub(crate) trait Admission {
     /// request of weight `n` would go. Must not consume capacity.
     fn plan(&mut self, n: u64, now: u64) -> Self::Plan;
 
-    /// Whether a check admits the planned request now.
-    fn passes(&self, plan: &Self::Plan) -> bool;
-
     /// Admits the planned request now (called only when it passes).
     fn admit(&mut self, n: u64, plan: &Self::Plan);
 
     /// The decision for the planned request: after admitting it if
     /// `allowed`, otherwise with the state unchanged since the plan.
     fn decision(&self, plan: &Self::Plan, allowed: bool) -> Decision;
-
-    /// How many nanoseconds a reservation of the planned request would wait,
-    /// from the caller's `now`; compared with `max_wait`.
-    fn reserve_wait(&self, plan: &Self::Plan) -> u64;
 
     /// Books the planned request at the earliest time it can act.
     fn book(&mut self, n: u64, plan: &Self::Plan) -> Booking;
@@ -121,6 +124,14 @@ pub(crate) trait Earliest {
     fn mark(&self, at: u64) -> u64;
 }
 
+/// Raises `last` (the latest time a state has seen) to `now` and returns it
+/// twice, as [`Earliest::settle`] does for a state that keeps nothing else
+/// up to date.
+pub(crate) fn raise(last: &mut u64, now: u64) -> (u64, u64) {
+    *last = (*last).max(now);
+    (*last, *last)
+}
+
 /// Where an [`Earliest`] state places a request.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Placed {
@@ -130,6 +141,16 @@ pub(crate) struct Placed {
     now: u64,
     /// The earliest time the request passes.
     at: u64,
+}
+
+impl Placement for Placed {
+    fn passes(&self) -> bool {
+        self.at <= self.now
+    }
+
+    fn reserve_wait(&self) -> u64 {
+        self.at.saturating_sub(self.caller)
+    }
 }
 
 impl<S: Earliest> Admission for S {
@@ -148,20 +169,12 @@ impl<S: Earliest> Admission for S {
         }
     }
 
-    fn passes(&self, plan: &Placed) -> bool {
-        plan.at <= plan.now
-    }
-
     fn admit(&mut self, n: u64, plan: &Placed) {
         self.admit_at(n, plan.now);
     }
 
     fn decision(&self, plan: &Placed, allowed: bool) -> Decision {
         self.decision_at(plan.caller, plan.now, (!allowed).then_some(plan.at))
-    }
-
-    fn reserve_wait(&self, plan: &Placed) -> u64 {
-        plan.at.saturating_sub(plan.caller)
     }
 
     fn book(&mut self, n: u64, plan: &Placed) -> Booking {
@@ -189,10 +202,20 @@ pub(crate) struct Cost {
     pub(crate) wait: u64,
 }
 
-impl Cost {
-    /// Whether the cost fits now.
-    pub(crate) fn fits(&self) -> bool {
+impl Placement for Cost {
+    fn passes(&self) -> bool {
         self.wait == 0
+    }
+
+    fn reserve_wait(&self) -> u64 {
+        self.wait
+    }
+}
+
+impl Cost {
+    /// A denial's `retry_after`: the wait, unless `allowed`.
+    pub(crate) fn retry_after(&self, allowed: bool) -> Option<Duration> {
+        (!allowed).then(|| Duration::from_nanos(self.wait))
     }
 
     /// The booking of a reservation granted once the cost is taken: it acts
@@ -226,7 +249,7 @@ pub(crate) fn decide<S: Admission>(
     let mut s = lock(state);
     validate_weight(n, s.quota().burst())?;
     let plan = s.plan(n, now.as_nanos());
-    let allowed = s.passes(&plan);
+    let allowed = plan.passes();
     if allowed && consume {
         s.admit(n, &plan);
     }
@@ -244,7 +267,7 @@ pub(crate) fn reserve<S: Admission>(
     let mut s = lock(state);
     validate_weight(n, s.quota().burst())?;
     let plan = s.plan(n, now.as_nanos());
-    let wait = s.reserve_wait(&plan);
+    let wait = plan.reserve_wait();
     if wait > duration_to_nanos_saturating(max_wait) {
         return Err(ReserveError::WouldWaitTooLong {
             wait: Duration::from_nanos(wait),

@@ -126,8 +126,7 @@ impl Earliest for State {
     }
 
     fn settle(&mut self, now: u64) -> (u64, u64) {
-        self.last = self.last.max(now);
-        (self.last, self.last)
+        crate::locked::raise(&mut self.last, now)
     }
 
     /// The earliest time at or after `now` at which `n` units pass.

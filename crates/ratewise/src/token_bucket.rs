@@ -63,18 +63,6 @@ impl State {
             self.last = now;
         }
     }
-
-    fn evidence(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
-        let tau = i128::from(self.quota.window_nanos());
-        Decision {
-            allowed,
-            limit: self.quota.burst(),
-            remaining: self.quota.units_in(clamp_u64(self.credit)),
-            reset_after: Duration::from_nanos(clamp_u64(tau - self.credit)),
-            retry_after: retry_after.map(Duration::from_nanos),
-            delay: Duration::ZERO,
-        }
-    }
 }
 
 impl Admission for State {
@@ -95,21 +83,21 @@ impl Admission for State {
         }
     }
 
-    fn passes(&self, plan: &Cost) -> bool {
-        plan.fits()
-    }
-
     fn admit(&mut self, _n: u64, plan: &Cost) {
         self.credit -= i128::from(plan.cost);
         self.last_act = self.last_act.max(self.last);
     }
 
     fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
-        self.evidence(allowed, (!allowed).then_some(plan.wait))
-    }
-
-    fn reserve_wait(&self, plan: &Cost) -> u64 {
-        plan.wait
+        let tau = i128::from(self.quota.window_nanos());
+        Decision {
+            allowed,
+            limit: self.quota.burst(),
+            remaining: self.quota.units_in(clamp_u64(self.credit)),
+            reset_after: Duration::from_nanos(clamp_u64(tau - self.credit)),
+            retry_after: plan.retry_after(allowed),
+            delay: Duration::ZERO,
+        }
     }
 
     fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
