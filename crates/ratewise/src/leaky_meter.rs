@@ -99,11 +99,7 @@ impl Admission for State {
         // Draining is not consuming: peek may bring the level up to date.
         self.drain(now);
         let cost = self.quota.cost_nanos(n);
-        Cost {
-            caller: now,
-            cost,
-            wait: self.wait_for(u128::from(cost)),
-        }
+        Cost::new(now, cost, self.wait_for(u128::from(cost)))
     }
 
     fn admit(&mut self, _n: u64, plan: &Cost) {

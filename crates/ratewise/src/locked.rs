@@ -213,6 +213,12 @@ impl Placement for Cost {
 }
 
 impl Cost {
+    /// A request from a caller at `caller` costing `cost`, which fits after
+    /// `wait`.
+    pub(crate) fn new(caller: u64, cost: u64, wait: u64) -> Self {
+        Cost { caller, cost, wait }
+    }
+
     /// A denial's `retry_after`: the wait, unless `allowed`.
     pub(crate) fn retry_after(&self, allowed: bool) -> Option<Duration> {
         (!allowed).then(|| Duration::from_nanos(self.wait))

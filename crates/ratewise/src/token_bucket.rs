@@ -76,11 +76,7 @@ impl Admission for State {
         // Refilling is not consuming: peek may bring the balance up to date.
         self.refill(now);
         let cost = n * self.quota.emission_nanos();
-        Cost {
-            caller: now,
-            cost,
-            wait: clamp_u64(i128::from(cost) - self.credit),
-        }
+        Cost::new(now, cost, clamp_u64(i128::from(cost) - self.credit))
     }
 
     fn admit(&mut self, _n: u64, plan: &Cost) {
