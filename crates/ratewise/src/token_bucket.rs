@@ -205,11 +205,8 @@ impl Fields for State {
 mod tests {
     use super::*;
     use crate::limiter::RateLimiter;
+    use crate::test_support::ms;
     use crate::time::ManualClock;
-
-    fn ms(v: u64) -> Timestamp {
-        Timestamp::from_nanos(v * 1_000_000)
-    }
 
     fn admitted(b: &TokenBucket<ManualClock>, count: u64, at: Timestamp) -> u64 {
         (0..count)
