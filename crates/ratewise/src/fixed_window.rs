@@ -33,21 +33,22 @@
 //!
 //! # Re-configuration
 //!
-//! [`RateLimiter::set_quota_at`] keeps the latest window's *free room* (if
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the latest window's *free room* (if
 //! that window is current or in the future), capped at the new burst, in the
 //! window of the new length that contains the old window's start — the rule
 //! every algorithm follows (the token bucket's tokens). Keeping the count
 //! instead would let a burst lowered and raised again hand out capacity.
 //! Counts of earlier windows are forgotten, as they are at every boundary.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::fmt::DebugStruct;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Earliest, Fields};
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A fixed-window counter. See the [module docs](self).
 ///
@@ -100,6 +101,16 @@ impl State {
             0
         }
     }
+}
+
+impl Earliest for State {
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn settle(&mut self, now: u64) -> (u64, u64) {
+        crate::locked::raise(&mut self.last, now)
+    }
 
     /// The earliest time at or after `now` at which `n` units fit.
     fn earliest(&self, n: u64, now: u64) -> u64 {
@@ -112,7 +123,7 @@ impl State {
         }
     }
 
-    fn admit(&mut self, n: u64, at: u64) {
+    fn admit_at(&mut self, n: u64, at: u64) {
         let k = at / self.window();
         if k != self.index {
             self.index = k;
@@ -121,7 +132,7 @@ impl State {
         self.count = self.count.saturating_add(n);
     }
 
-    fn decision(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
         let t = now.max(self.start(self.index));
         let end = self.start((t / self.window()).saturating_add(1));
         Decision {
@@ -136,6 +147,11 @@ impl State {
             retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
             delay: Duration::ZERO,
         }
+    }
+
+    /// The window a reservation was counted in.
+    fn mark(&self, _at: u64) -> u64 {
+        self.index
     }
 }
 
@@ -165,127 +181,59 @@ impl<C: Clock> FixedWindow<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is plain numbers, consistent between statements, so a
-        // panic elsewhere cannot leave it torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
-impl<C: Clock> RateLimiter for FixedWindow<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
-        let now = s.last;
-        let old_start = s.start(s.index);
-        let used = if s.index >= now / s.window() {
-            s.count
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.last = self.last.max(now.as_nanos());
+        let now = self.last;
+        let old_start = self.start(self.index);
+        let used = if self.index >= now / self.window() {
+            self.count
         } else {
             0
         };
         // Keep the free room, not the count: capping the count at a smaller
         // burst and then raising the burst again would hand out capacity.
-        let free = s.quota.burst().saturating_sub(used);
-        s.quota = quota;
+        let free = self.quota.burst().saturating_sub(used);
+        self.quota = quota;
         let w = quota.window_nanos();
-        s.index = (now / w).max(old_start / w);
-        s.count = quota.burst() - free.min(quota.burst());
+        self.index = (now / w).max(old_start / w);
+        self.count = quota.burst() - free.min(quota.burst());
     }
 
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        s.last = s.last.max(caller);
-        let now = s.last;
-        let at = s.earliest(n, now);
-        if at > now {
-            return Ok(s.decision(caller, now, Some(at)));
-        }
-        s.admit(n, now);
-        Ok(s.decision(caller, now, None))
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        s.last = s.last.max(caller);
-        let now = s.last;
-        let at = s.earliest(n, now);
-        Ok(s.decision(caller, now, (at > now).then_some(at)))
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        s.last = s.last.max(caller);
-        let at = s.earliest(n, s.last);
-        let wait = at.saturating_sub(caller);
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.admit(n, at);
-        Ok(Reservation::new(
-            n,
-            now,
-            Timestamp::from_nanos(at),
-            s.index,
-            n,
-        ))
-    }
-
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
+        self.last = self.last.max(now.as_nanos());
         // Past its act time (on the limiter's clock) it may have been used.
-        if s.last > reservation.act_at.as_nanos() || reservation.mark != s.index {
+        if self.last > reservation.act_at.as_nanos() || reservation.mark != self.index {
             return 0;
         }
-        let back = reservation.cost.min(s.count);
-        s.count -= back;
+        let back = reservation.cost.min(self.count);
+        self.count -= back;
         back
-    }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
     }
 }
 
-impl<C> std::fmt::Debug for FixedWindow<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("FixedWindow")
-            .field("quota", &s.quota)
-            .field("index", &s.index)
-            .field("count", &s.count)
-            .finish_non_exhaustive()
+crate::locked::impl_rate_limiter!(FixedWindow);
+
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("index", &self.index).field("count", &self.count);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::error::ReserveError;
+    use crate::limiter::RateLimiter;
+    use crate::test_support::{
+        admitted, assert_peeks_allowed, assert_retry_exact, assert_weights, ms, quota,
+    };
     use crate::time::ManualClock;
 
     fn fixed(rate: u64, burst: u64) -> FixedWindow<ManualClock> {
-        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        FixedWindow::with_clock(q, ManualClock::new())
+        FixedWindow::with_clock(quota(rate, burst), ManualClock::new())
     }
 
     #[test]
@@ -305,14 +253,7 @@ mod tests {
     #[test]
     fn weights_and_errors() {
         let l = fixed(10, 5); // 5 per 500 ms
-        assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
-        assert!(matches!(
-            l.check_at(6, ms(0)),
-            Err(CheckError::ExceedsBurst { .. })
-        ));
-        assert!(l.check_at(3, ms(0)).unwrap().allowed);
-        assert!(!l.check_at(3, ms(0)).unwrap().allowed);
-        assert!(l.check_at(2, ms(0)).unwrap().allowed);
+        assert_weights(&l, ms(0));
     }
 
     #[test]
@@ -333,9 +274,7 @@ mod tests {
     #[test]
     fn peek_does_not_consume() {
         let l = fixed(10, 2);
-        for _ in 0..5 {
-            assert!(l.peek_at(2, ms(0)).unwrap().allowed);
-        }
+        assert_peeks_allowed(&l, 2, 5);
         assert_eq!(l.peek_at(1, ms(0)).unwrap().remaining, 2);
         assert_eq!(admitted(&l, 5, 1, ms(0)), 2);
     }
@@ -411,51 +350,10 @@ mod tests {
         assert!(l.peek_at(20, ms(2000)).unwrap().allowed);
     }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// Exact retry_after, denials change nothing, and at most
-        /// `b·(⌈D/W⌉ + 1)` units are admitted within any span of `D` ns
-        /// (a span meets at most `⌈D/W⌉ + 1` windows).
-        #[test]
-        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
-            let q = Quota::from_parts(i, b).unwrap();
-            let w = i * b;
-            crate::test_support::check_workload(
-                || FixedWindow::with_clock(q, ManualClock::new()),
-                &ops,
-                |span| b * (span.div_ceil(w) + 1),
-            );
-        }
-    }
-
-    #[test]
-    fn extreme_times_do_not_panic() {
-        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
-            let q = Quota::from_parts(i, b).unwrap();
-            for n in [1, b] {
-                let l = FixedWindow::with_clock(q, ManualClock::new());
-                crate::test_support::exercise_extremes(&l, n);
-            }
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// With reservations and cancellations mixed in, what acts (checks
-        /// admitted, reservations at their act time, minus those cancelled
-        /// in time) still respects the same span bound.
-        #[test]
-        fn prop_reservations_keep_the_bound((i, b, ops) in crate::test_support::mixed_workload()) {
-            let l = FixedWindow::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
-            let acts = crate::test_support::run_mixed(&l, &ops);
-            crate::test_support::assert_span_bound(&acts, |span| b * (span.div_ceil(i * b) + 1));
-        }
-    }
-
-    #[test]
-    fn is_send_sync() {
-        fn assert_send_sync<T: Send + Sync>() {}
-        assert_send_sync::<FixedWindow>();
-        assert_send_sync::<FixedWindow<ManualClock>>();
-    }
+    // At most `b·(⌈D/W⌉ + 1)` units within any span of `D` ns: a span
+    // meets at most `⌈D/W⌉ + 1` windows.
+    crate::test_support::shared_limiter_tests!(
+        FixedWindow,
+        span_bound: |i, b, span| b * (span.div_ceil(i * b) + 1),
+    );
 }

@@ -23,19 +23,20 @@
 //!   else is admitted.
 //! * A `now` earlier than the latest time seen drains nothing.
 //!
-//! **Re-configuring** with [`RateLimiter::set_quota_at`] keeps the number of
+//! **Re-configuring** with [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the number of
 //! *free* units (capacity − level, re-scaled to the new interval and rounded
 //! towards less room), capped at the new capacity, exactly as the token
 //! bucket keeps its tokens; a debt from reservations stays a debt.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::fmt::DebugStruct;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Admission, Booking, Cost, Fields};
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A leaky bucket used as a meter. See the [module docs](self).
 ///
@@ -85,17 +86,42 @@ impl State {
     fn wait_for(&self, cost: u128) -> u64 {
         clamp_u64((self.level + cost).saturating_sub(self.capacity()))
     }
+}
 
-    fn decision(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
+impl Admission for State {
+    type Plan = Cost;
+
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn plan(&mut self, n: u64, now: u64) -> Cost {
+        // Draining is not consuming: peek may bring the level up to date.
+        self.drain(now);
+        let cost = self.quota.cost_nanos(n);
+        Cost::new(now, cost, self.wait_for(u128::from(cost)))
+    }
+
+    fn admit(&mut self, _n: u64, plan: &Cost) {
+        self.level += u128::from(plan.cost);
+        self.last_act = self.last_act.max(self.last);
+    }
+
+    fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
         let e = u128::from(self.quota.emission_nanos());
         Decision {
             allowed,
             limit: self.quota.burst(),
             remaining: clamp_u64(self.capacity().saturating_sub(self.level) / e),
             reset_after: Duration::from_nanos(clamp_u64(self.level)),
-            retry_after: retry_after.map(Duration::from_nanos),
+            retry_after: plan.retry_after(allowed),
             delay: Duration::ZERO,
         }
+    }
+
+    fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
+        self.level = self.level.saturating_add(u128::from(plan.cost));
+        plan.book(self.last, &mut self.last_act)
     }
 }
 
@@ -129,144 +155,72 @@ impl<C: Clock> LeakyMeter<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is plain numbers, consistent between statements, so a
-        // panic elsewhere cannot leave it torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
-impl<C: Clock> RateLimiter for LeakyMeter<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.drain(now.as_nanos());
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.drain(now.as_nanos());
         // Keep the number of *free* units (capacity − level), as the token
         // bucket keeps its tokens: re-scale to the new interval rounding
         // towards less room, cap at the new capacity, and keep any debt.
         // Preserving the level instead would hand out capacity when a burst
         // is lowered and raised again.
-        let old_e = i128::from(s.quota.emission_nanos());
+        let old_e = i128::from(self.quota.emission_nanos());
         let new_e = i128::from(quota.emission_nanos());
         let new_cap = i128::from(quota.window_nanos());
-        let free = i128::try_from(s.capacity()).unwrap_or(i128::MAX)
-            - i128::try_from(s.level).unwrap_or(i128::MAX);
+        let free = i128::try_from(self.capacity()).unwrap_or(i128::MAX)
+            - i128::try_from(self.level).unwrap_or(i128::MAX);
         let free = free.saturating_mul(new_e).div_euclid(old_e).min(new_cap);
-        s.level = u128::try_from(new_cap - free).unwrap_or(u128::MAX);
-        s.quota = quota;
+        self.level = u128::try_from(new_cap - free).unwrap_or(u128::MAX);
+        self.quota = quota;
     }
 
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        s.drain(now.as_nanos());
-        let cost = u128::from(s.quota.cost_nanos(n));
-        match s.wait_for(cost) {
-            0 => {
-                s.level += cost;
-                s.last_act = s.last_act.max(s.last);
-                Ok(s.decision(true, None))
-            }
-            wait => Ok(s.decision(false, Some(wait))),
-        }
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        // Draining is not consuming: peek may bring the level up to date.
-        s.drain(now.as_nanos());
-        let cost = u128::from(s.quota.cost_nanos(n));
-        match s.wait_for(cost) {
-            0 => Ok(s.decision(true, None)),
-            wait => Ok(s.decision(false, Some(wait))),
-        }
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let now_ns = now.as_nanos();
-        s.drain(now_ns);
-        let cost = s.quota.cost_nanos(n);
-        let wait = s.wait_for(u128::from(cost));
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.level = s.level.saturating_add(u128::from(cost));
-        // Measured from the meter's own latest time, which is `now` unless
-        // the caller's clock ran backwards.
-        let act = s.last.max(now_ns).saturating_add(wait);
-        s.last_act = s.last_act.max(act);
-        Ok(Reservation::new(
-            n,
-            now,
-            Timestamp::from_nanos(act),
-            act,
-            cost,
-        ))
-    }
-
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
         if now > reservation.act_at {
             return 0;
         }
-        let mut s = self.lock();
         let now = now.as_nanos();
-        s.drain(now);
+        self.drain(now);
         // Later grants were promised room on top of this reservation; only
         // the rest comes back out (the `x/time/rate` rule). A forged
         // reservation never returns more than its weight.
-        let cost = reservation.cost.min(s.quota.cost_nanos(reservation.weight));
+        let cost = reservation
+            .cost
+            .min(self.quota.cost_nanos(reservation.weight));
         let act = reservation.act_at.as_nanos();
-        let restore = crate::token_bucket::restore_after_later_grants(cost, act, s.last_act);
-        let before = s.level;
-        s.level = s.level.saturating_sub(u128::from(restore));
-        if restore > 0 && act == s.last_act {
+        let restore = crate::token_bucket::restore_after_later_grants(cost, act, self.last_act);
+        let before = self.level;
+        self.level = self.level.saturating_sub(u128::from(restore));
+        if restore > 0 && act == self.last_act {
             let previous = act.saturating_sub(cost);
             if previous >= now {
-                s.last_act = previous;
+                self.last_act = previous;
             }
         }
-        clamp_u64((before - s.level) / u128::from(s.quota.emission_nanos()))
-    }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
+        clamp_u64((before - self.level) / u128::from(self.quota.emission_nanos()))
     }
 }
 
-impl<C> std::fmt::Debug for LeakyMeter<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("LeakyMeter")
-            .field("quota", &s.quota)
-            .field("level_nanos", &s.level)
-            .finish_non_exhaustive()
+crate::locked::impl_rate_limiter!(LeakyMeter);
+
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("level_nanos", &self.level);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::error::ReserveError;
+    use crate::limiter::RateLimiter;
+    use crate::test_support::{
+        admitted, assert_peeks_allowed, assert_retry_exact, assert_weights, ms, quota,
+    };
     use crate::time::ManualClock;
 
     fn meter(rate: u64, burst: u64) -> LeakyMeter<ManualClock> {
-        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        LeakyMeter::with_clock(q, ManualClock::new())
+        LeakyMeter::with_clock(quota(rate, burst), ManualClock::new())
     }
 
     /// 003, "Leaky Bucket — The Mathematics", meter worked example.
@@ -297,21 +251,10 @@ mod tests {
     #[test]
     fn weights_and_errors() {
         let m = meter(10, 5);
-        assert_eq!(m.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
-        assert_eq!(
-            m.check_at(6, ms(0)),
-            Err(CheckError::ExceedsBurst {
-                requested: 6,
-                burst: 5
-            })
-        );
-        assert!(m.check_at(3, ms(0)).unwrap().allowed);
-        let denied = m.check_at(3, ms(0)).unwrap();
-        assert!(!denied.allowed);
+        let denied = assert_weights(&m, ms(0));
         assert_eq!(denied.retry_after, Some(Duration::from_millis(100)));
         // The denial changed nothing.
         assert_eq!(denied.remaining, 2);
-        assert!(m.check_at(2, ms(0)).unwrap().allowed);
     }
 
     #[test]
@@ -331,9 +274,7 @@ mod tests {
     #[test]
     fn peek_does_not_consume() {
         let m = meter(10, 3);
-        for _ in 0..10 {
-            assert!(m.peek_at(1, ms(0)).unwrap().allowed);
-        }
+        assert_peeks_allowed(&m, 1, 10);
         assert_eq!(admitted(&m, 5, 1, ms(0)), 3);
     }
 
@@ -397,49 +338,6 @@ mod tests {
         );
     }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// Exact retry_after, denials change nothing, and at most
-        /// `b + ⌊D/I⌋` units are admitted within any span of `D` ns.
-        #[test]
-        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
-            let q = Quota::from_parts(i, b).unwrap();
-            crate::test_support::check_workload(
-                || LeakyMeter::with_clock(q, ManualClock::new()),
-                &ops,
-                |span| b + span / i,
-            );
-        }
-    }
-
-    #[test]
-    fn extreme_times_do_not_panic() {
-        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
-            let q = Quota::from_parts(i, b).unwrap();
-            for n in [1, b] {
-                let l = LeakyMeter::with_clock(q, ManualClock::new());
-                crate::test_support::exercise_extremes(&l, n);
-            }
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// With reservations and cancellations mixed in, what acts (checks
-        /// admitted, reservations at their act time, minus those cancelled
-        /// in time) still respects the same span bound.
-        #[test]
-        fn prop_reservations_keep_the_bound((i, b, ops) in crate::test_support::mixed_workload()) {
-            let l = LeakyMeter::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
-            let acts = crate::test_support::run_mixed(&l, &ops);
-            crate::test_support::assert_span_bound(&acts, |span| b + span / i);
-        }
-    }
-
-    #[test]
-    fn is_send_sync() {
-        fn assert_send_sync<T: Send + Sync>() {}
-        assert_send_sync::<LeakyMeter>();
-        assert_send_sync::<LeakyMeter<ManualClock>>();
-    }
+    // At most `b + ⌊D/I⌋` units within any span of `D` ns.
+    crate::test_support::shared_limiter_tests!(LeakyMeter, span_bound: |i, b, span| b + span / i);
 }

@@ -37,7 +37,7 @@
 //!
 //! # Reservations and cancellation
 //!
-//! [`RateLimiter::reserve_within_at`] books the next departure slot, and may
+//! [`RateLimiter::reserve_within_at`](crate::RateLimiter::reserve_within_at) books the next departure slot, and may
 //! book it beyond the queue's capacity (the request then waits outside the
 //! queue until room appears, then in it): `act_at` is the departure and the
 //! wait checked against `max_wait` is `act_at − now`. Later checks see an
@@ -55,20 +55,21 @@
 //!
 //! # Re-configuration and time
 //!
-//! [`RateLimiter::set_quota_at`] keeps `tail`: work already scheduled keeps
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps `tail`: work already scheduled keeps
 //! its departure times, the backlog stays used, and new admissions are
 //! measured against the new capacity (`burst'·interval'`) and spaced by the
 //! new interval. A `now` earlier than the latest time seen is treated as
 //! that latest time, which is never more permissive.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::fmt::DebugStruct;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Admission, Booking, Fields, Placement};
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A leaky bucket used as a queue (a scheduler). See the [module
 /// docs](self).
@@ -101,7 +102,10 @@ struct State {
 }
 
 /// Where a request of some weight would go at some time.
+#[derive(Clone, Copy, Debug)]
 struct Slot {
+    /// The caller's `now`.
+    caller: u64,
     /// The clamped `now`.
     now: u64,
     /// Its departure: `max(tail, now)`.
@@ -113,21 +117,7 @@ struct Slot {
 }
 
 impl State {
-    fn slot(&mut self, n: u64, now: u64) -> Slot {
-        self.last = self.last.max(now);
-        let now = self.last;
-        let departure = self.tail.max(now);
-        let tail_after = departure.saturating_add(self.quota.cost_nanos(n));
-        let wait = (tail_after - now).saturating_sub(self.quota.window_nanos());
-        Slot {
-            now,
-            departure,
-            tail_after,
-            wait,
-        }
-    }
-
-    fn decision(&self, now: u64, tail: u64, retry_after: Option<u64>, delay: u64) -> Decision {
+    fn evidence(&self, now: u64, tail: u64, retry_after: Option<u64>, delay: u64) -> Decision {
         let backlog = tail.saturating_sub(now);
         Decision {
             allowed: retry_after.is_none(),
@@ -137,6 +127,63 @@ impl State {
             reset_after: Duration::from_nanos(backlog),
             retry_after: retry_after.map(Duration::from_nanos),
             delay: Duration::from_nanos(delay),
+        }
+    }
+}
+
+impl Placement for Slot {
+    fn passes(&self) -> bool {
+        self.wait == 0
+    }
+
+    /// A reservation acts at its departure, which may be beyond the queue's
+    /// capacity (see the module docs).
+    fn reserve_wait(&self) -> u64 {
+        self.departure.saturating_sub(self.caller)
+    }
+}
+
+impl Admission for State {
+    type Plan = Slot;
+
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn plan(&mut self, n: u64, caller: u64) -> Slot {
+        self.last = self.last.max(caller);
+        let now = self.last;
+        let departure = self.tail.max(now);
+        let tail_after = departure.saturating_add(self.quota.cost_nanos(n));
+        let wait = (tail_after - now).saturating_sub(self.quota.window_nanos());
+        Slot {
+            caller,
+            now,
+            departure,
+            tail_after,
+            wait,
+        }
+    }
+
+    fn admit(&mut self, _n: u64, slot: &Slot) {
+        self.tail = slot.tail_after;
+    }
+
+    fn decision(&self, slot: &Slot, allowed: bool) -> Decision {
+        if allowed {
+            let delay = slot.departure.saturating_sub(slot.caller);
+            self.evidence(slot.now, self.tail, None, delay)
+        } else {
+            self.evidence(slot.now, self.tail, Some(slot.wait), 0)
+        }
+    }
+
+    fn book(&mut self, _n: u64, slot: &Slot) -> Booking {
+        self.tail = slot.tail_after;
+        Booking {
+            act: slot.departure,
+            mark: slot.tail_after,
+            cost: slot.tail_after - slot.departure,
         }
     }
 }
@@ -166,116 +213,49 @@ impl<C: Clock> LeakyQueue<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is plain numbers, consistent between statements, so a
-        // panic elsewhere cannot leave it torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
-impl<C: Clock> RateLimiter for LeakyQueue<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.last = self.last.max(now.as_nanos());
         // `tail` is kept: scheduled departures stand (see the module docs).
-        s.quota = quota;
+        self.quota = quota;
     }
 
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let slot = s.slot(n, now.as_nanos());
-        if slot.wait > 0 {
-            return Ok(s.decision(slot.now, s.tail, Some(slot.wait), 0));
-        }
-        s.tail = slot.tail_after;
-        let delay = slot.departure.saturating_sub(now.as_nanos());
-        Ok(s.decision(slot.now, s.tail, None, delay))
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let slot = s.slot(n, now.as_nanos());
-        if slot.wait > 0 {
-            Ok(s.decision(slot.now, s.tail, Some(slot.wait), 0))
-        } else {
-            let delay = slot.departure.saturating_sub(now.as_nanos());
-            Ok(s.decision(slot.now, s.tail, None, delay))
-        }
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let slot = s.slot(n, now.as_nanos());
-        let wait = slot.departure.saturating_sub(now.as_nanos());
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.tail = slot.tail_after;
-        Ok(Reservation::new(
-            n,
-            now,
-            Timestamp::from_nanos(slot.departure),
-            slot.tail_after,
-            slot.tail_after - slot.departure,
-        ))
-    }
-
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
+        self.last = self.last.max(now.as_nanos());
         // Past its act time (on the queue's clock) it may have been used.
-        if s.last > reservation.act_at.as_nanos() {
+        if self.last > reservation.act_at.as_nanos() {
             return 0;
         }
         // Only the last request in the queue can leave without leaving a hole
         // that a newcomer would fill out of order.
-        if s.tail != reservation.mark || reservation.mark < reservation.cost {
+        if self.tail != reservation.mark || reservation.mark < reservation.cost {
             return 0;
         }
-        s.tail = reservation.mark - reservation.cost;
+        self.tail = reservation.mark - reservation.cost;
         reservation.weight
-    }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
     }
 }
 
-impl<C> std::fmt::Debug for LeakyQueue<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("LeakyQueue")
-            .field("quota", &s.quota)
-            .field("tail_nanos", &s.tail)
-            .finish_non_exhaustive()
+crate::locked::impl_rate_limiter!(LeakyQueue);
+
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("tail_nanos", &self.tail);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::error::{CheckError, ReserveError};
+    use crate::limiter::RateLimiter;
+    use crate::test_support::{admitted, assert_retry_exact, ms, quota};
     use crate::time::ManualClock;
 
     fn queue(rate: u64, burst: u64) -> LeakyQueue<ManualClock> {
-        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        LeakyQueue::with_clock(q, ManualClock::new())
+        LeakyQueue::with_clock(quota(rate, burst), ManualClock::new())
     }
 
     /// Admits `count` requests of weight 1 at `at`; returns the departure
@@ -432,17 +412,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn extreme_times_do_not_panic() {
-        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
-            let q = Quota::from_parts(i, b).unwrap();
-            for n in [1, b] {
-                let l = LeakyQueue::with_clock(q, ManualClock::new());
-                crate::test_support::exercise_extremes(&l, n);
-            }
-        }
-    }
-
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
         /// With reservations and cancellations mixed in, the departures of
@@ -496,10 +465,5 @@ mod tests {
         }
     }
 
-    #[test]
-    fn is_send_sync() {
-        fn assert_send_sync<T: Send + Sync>() {}
-        assert_send_sync::<LeakyQueue>();
-        assert_send_sync::<LeakyQueue<ManualClock>>();
-    }
+    crate::test_support::shared_limiter_tests!(LeakyQueue);
 }

@@ -86,6 +86,7 @@ pub mod keyed;
 pub mod leaky_meter;
 pub mod leaky_queue;
 pub mod limiter;
+mod locked;
 pub mod quota;
 pub mod sharded;
 pub mod sliding_window_counter;

@@ -39,21 +39,22 @@
 //!
 //! # Re-configuration
 //!
-//! [`RateLimiter::set_quota_at`] keeps the free room: `burst − ⌈estimate⌉`
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the free room: `burst − ⌈estimate⌉`
 //! units, capped at the new burst, stay free in the current window of the
 //! new length (whose count is set accordingly, with an empty previous
 //! window). This is the rule every algorithm follows (the token bucket's
 //! tokens); keeping the count would let a burst lowered and raised again
 //! hand out capacity.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::fmt::DebugStruct;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Earliest, Fields};
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A sliding-window counter. See the [module docs](self).
 ///
@@ -117,6 +118,16 @@ impl State {
         let (p, c) = self.counts(k);
         u128::from(p) * (w - elapsed) + (u128::from(c) + u128::from(n)) * w
     }
+}
+
+impl Earliest for State {
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn settle(&mut self, now: u64) -> (u64, u64) {
+        crate::locked::raise(&mut self.last, now)
+    }
 
     /// The earliest time at or after `now` at which `n` units pass.
     fn earliest(&self, n: u64, now: u64) -> u64 {
@@ -151,7 +162,7 @@ impl State {
         self.start(k0.saturating_add(2))
     }
 
-    fn admit(&mut self, n: u64, at: u64) {
+    fn admit_at(&mut self, n: u64, at: u64) {
         let k = at / self.window();
         if k == self.index.saturating_add(1) {
             self.prev = self.cur;
@@ -164,7 +175,7 @@ impl State {
         self.cur = self.cur.saturating_add(n);
     }
 
-    fn decision(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
         let w = u128::from(self.window());
         let t = now.max(self.start(self.index));
         let k = t / self.window();
@@ -192,6 +203,11 @@ impl State {
             retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
             delay: Duration::ZERO,
         }
+    }
+
+    /// The window a reservation was counted in.
+    fn mark(&self, _at: u64) -> u64 {
+        self.index
     }
 }
 
@@ -222,97 +238,33 @@ impl<C: Clock> SlidingWindowCounter<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is plain numbers, consistent between statements, so a
-        // panic elsewhere cannot leave it torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
-impl<C: Clock> RateLimiter for SlidingWindowCounter<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
-        let t = s.last.max(s.start(s.index));
-        let w = u128::from(s.window());
-        let used = u64::try_from(s.weighted(0, t).div_ceil(w)).unwrap_or(u64::MAX);
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.last = self.last.max(now.as_nanos());
+        let t = self.last.max(self.start(self.index));
+        let w = u128::from(self.window());
+        let used = u64::try_from(self.weighted(0, t).div_ceil(w)).unwrap_or(u64::MAX);
         // Keep the free room, not the count: capping the count at a smaller
         // burst and then raising the burst again would hand out capacity.
-        let free = s.quota.burst().saturating_sub(used);
-        s.quota = quota;
-        s.index = t / quota.window_nanos();
-        s.prev = 0;
-        s.cur = quota.burst() - free.min(quota.burst());
+        let free = self.quota.burst().saturating_sub(used);
+        self.quota = quota;
+        self.index = t / quota.window_nanos();
+        self.prev = 0;
+        self.cur = quota.burst() - free.min(quota.burst());
     }
 
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        s.last = s.last.max(caller);
-        let now = s.last;
-        let at = s.earliest(n, now);
-        if at > now {
-            return Ok(s.decision(caller, now, Some(at)));
-        }
-        s.admit(n, now);
-        Ok(s.decision(caller, now, None))
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        s.last = s.last.max(caller);
-        let now = s.last;
-        let at = s.earliest(n, now);
-        Ok(s.decision(caller, now, (at > now).then_some(at)))
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        s.last = s.last.max(caller);
-        let at = s.earliest(n, s.last);
-        let wait = at.saturating_sub(caller);
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.admit(n, at);
-        Ok(Reservation::new(
-            n,
-            now,
-            Timestamp::from_nanos(at),
-            s.index,
-            n,
-        ))
-    }
-
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
+        self.last = self.last.max(now.as_nanos());
         // Past its act time (on the limiter's clock) it may have been used.
-        if s.last > reservation.act_at.as_nanos() {
+        if self.last > reservation.act_at.as_nanos() {
             return 0;
         }
-        let slot = if reservation.mark == s.index {
-            &mut s.cur
-        } else if reservation.mark.saturating_add(1) == s.index {
-            &mut s.prev
+        let slot = if reservation.mark == self.index {
+            &mut self.cur
+        } else if reservation.mark.saturating_add(1) == self.index {
+            &mut self.prev
         } else {
             return 0;
         };
@@ -320,33 +272,30 @@ impl<C: Clock> RateLimiter for SlidingWindowCounter<C> {
         *slot -= back;
         back
     }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
 }
 
-impl<C> std::fmt::Debug for SlidingWindowCounter<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("SlidingWindowCounter")
-            .field("quota", &s.quota)
-            .field("index", &s.index)
-            .field("prev", &s.prev)
-            .field("cur", &s.cur)
-            .finish_non_exhaustive()
+crate::locked::impl_rate_limiter!(SlidingWindowCounter);
+
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("index", &self.index)
+            .field("prev", &self.prev)
+            .field("cur", &self.cur);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::error::ReserveError;
+    use crate::limiter::RateLimiter;
+    use crate::test_support::{
+        admitted, assert_peeks_allowed, assert_retry_exact, assert_weights, ms, quota,
+    };
     use crate::time::ManualClock;
 
     fn swc(rate: u64, burst: u64) -> SlidingWindowCounter<ManualClock> {
-        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        SlidingWindowCounter::with_clock(q, ManualClock::new())
+        SlidingWindowCounter::with_clock(quota(rate, burst), ManualClock::new())
     }
 
     #[test]
@@ -375,14 +324,7 @@ mod tests {
     #[test]
     fn weights_and_errors() {
         let l = swc(10, 5);
-        assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
-        assert!(matches!(
-            l.check_at(6, ms(0)),
-            Err(CheckError::ExceedsBurst { .. })
-        ));
-        assert!(l.check_at(3, ms(0)).unwrap().allowed);
-        assert!(!l.check_at(3, ms(0)).unwrap().allowed);
-        assert!(l.check_at(2, ms(0)).unwrap().allowed);
+        assert_weights(&l, ms(0));
     }
 
     #[test]
@@ -410,9 +352,7 @@ mod tests {
     #[test]
     fn peek_does_not_consume() {
         let l = swc(10, 2);
-        for _ in 0..5 {
-            assert!(l.peek_at(2, ms(0)).unwrap().allowed);
-        }
+        assert_peeks_allowed(&l, 2, 5);
         assert_eq!(admitted(&l, 5, 1, ms(0)), 2);
     }
 
@@ -485,51 +425,11 @@ mod tests {
         assert!(!l.peek_at(1, ms(1500)).unwrap().allowed);
     }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// Exact retry_after, denials change nothing, and at most
-        /// `b + ⌊D/I⌋` units are admitted within any span of `D` ns: the
-        /// estimate falls by at most `b/W = 1/I` per nanosecond, across
-        /// boundaries too, so it is a leaky bucket's level in disguise.
-        #[test]
-        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
-            let q = Quota::from_parts(i, b).unwrap();
-            crate::test_support::check_workload(
-                || SlidingWindowCounter::with_clock(q, ManualClock::new()),
-                &ops,
-                |span| b + span / i,
-            );
-        }
-    }
-
-    #[test]
-    fn extreme_times_do_not_panic() {
-        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
-            let q = Quota::from_parts(i, b).unwrap();
-            for n in [1, b] {
-                let l = SlidingWindowCounter::with_clock(q, ManualClock::new());
-                crate::test_support::exercise_extremes(&l, n);
-            }
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// With reservations and cancellations mixed in, what acts (checks
-        /// admitted, reservations at their act time, minus those cancelled
-        /// in time) still respects the same span bound.
-        #[test]
-        fn prop_reservations_keep_the_bound((i, b, ops) in crate::test_support::mixed_workload()) {
-            let l = SlidingWindowCounter::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
-            let acts = crate::test_support::run_mixed(&l, &ops);
-            crate::test_support::assert_span_bound(&acts, |span| b + span / i);
-        }
-    }
-
-    #[test]
-    fn is_send_sync() {
-        fn assert_send_sync<T: Send + Sync>() {}
-        assert_send_sync::<SlidingWindowCounter>();
-        assert_send_sync::<SlidingWindowCounter<ManualClock>>();
-    }
+    // At most `b + ⌊D/I⌋` units within any span of `D` ns: the estimate
+    // falls by at most `b/W = 1/I` per nanosecond, across boundaries too, so
+    // it is a leaky bucket's level in disguise.
+    crate::test_support::shared_limiter_tests!(
+        SlidingWindowCounter,
+        span_bound: |i, b, span| b + span / i,
+    );
 }

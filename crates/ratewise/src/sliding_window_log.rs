@@ -15,7 +15,7 @@
 //! `16·burst` bytes, plus the ring's rounding up to a power of two (so under
 //! `32·burst` bytes). It starts empty and grows only as traffic needs; once it
 //! has grown, checks reuse its storage and do not allocate. (After
-//! [`RateLimiter::set_quota_at`] lowers the burst, entries admitted under the
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) lowers the burst, entries admitted under the
 //! old one stay until they expire.) A denial walks the log to compute the
 //! exact `retry_after`, which is `O(entries)`; an admission is `O(1)`
 //! amortised.
@@ -43,19 +43,20 @@
 //!
 //! # Re-configuration
 //!
-//! [`RateLimiter::set_quota_at`] keeps the log: every unit admitted in the
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the log: every unit admitted in the
 //! last window stays counted against the new burst, within the new window
 //! length. Entries older than the old window were already forgotten.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::fmt::DebugStruct;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Earliest, Fields};
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A sliding-window log. See the [module docs](self).
 ///
@@ -120,6 +121,12 @@ impl State {
             self.log.pop_front();
         }
     }
+}
+
+impl Earliest for State {
+    fn quota(&self) -> Quota {
+        self.quota
+    }
 
     /// Raises `now` to the latest time seen, prunes, and returns the time a
     /// decision is made at (`now`, or the newest entry if later).
@@ -152,7 +159,7 @@ impl State {
         t0
     }
 
-    fn push(&mut self, n: u64, at: u64) {
+    fn admit_at(&mut self, n: u64, at: u64) {
         match self.log.back_mut() {
             Some(e) if e.at == at => e.weight += n,
             _ => self.log.push_back(Entry { at, weight: n }),
@@ -163,7 +170,7 @@ impl State {
         self.prune(at);
     }
 
-    fn decision(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
         let w = self.quota.window_nanos();
         let empty_at = self.newest().map_or(caller_now, |at| at.saturating_add(w));
         Decision {
@@ -179,6 +186,11 @@ impl State {
             retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
             delay: Duration::ZERO,
         }
+    }
+
+    /// The log entry a reservation was counted in: its time.
+    fn mark(&self, at: u64) -> u64 {
+        at
     }
 }
 
@@ -212,126 +224,65 @@ impl<C: Clock> SlidingWindowLog<C> {
 
     /// How many entries the log holds now (at most the burst).
     pub fn len(&self) -> usize {
-        self.lock().log.len()
+        crate::locked::lock(&self.state).log.len()
     }
 
     /// `true` if the log holds no entries.
     pub fn is_empty(&self) -> bool {
-        self.lock().log.is_empty()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // Every statement leaves `log` and `total` consistent (plain pushes,
-        // pops and additions that cannot panic), so a panic elsewhere cannot
-        // leave the state torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::locked::lock(&self.state).log.is_empty()
     }
 }
 
-impl<C: Clock> RateLimiter for SlidingWindowLog<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.quota = quota;
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.quota = quota;
         // Drop what has left the new window.
-        s.settle(now.as_nanos());
+        self.settle(now.as_nanos());
     }
 
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        let (now, t0) = s.settle(caller);
-        let at = s.earliest(n, t0);
-        if at > now {
-            return Ok(s.decision(caller, now, Some(at)));
-        }
-        s.push(n, now);
-        Ok(s.decision(caller, now, None))
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        // Pruning expired entries is not consuming.
-        let (now, t0) = s.settle(caller);
-        let at = s.earliest(n, t0);
-        Ok(s.decision(caller, now, (at > now).then_some(at)))
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let caller = now.as_nanos();
-        let (_, t0) = s.settle(caller);
-        let at = s.earliest(n, t0);
-        let wait = at.saturating_sub(caller);
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.push(n, at);
-        Ok(Reservation::new(n, now, Timestamp::from_nanos(at), at, n))
-    }
-
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
-        let mut s = self.lock();
-        s.last = s.last.max(now.as_nanos());
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
+        self.last = self.last.max(now.as_nanos());
         // Past its act time (on the limiter's clock) it may have been used.
-        if s.last > reservation.act_at.as_nanos() {
+        if self.last > reservation.act_at.as_nanos() {
             return 0;
         }
-        let Ok(i) = s.log.binary_search_by_key(&reservation.mark, |e| e.at) else {
+        let Ok(i) = self.log.binary_search_by_key(&reservation.mark, |e| e.at) else {
             return 0;
         };
-        let Some(e) = s.log.get_mut(i) else {
+        let Some(e) = self.log.get_mut(i) else {
             return 0;
         };
         let back = reservation.cost.min(e.weight);
         e.weight -= back;
         if e.weight == 0 {
-            s.log.remove(i);
+            self.log.remove(i);
         }
-        s.total -= back;
+        self.total -= back;
         back
-    }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
     }
 }
 
-impl<C> std::fmt::Debug for SlidingWindowLog<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("SlidingWindowLog")
-            .field("quota", &s.quota)
-            .field("entries", &s.log.len())
-            .field("total", &s.total)
-            .finish_non_exhaustive()
+crate::locked::impl_rate_limiter!(SlidingWindowLog);
+
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("entries", &self.log.len())
+            .field("total", &self.total);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::{admitted, assert_retry_exact, ms};
+    use crate::error::ReserveError;
+    use crate::limiter::RateLimiter;
+    use crate::test_support::{
+        admitted, assert_peeks_allowed, assert_retry_exact, assert_weights, ms, quota,
+    };
     use crate::time::ManualClock;
 
     fn swl(rate: u64, burst: u64) -> SlidingWindowLog<ManualClock> {
-        let q = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        SlidingWindowLog::with_clock(q, ManualClock::new())
+        SlidingWindowLog::with_clock(quota(rate, burst), ManualClock::new())
     }
 
     #[test]
@@ -353,16 +304,8 @@ mod tests {
     #[test]
     fn weights_and_errors() {
         let l = swl(10, 5);
-        assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
-        assert!(matches!(
-            l.check_at(6, ms(0)),
-            Err(CheckError::ExceedsBurst { .. })
-        ));
-        assert!(l.check_at(3, ms(0)).unwrap().allowed);
-        let d = l.check_at(3, ms(100)).unwrap();
-        assert!(!d.allowed);
+        let d = assert_weights(&l, ms(100));
         assert_eq!(d.remaining, 2);
-        assert!(l.check_at(2, ms(100)).unwrap().allowed);
     }
 
     #[test]
@@ -384,9 +327,7 @@ mod tests {
     #[test]
     fn peek_does_not_consume() {
         let l = swl(10, 2);
-        for _ in 0..5 {
-            assert!(l.peek_at(2, ms(0)).unwrap().allowed);
-        }
+        assert_peeks_allowed(&l, 2, 5);
         assert!(l.is_empty());
         assert_eq!(admitted(&l, 5, 1, ms(0)), 2);
     }
@@ -482,52 +423,10 @@ mod tests {
         assert!(l.check_at(5, ms(500)).unwrap().allowed);
     }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// Exact retry_after, denials change nothing, and at most
-        /// `b·⌈(D + 1)/W⌉` units are admitted within any span of `D` ns (at
-        /// most `b` in each of the `⌈(D + 1)/W⌉` windows `(t − W, t]` that
-        /// cover it).
-        #[test]
-        fn prop_workload((i, b, ops) in crate::test_support::workload()) {
-            let q = Quota::from_parts(i, b).unwrap();
-            let w = i * b;
-            crate::test_support::check_workload(
-                || SlidingWindowLog::with_clock(q, ManualClock::new()),
-                &ops,
-                |span| b * (span + 1).div_ceil(w),
-            );
-        }
-    }
-
-    #[test]
-    fn extreme_times_do_not_panic() {
-        for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
-            let q = Quota::from_parts(i, b).unwrap();
-            for n in [1, b] {
-                let l = SlidingWindowLog::with_clock(q, ManualClock::new());
-                crate::test_support::exercise_extremes(&l, n);
-            }
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// With reservations and cancellations mixed in, what acts (checks
-        /// admitted, reservations at their act time, minus those cancelled
-        /// in time) still respects the same span bound.
-        #[test]
-        fn prop_reservations_keep_the_bound((i, b, ops) in crate::test_support::mixed_workload()) {
-            let l = SlidingWindowLog::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
-            let acts = crate::test_support::run_mixed(&l, &ops);
-            crate::test_support::assert_span_bound(&acts, |span| b * (span + 1).div_ceil(i * b));
-        }
-    }
-
-    #[test]
-    fn is_send_sync() {
-        fn assert_send_sync<T: Send + Sync>() {}
-        assert_send_sync::<SlidingWindowLog>();
-        assert_send_sync::<SlidingWindowLog<ManualClock>>();
-    }
+    // At most `b·⌈(D + 1)/W⌉` units within any span of `D` ns: at most `b`
+    // in each of the `⌈(D + 1)/W⌉` windows `(t − W, t]` that cover it.
+    crate::test_support::shared_limiter_tests!(
+        SlidingWindowLog,
+        span_bound: |i, b, span| b * (span + 1).div_ceil(i * b),
+    );
 }

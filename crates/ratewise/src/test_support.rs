@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::limiter::RateLimiter;
 use crate::limiter::Reservation;
+use crate::quota::Quota;
 use crate::time::Timestamp;
 
 /// A timestamp `v` milliseconds after the origin.
@@ -11,11 +12,44 @@ pub(crate) fn ms(v: u64) -> Timestamp {
     Timestamp::from_nanos(v * 1_000_000)
 }
 
+/// `rate` per second with a burst of `burst`.
+pub(crate) fn quota(rate: u64, burst: u64) -> Quota {
+    Quota::per_second(rate).unwrap().with_burst(burst).unwrap()
+}
+
 /// Checks `n` at `at` `count` times and returns how many were admitted.
 pub(crate) fn admitted<L: RateLimiter>(l: &L, count: u64, n: u64, at: Timestamp) -> u64 {
     (0..count)
         .filter(|_| l.check_at(n, at).map(|d| d.allowed).unwrap_or(false))
         .count() as u64
+}
+
+/// For a limiter with a burst of 5 and nothing admitted yet: weight 0 and a
+/// weight above the burst are errors, 3 units pass at the origin, 3 more are
+/// then denied at `at` and the 2 left still pass there. Returns the denial.
+pub(crate) fn assert_weights<L: RateLimiter>(l: &L, at: Timestamp) -> crate::Decision {
+    use crate::error::CheckError;
+    assert_eq!(l.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
+    assert_eq!(
+        l.check_at(6, ms(0)),
+        Err(CheckError::ExceedsBurst {
+            requested: 6,
+            burst: 5
+        })
+    );
+    assert!(l.check_at(3, ms(0)).unwrap().allowed);
+    let denied = l.check_at(3, at).unwrap();
+    assert!(!denied.allowed);
+    assert!(l.check_at(2, at).unwrap().allowed);
+    denied
+}
+
+/// Asserts that `times` peeks of weight `n` at the origin are all allowed
+/// (peeking consumes nothing).
+pub(crate) fn assert_peeks_allowed<L: RateLimiter>(l: &L, n: u64, times: u64) {
+    for _ in 0..times {
+        assert!(l.peek_at(n, ms(0)).unwrap().allowed);
+    }
 }
 
 /// Asserts that a request of weight `n` is denied at `now` and that its
@@ -46,19 +80,27 @@ pub(crate) fn assert_retry_exact<L: RateLimiter>(l: &L, n: u64, now: Timestamp) 
     at
 }
 
+/// A random time step for a quota of `interval` ns per unit and burst
+/// `burst`, scaled so that every regime (idle, saturated, window boundaries)
+/// is reached: often none, often up to one interval, sometimes up to three
+/// windows.
+fn step(interval: u64, burst: u64) -> impl proptest::strategy::Strategy<Value = u64> {
+    use proptest::prelude::*;
+    let window = interval * burst;
+    prop_oneof![
+        3 => Just(0u64),
+        4 => 0..=interval,
+        2 => 0..=3 * window,
+    ]
+}
+
 /// A random workload for property tests: a quota's raw parts and a list of
 /// `(time step, weight)` checks, scaled to the quota so that every regime
 /// (idle, saturated, window boundaries) is reached.
 pub(crate) fn workload() -> impl proptest::strategy::Strategy<Value = (u64, u64, Vec<(u64, u64)>)> {
     use proptest::prelude::*;
     (1u64..=40, 1u64..=8).prop_flat_map(|(interval, burst)| {
-        let window = interval * burst;
-        let step = prop_oneof![
-            3 => Just(0u64),
-            4 => 0..=interval,
-            2 => 0..=3 * window,
-        ];
-        let ops = proptest::collection::vec((step, 1..=burst), 1..80);
+        let ops = proptest::collection::vec((step(interval, burst), 1..=burst), 1..80);
         (Just(interval), Just(burst), ops)
     })
 }
@@ -168,13 +210,7 @@ pub(crate) fn mixed_workload(
 ) -> impl proptest::strategy::Strategy<Value = (u64, u64, Vec<(u64, u8, u64)>)> {
     use proptest::prelude::*;
     (1u64..=40, 1u64..=8).prop_flat_map(|(interval, burst)| {
-        let window = interval * burst;
-        let step = prop_oneof![
-            3 => Just(0u64),
-            4 => 0..=interval,
-            2 => 0..=3 * window,
-        ];
-        let ops = proptest::collection::vec((step, 0u8..4, 1..=burst), 1..80);
+        let ops = proptest::collection::vec((step(interval, burst), 0u8..4, 1..=burst), 1..80);
         (Just(interval), Just(burst), ops)
     })
 }
@@ -249,3 +285,66 @@ pub(crate) fn assert_span_bound(acts: &[(u64, u64)], bound: impl Fn(u64) -> u64)
         }
     }
 }
+
+/// Writes the unit tests every mutex-protected limiter `$ty` shares, into
+/// its `tests` module (which must have `Quota` in scope):
+///
+/// * `extreme_times_do_not_panic`: [`exercise_extremes`] for a range of
+///   quotas, down to one nanosecond and up to `u64::MAX` per unit, with
+///   weights 1 and the burst;
+/// * `is_send_sync`: the limiter can be shared between threads;
+/// * with `span_bound: |i, b, span| …` (the most weight the algorithm may
+///   admit within `span` ns for interval `i` and burst `b`), also
+///   `prop_workload` — [`check_workload`]: exact `retry_after`, denials
+///   change nothing, admissions within the bound — and
+///   `prop_reservations_keep_the_bound` — with reservations and
+///   cancellations mixed in, what acts (checks admitted, reservations at
+///   their act time, minus those cancelled in time) still respects the
+///   bound ([`run_mixed`], [`assert_span_bound`]).
+macro_rules! shared_limiter_tests {
+    ($ty:ident) => {
+        #[test]
+        fn extreme_times_do_not_panic() {
+            for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
+                let q = Quota::from_parts(i, b).unwrap();
+                for n in [1, b] {
+                    let l = $ty::with_clock(q, $crate::time::ManualClock::new());
+                    $crate::test_support::exercise_extremes(&l, n);
+                }
+            }
+        }
+
+        #[test]
+        fn is_send_sync() {
+            fn assert_send_sync<T: Send + Sync>() {}
+            assert_send_sync::<$ty>();
+            assert_send_sync::<$ty<$crate::time::ManualClock>>();
+        }
+    };
+    ($ty:ident, span_bound: |$i:ident, $b:ident, $span:ident| $bound:expr $(,)?) => {
+        $crate::test_support::shared_limiter_tests!($ty);
+
+        proptest::proptest! {
+            #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+            #[test]
+            fn prop_workload((i, b, ops) in $crate::test_support::workload()) {
+                let bound = |$i: u64, $b: u64, $span: u64| -> u64 { $bound };
+                let q = Quota::from_parts(i, b).unwrap();
+                $crate::test_support::check_workload(
+                    || $ty::with_clock(q, $crate::time::ManualClock::new()),
+                    &ops,
+                    |span| bound(i, b, span),
+                );
+            }
+
+            #[test]
+            fn prop_reservations_keep_the_bound((i, b, ops) in $crate::test_support::mixed_workload()) {
+                let bound = |$i: u64, $b: u64, $span: u64| -> u64 { $bound };
+                let l = $ty::with_clock(Quota::from_parts(i, b).unwrap(), $crate::time::ManualClock::new());
+                let acts = $crate::test_support::run_mixed(&l, &ops);
+                $crate::test_support::assert_span_bound(&acts, |span| bound(i, b, span));
+            }
+        }
+    };
+}
+pub(crate) use shared_limiter_tests;

@@ -11,14 +11,15 @@
 //! Reservations may drive the balance below zero (a debt later requests
 //! queue behind), as in Go's `x/time/rate`.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::fmt::DebugStruct;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::{CheckError, ReserveError};
-use crate::limiter::{validate_weight, RateLimiter, Reservation};
+use crate::limiter::Reservation;
+use crate::locked::{Adjust, Admission, Booking, Cost, Fields};
 use crate::quota::Quota;
-use crate::time::{duration_to_nanos_saturating, Clock, MonotonicClock, Timestamp};
+use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// A token bucket. See the [module docs](self).
 ///
@@ -62,17 +63,42 @@ impl State {
             self.last = now;
         }
     }
+}
 
-    fn decision(&self, allowed: bool, retry_after: Option<u64>) -> Decision {
+impl Admission for State {
+    type Plan = Cost;
+
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn plan(&mut self, n: u64, now: u64) -> Cost {
+        // Refilling is not consuming: peek may bring the balance up to date.
+        self.refill(now);
+        let cost = n * self.quota.emission_nanos();
+        Cost::new(now, cost, clamp_u64(i128::from(cost) - self.credit))
+    }
+
+    fn admit(&mut self, _n: u64, plan: &Cost) {
+        self.credit -= i128::from(plan.cost);
+        self.last_act = self.last_act.max(self.last);
+    }
+
+    fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
         let tau = i128::from(self.quota.window_nanos());
         Decision {
             allowed,
             limit: self.quota.burst(),
             remaining: self.quota.units_in(clamp_u64(self.credit)),
             reset_after: Duration::from_nanos(clamp_u64(tau - self.credit)),
-            retry_after: retry_after.map(Duration::from_nanos),
+            retry_after: plan.retry_after(allowed),
             delay: Duration::ZERO,
         }
+    }
+
+    fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
+        self.credit -= i128::from(plan.cost);
+        plan.book(self.last, &mut self.last_act)
     }
 }
 
@@ -126,139 +152,61 @@ impl<C: Clock> TokenBucket<C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is plain numbers that are always consistent between
-        // statements, so a panic elsewhere cannot leave it torn.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
-impl<C: Clock> RateLimiter for TokenBucket<C> {
-    fn quota(&self) -> Quota {
-        self.lock().quota
-    }
-
-    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let mut s = self.lock();
-        s.refill(now.as_nanos());
+impl Adjust for State {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.refill(now.as_nanos());
         // Keep the number of tokens, capped at the new burst.
-        let old_e = i128::from(s.quota.emission_nanos());
+        let old_e = i128::from(self.quota.emission_nanos());
         let new_e = i128::from(quota.emission_nanos());
-        s.credit = (s.credit * new_e / old_e).min(i128::from(quota.window_nanos()));
-        s.quota = quota;
+        self.credit = (self.credit * new_e / old_e).min(i128::from(quota.window_nanos()));
+        self.quota = quota;
     }
 
-    fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        s.refill(now.as_nanos());
-        let cost = i128::from(n * s.quota.emission_nanos());
-        if s.credit >= cost {
-            s.credit -= cost;
-            s.last_act = s.last_act.max(s.last);
-            Ok(s.decision(true, None))
-        } else {
-            let retry = clamp_u64(cost - s.credit);
-            Ok(s.decision(false, Some(retry)))
-        }
-    }
-
-    fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        // Refilling is not consuming: peek may bring the balance up to date.
-        s.refill(now.as_nanos());
-        let cost = i128::from(n * s.quota.emission_nanos());
-        if s.credit >= cost {
-            Ok(s.decision(true, None))
-        } else {
-            Ok(s.decision(false, Some(clamp_u64(cost - s.credit))))
-        }
-    }
-
-    fn reserve_within_at(
-        &self,
-        n: u64,
-        now: Timestamp,
-        max_wait: Duration,
-    ) -> Result<Reservation, ReserveError> {
-        let mut s = self.lock();
-        validate_weight(n, s.quota.burst())?;
-        let now_ns = now.as_nanos();
-        s.refill(now_ns);
-        let cost = n * s.quota.emission_nanos();
-        let wait = clamp_u64(i128::from(cost) - s.credit);
-        if wait > duration_to_nanos_saturating(max_wait) {
-            return Err(ReserveError::WouldWaitTooLong {
-                wait: Duration::from_nanos(wait),
-                max_wait,
-            });
-        }
-        s.credit -= i128::from(cost);
-        // Act time is measured from the bucket's own latest time, which is
-        // `now` unless the caller's clock ran backwards.
-        let act = s.last.max(now_ns).saturating_add(wait);
-        s.last_act = s.last_act.max(act);
-        Ok(Reservation::new(
-            n,
-            now,
-            Timestamp::from_nanos(act),
-            act,
-            cost,
-        ))
-    }
-
-    fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
         if now > reservation.act_at {
             return 0;
         }
-        let mut s = self.lock();
         let now = now.as_nanos();
-        s.refill(now);
+        self.refill(now);
         // A forged reservation never returns more than its weight.
-        let cost = reservation.cost.min(s.quota.cost_nanos(reservation.weight));
+        let cost = reservation
+            .cost
+            .min(self.quota.cost_nanos(reservation.weight));
         let act = reservation.act_at.as_nanos();
-        let restore = restore_after_later_grants(cost, act, s.last_act);
+        let restore = restore_after_later_grants(cost, act, self.last_act);
         if restore == 0 {
             return 0;
         }
-        let tau = i128::from(s.quota.window_nanos());
-        let before = s.credit;
-        s.credit = (s.credit + i128::from(restore)).min(tau);
-        if act == s.last_act {
+        let tau = i128::from(self.quota.window_nanos());
+        let before = self.credit;
+        self.credit = (self.credit + i128::from(restore)).min(tau);
+        if act == self.last_act {
             // It was the latest grant: the latest is now the one before it.
             let previous = act.saturating_sub(cost);
             if previous >= now {
-                s.last_act = previous;
+                self.last_act = previous;
             }
         }
-        u64::try_from((s.credit - before) / i128::from(s.quota.emission_nanos())).unwrap_or(0)
-    }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
+        u64::try_from((self.credit - before) / i128::from(self.quota.emission_nanos())).unwrap_or(0)
     }
 }
 
-impl<C> std::fmt::Debug for TokenBucket<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("TokenBucket")
-            .field("quota", &s.quota)
-            .field("credit_nanos", &s.credit)
-            .finish_non_exhaustive()
+crate::locked::impl_rate_limiter!(TokenBucket);
+
+impl Fields for State {
+    fn fields(&self, d: &mut DebugStruct<'_, '_>) {
+        d.field("credit_nanos", &self.credit);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::RateLimiter;
+    use crate::test_support::ms;
     use crate::time::ManualClock;
-
-    fn ms(v: u64) -> Timestamp {
-        Timestamp::from_nanos(v * 1_000_000)
-    }
 
     fn admitted(b: &TokenBucket<ManualClock>, count: u64, at: Timestamp) -> u64 {
         (0..count)

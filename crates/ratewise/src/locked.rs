@@ -1,0 +1,379 @@
+//! The check, peek and reserve paths shared by the mutex-protected limiters.
+//!
+//! Six algorithms — the fixed window, the sliding-window counter and log, the
+//! leaky meter and queue, and the token bucket — keep their state behind one
+//! `Mutex` and answer [`RateLimiter::check_at`], [`RateLimiter::peek_at`] and
+//! [`RateLimiter::reserve_within_at`] in the same steps: lock, validate the
+//! weight against the burst, bring the state up to `now` (never back in
+//! time), work out where the request would go, admit it or not, and describe
+//! the outcome. Those steps are written once here, and
+//! [`impl_rate_limiter!`] writes each type's whole `RateLimiter` and `Debug`
+//! impls around them. What really differs — how time is settled, when a
+//! request passes, what admitting it changes, what the decision reports —
+//! stays in each algorithm's module, in its state's [`Admission`] (or
+//! [`Earliest`]) impl; so do its cancellation and re-configuration rules
+//! ([`Adjust`]) and its `Debug` fields ([`Fields`]).
+//!
+//! # Invariants
+//!
+//! * The lock is held for the whole of one call, so the plan, the admission
+//!   and the decision all see one state.
+//! * `peek` runs the same [`Admission::plan`] as `check` (bringing the state
+//!   up to date — refilling, draining, pruning — is not consuming) and never
+//!   admits; a denied `check` changes nothing more than `peek` would.
+//! * A reservation that would wait longer than `max_wait` changes nothing
+//!   more than the plan did.
+//! * Nothing here allocates: a plan is a small `Copy` value on the stack
+//!   (an algorithm's own admission may, as the log's ring grows).
+//! * Mutex poisoning is ignored: every state is plain data left consistent
+//!   between statements, so a panic elsewhere cannot leave it torn.
+//!
+//! [`RateLimiter::check_at`]: crate::RateLimiter::check_at
+//! [`RateLimiter::peek_at`]: crate::RateLimiter::peek_at
+//! [`RateLimiter::reserve_within_at`]: crate::RateLimiter::reserve_within_at
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::error::{CheckError, ReserveError};
+use crate::limiter::{validate_weight, Reservation};
+use crate::quota::Quota;
+use crate::time::{duration_to_nanos_saturating, Timestamp};
+
+/// Locks a limiter's state, ignoring poisoning (see the module docs).
+pub(crate) fn lock<S>(state: &Mutex<S>) -> MutexGuard<'_, S> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a reservation books: its act time and the two bookkeeping words of
+/// [`Reservation::new`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Booking {
+    /// When the caller may act, in nanoseconds.
+    pub(crate) act: u64,
+    /// The algorithm's first bookkeeping word.
+    pub(crate) mark: u64,
+    /// The algorithm's second bookkeeping word.
+    pub(crate) cost: u64,
+}
+
+/// Where a request would go, as an [`Admission::plan`] found it.
+pub(crate) trait Placement: Copy {
+    /// Whether a check admits the planned request now.
+    fn passes(&self) -> bool;
+
+    /// How many nanoseconds a reservation of the planned request would wait,
+    /// from the caller's `now`; compared with `max_wait`.
+    fn reserve_wait(&self) -> u64;
+}
+
+/// A mutex-protected limiter state that can say where a request would go and
+/// admit it there. The shared paths call, in order: [`Admission::plan`],
+/// then [`Placement::passes`], [`Admission::admit`] and
+/// [`Admission::decision`] (check and peek), or [`Placement::reserve_wait`]
+/// and [`Admission::book`] (reserve).
+pub(crate) trait Admission {
+    /// What [`Admission::plan`] learns about one request.
+    type Plan: Placement;
+
+    /// The current quota.
+    fn quota(&self) -> Quota;
+
+    /// Brings the state up to the caller's `now` (an earlier `now` than one
+    /// already seen is treated as no time passing) and works out where a
+    /// request of weight `n` would go. Must not consume capacity.
+    fn plan(&mut self, n: u64, now: u64) -> Self::Plan;
+
+    /// Admits the planned request now (called only when it passes).
+    fn admit(&mut self, n: u64, plan: &Self::Plan);
+
+    /// The decision for the planned request: after admitting it if
+    /// `allowed`, otherwise with the state unchanged since the plan.
+    fn decision(&self, plan: &Self::Plan, allowed: bool) -> Decision;
+
+    /// Books the planned request at the earliest time it can act.
+    fn book(&mut self, n: u64, plan: &Self::Plan) -> Booking;
+}
+
+/// A state that places every request at an absolute time — the earliest at
+/// which it passes — and admits it there (the window counters and the log).
+/// Every such state is an [`Admission`]: a check passes when that time is
+/// not after the clamped `now`, a denial's evidence is that time, and a
+/// reservation is booked at it.
+pub(crate) trait Earliest {
+    /// The current quota.
+    fn quota(&self) -> Quota;
+
+    /// Raises the caller's `now` to the latest time seen and brings the
+    /// state up to it. Returns that clamped `now` and the time from which a
+    /// request may be placed (not before the clamped `now`).
+    fn settle(&mut self, now: u64) -> (u64, u64);
+
+    /// The earliest time at or after `from` at which `n` more units pass.
+    fn earliest(&self, n: u64, from: u64) -> u64;
+
+    /// Counts `n` units as admitted at `at`.
+    fn admit_at(&mut self, n: u64, at: u64);
+
+    /// The decision for a caller at `caller_now`, made at the clamped `now`;
+    /// `retry_at` is the time a denied request would pass.
+    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision;
+
+    /// A reservation's first bookkeeping word once it is admitted at `at`.
+    fn mark(&self, at: u64) -> u64;
+}
+
+/// Raises `last` (the latest time a state has seen) to `now` and returns it
+/// twice, as [`Earliest::settle`] does for a state that keeps nothing else
+/// up to date.
+pub(crate) fn raise(last: &mut u64, now: u64) -> (u64, u64) {
+    *last = (*last).max(now);
+    (*last, *last)
+}
+
+/// Where an [`Earliest`] state places a request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Placed {
+    /// The caller's `now`.
+    caller: u64,
+    /// The clamped `now`.
+    now: u64,
+    /// The earliest time the request passes.
+    at: u64,
+}
+
+impl Placement for Placed {
+    fn passes(&self) -> bool {
+        self.at <= self.now
+    }
+
+    fn reserve_wait(&self) -> u64 {
+        self.at.saturating_sub(self.caller)
+    }
+}
+
+impl<S: Earliest> Admission for S {
+    type Plan = Placed;
+
+    fn quota(&self) -> Quota {
+        Earliest::quota(self)
+    }
+
+    fn plan(&mut self, n: u64, now: u64) -> Placed {
+        let (clamped, from) = self.settle(now);
+        Placed {
+            caller: now,
+            now: clamped,
+            at: self.earliest(n, from),
+        }
+    }
+
+    fn admit(&mut self, n: u64, plan: &Placed) {
+        self.admit_at(n, plan.now);
+    }
+
+    fn decision(&self, plan: &Placed, allowed: bool) -> Decision {
+        self.decision_at(plan.caller, plan.now, (!allowed).then_some(plan.at))
+    }
+
+    fn book(&mut self, n: u64, plan: &Placed) -> Booking {
+        self.admit_at(n, plan.at);
+        Booking {
+            act: plan.at,
+            mark: self.mark(plan.at),
+            cost: n,
+        }
+    }
+}
+
+/// Where a bucket-family state (the token bucket, the leaky meter) places a
+/// request: what it costs and how long until that fits. Both states keep the
+/// act time of their latest grant (Go `x/time/rate`'s `lastEvent`) for
+/// cancellation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cost {
+    /// The caller's `now`.
+    pub(crate) caller: u64,
+    /// The request's cost in nanoseconds of capacity.
+    pub(crate) cost: u64,
+    /// Nanoseconds from the state's latest time until the cost fits (zero if
+    /// it fits now): a denial's `retry_after` and a reservation's wait.
+    pub(crate) wait: u64,
+}
+
+impl Placement for Cost {
+    fn passes(&self) -> bool {
+        self.wait == 0
+    }
+
+    fn reserve_wait(&self) -> u64 {
+        self.wait
+    }
+}
+
+impl Cost {
+    /// A request from a caller at `caller` costing `cost`, which fits after
+    /// `wait`.
+    pub(crate) fn new(caller: u64, cost: u64, wait: u64) -> Self {
+        Cost { caller, cost, wait }
+    }
+
+    /// A denial's `retry_after`: the wait, unless `allowed`.
+    pub(crate) fn retry_after(&self, allowed: bool) -> Option<Duration> {
+        (!allowed).then(|| Duration::from_nanos(self.wait))
+    }
+
+    /// The booking of a reservation granted once the cost is taken: it acts
+    /// `wait` after the state's latest time `last` (which is the caller's
+    /// `now` unless the caller's clock ran backwards), and becomes the latest
+    /// grant if it acts last.
+    pub(crate) fn book(&self, last: u64, last_act: &mut u64) -> Booking {
+        let act = last.max(self.caller).saturating_add(self.wait);
+        *last_act = (*last_act).max(act);
+        Booking {
+            act,
+            mark: act,
+            cost: self.cost,
+        }
+    }
+}
+
+/// What [`RateLimiter::check_at`](crate::RateLimiter::check_at) and
+/// [`RateLimiter::peek_at`](crate::RateLimiter::peek_at) answer.
+pub(crate) type Checked = Result<Decision, CheckError>;
+
+/// [`RateLimiter::check_at`](crate::RateLimiter::check_at) (`consume`) or
+/// [`RateLimiter::peek_at`](crate::RateLimiter::peek_at) (not `consume`) for
+/// a mutex-protected state.
+pub(crate) fn decide<S: Admission>(
+    state: &Mutex<S>,
+    n: u64,
+    now: Timestamp,
+    consume: bool,
+) -> Checked {
+    let mut s = lock(state);
+    validate_weight(n, s.quota().burst())?;
+    let plan = s.plan(n, now.as_nanos());
+    let allowed = plan.passes();
+    if allowed && consume {
+        s.admit(n, &plan);
+    }
+    Ok(s.decision(&plan, allowed))
+}
+
+/// [`RateLimiter::reserve_within_at`](crate::RateLimiter::reserve_within_at)
+/// for a mutex-protected state.
+pub(crate) fn reserve<S: Admission>(
+    state: &Mutex<S>,
+    n: u64,
+    now: Timestamp,
+    max_wait: Duration,
+) -> Result<Reservation, ReserveError> {
+    let mut s = lock(state);
+    validate_weight(n, s.quota().burst())?;
+    let plan = s.plan(n, now.as_nanos());
+    let wait = plan.reserve_wait();
+    if wait > duration_to_nanos_saturating(max_wait) {
+        return Err(ReserveError::WouldWaitTooLong {
+            wait: Duration::from_nanos(wait),
+            max_wait,
+        });
+    }
+    let b = s.book(n, &plan);
+    Ok(Reservation::new(
+        n,
+        now,
+        Timestamp::from_nanos(b.act),
+        b.mark,
+        b.cost,
+    ))
+}
+
+/// Re-configuration and cancellation on a locked state: each algorithm's
+/// own rules (see its module docs), called by
+/// [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) and
+/// [`RateLimiter::cancel_at`](crate::RateLimiter::cancel_at) with the lock
+/// held.
+pub(crate) trait Adjust {
+    /// Replaces the quota at `now`.
+    fn set_quota(&mut self, quota: Quota, now: Timestamp);
+
+    /// Hands back `reservation` at `now`; returns the whole units given back.
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64;
+}
+
+/// The fields a mutex-protected limiter's `Debug` output shows after its
+/// quota.
+pub(crate) trait Fields {
+    /// Adds the state's own fields to `d`.
+    fn fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>);
+}
+
+/// Implements [`RateLimiter`](crate::RateLimiter) and `Debug` for a mutex-protected
+/// limiter `$ty<C>`: a struct with the fields `state: Mutex<S>`, where `S:`
+/// [`Admission`] `+` [`Adjust`] `+` [`Fields`], and `clock: C`, where
+/// `C: Clock`. Every method locks the state once and hands it to the shared
+/// paths above or to the state's own [`Adjust`] rules. `Debug` shows the
+/// type's name, its quota and the state's [`Fields`].
+macro_rules! impl_rate_limiter {
+    ($ty:ident) => {
+        impl<C: $crate::time::Clock> $crate::limiter::RateLimiter for $ty<C> {
+            fn quota(&self) -> $crate::quota::Quota {
+                $crate::locked::Admission::quota(&*$crate::locked::lock(&self.state))
+            }
+
+            fn set_quota_at(&self, quota: $crate::quota::Quota, now: $crate::time::Timestamp) {
+                $crate::locked::Adjust::set_quota(
+                    &mut *$crate::locked::lock(&self.state),
+                    quota,
+                    now,
+                )
+            }
+
+            fn check_at(&self, n: u64, now: $crate::time::Timestamp) -> $crate::locked::Checked {
+                $crate::locked::decide(&self.state, n, now, true)
+            }
+
+            fn peek_at(&self, n: u64, now: $crate::time::Timestamp) -> $crate::locked::Checked {
+                $crate::locked::decide(&self.state, n, now, false)
+            }
+
+            fn reserve_within_at(
+                &self,
+                n: u64,
+                now: $crate::time::Timestamp,
+                max_wait: ::std::time::Duration,
+            ) -> Result<$crate::limiter::Reservation, $crate::error::ReserveError> {
+                $crate::locked::reserve(&self.state, n, now, max_wait)
+            }
+
+            fn cancel_at(
+                &self,
+                reservation: $crate::limiter::Reservation,
+                now: $crate::time::Timestamp,
+            ) -> u64 {
+                $crate::locked::Adjust::cancel(
+                    &mut *$crate::locked::lock(&self.state),
+                    reservation,
+                    now,
+                )
+            }
+
+            fn now(&self) -> $crate::time::Timestamp {
+                $crate::time::Clock::now(&self.clock)
+            }
+        }
+
+        impl<C> ::std::fmt::Debug for $ty<C> {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let s = $crate::locked::lock(&self.state);
+                let mut d = f.debug_struct(stringify!($ty));
+                d.field("quota", &$crate::locked::Admission::quota(&*s));
+                $crate::locked::Fields::fields(&*s, &mut d);
+                d.finish_non_exhaustive()
+            }
+        }
+    };
+}
+pub(crate) use impl_rate_limiter;
