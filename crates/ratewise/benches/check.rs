@@ -165,20 +165,22 @@ fn two_threads(c: &mut Criterion) {
             )
         })
     });
-    let tb = Arc::new(TokenBucket::new(open_quota()));
-    g.bench_function("TokenBucket", |b| {
-        let tb = Arc::clone(&tb);
-        b.iter_custom(move |iters| {
-            let l = Arc::clone(&tb);
-            contended(
-                2,
-                iters,
-                Arc::new(move || {
-                    black_box(l.check(1).is_ok_and(|d| d.allowed));
-                }),
-            )
-        })
-    });
+    for (name, l) in others() {
+        let l: Arc<dyn RateLimiter> = Arc::from(l);
+        g.bench_function(name, |b| {
+            let l = Arc::clone(&l);
+            b.iter_custom(move |iters| {
+                let l = Arc::clone(&l);
+                contended(
+                    2,
+                    iters,
+                    Arc::new(move || {
+                        black_box(l.check(1).is_ok_and(|d| d.allowed));
+                    }),
+                )
+            })
+        });
+    }
     g.finish();
 }
 
