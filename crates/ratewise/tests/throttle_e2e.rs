@@ -78,7 +78,7 @@ async fn handle(
         String::from("HTTP/1.1 429 Too Many Requests\r\n")
     };
     for (name, value) in decision.headers() {
-        // The server sends Retry-After and RateLimit-Remaining.
+        // The server sends Retry-After and RateLimit-Remaining.
         if all_headers || name == "Retry-After" || name == "RateLimit-Remaining" {
             response.push_str(&format!("{name}: {value}\r\n"));
         }

@@ -241,7 +241,7 @@ mod tests {
     proptest! {
 
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// The "long random run": a quota of N per window is never
+        /// A long random run: a quota of N per window is never
         /// exceeded, whatever the arrival pattern.
         #[test]
         fn never_exceeds_its_quota(

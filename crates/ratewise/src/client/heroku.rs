@@ -664,7 +664,7 @@ mod tests {
 
     #[test]
     fn workload_scenario_eigd_sleeps_1_then_0_2_then_0() {
-        // Spec §4.2: starting sleep 1 s, "sleeps about 1 s, then 0.2, then 0".
+        // The gem's time-to-clear benchmark: starting sleep 1 s, "sleeps about 1 s, then 0.2, then 0".
         let cfg = HerokuConfig {
             starting_sleep: Duration::from_secs(1),
             ..exact()

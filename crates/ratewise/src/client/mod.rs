@@ -11,6 +11,10 @@
 //!
 //! # The strategies
 //!
+//! Sources are cited by number as in the repository's `docs/references.md`
+//! ("post 000" is the responsive-backoff post, 001 the adaptive-rate post,
+//! 002 Heroku's, 004 Google's).
+//!
 //! | module | strategy | source |
 //! |---|---|---|
 //! | [`heroku`] | [`Null`](heroku::Null) pass-through; Heroku's EB, EIGD, EIPD, EIPRD | Heroku's `rate_throttle_client` |
