@@ -16,8 +16,9 @@
 //! * **Waiting methods know when they are inside their own action** (a
 //!   task-local set by the worker): `flush` and `stop` called from there
 //!   return at once instead of waiting for themselves.
-//! * Time is `tokio::time::Instant` only, measured from the primitive's
-//!   creation, so tests on a paused runtime see exact virtual timestamps.
+//! * Time is tokio's clock only ([`TokioClock`], whose origin is the
+//!   primitive's creation), so tests on a paused runtime see exact virtual
+//!   timestamps.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -31,22 +32,18 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use super::core::{
     Batch, CoalesceConfig, CoalesceCore, DebounceConfig, DebounceCore, EventThrottleConfig,
     EventThrottleCore,
 };
 use super::{ActionPanic, DebounceError, FlushOutcome, StopError, StopMode, StopOutcome, Stopped};
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
+use crate::wait::TokioClock;
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 type ActionFn<O> = Box<dyn Fn(O) -> BoxFuture + Send + Sync + 'static>;
 type PanicHook = Box<dyn Fn(ActionPanic) + Send + Sync + 'static>;
-
-/// Where a deadline that does not fit in an `Instant` is parked (as tokio
-/// does for its own "never").
-const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
 tokio::task_local! {
     /// The address of the primitive whose action the current task is running.
@@ -168,7 +165,7 @@ struct Shared<M: Machine> {
     state: Mutex<State<M>>,
     wake: Notify,
     progress: Notify,
-    origin: Instant,
+    clock: TokioClock,
     /// The least time between the starts of two spaced actions.
     spacing: Duration,
     handle: Handle,
@@ -202,7 +199,7 @@ impl<M: Machine> Shared<M> {
             }),
             wake: Notify::new(),
             progress: Notify::new(),
-            origin: Instant::now(),
+            clock: TokioClock::new(),
             spacing,
             handle,
             action,
@@ -218,21 +215,13 @@ impl<M: Machine> Shared<M> {
     }
 
     fn now(&self) -> Timestamp {
-        Timestamp::from_duration(Instant::now().saturating_duration_since(self.origin))
+        self.clock.now()
     }
 
     /// `read`, raised to the latest time already handed to the machine.
     fn monotonic(st: &mut State<M>, read: Timestamp) -> Timestamp {
         st.last_now = st.last_now.max(read);
         st.last_now
-    }
-
-    /// The tokio instant of machine time `t` (far in the future if `t` is
-    /// not representable).
-    fn instant_of(&self, t: Timestamp) -> Instant {
-        self.origin
-            .checked_add(t.as_duration())
-            .unwrap_or_else(|| Instant::now() + FAR_FUTURE)
     }
 
     fn id(self: &Arc<Self>) -> usize {
@@ -478,8 +467,12 @@ async fn worker<M: Machine>(shared: Arc<Shared<M>>) {
                 shared.progress.notify_waiters();
             }
             Next::Sleep(d) => {
-                let at = shared.instant_of(d);
-                let mut sleep = pin!(tokio::time::sleep_until(at));
+                // Tokio's clock has not gone back since `d` was chosen, so
+                // this never wakes before `d` (tokio parks an unrepresentable
+                // deadline far in the future itself).
+                let mut sleep = pin!(tokio::time::sleep(
+                    d.saturating_duration_since(shared.now())
+                ));
                 let mut woken = pin!(shared.wake.notified());
                 std::future::poll_fn(|cx| {
                     if sleep.as_mut().poll(cx).is_ready() || woken.as_mut().poll(cx).is_ready() {
