@@ -558,6 +558,79 @@ macro_rules! common_controls {
     };
 }
 
+/// The parts [`Debouncer`] and [`EventThrottle`] share: `Clone`, the
+/// constructors, `call` and the common controls. `$spacing` is the least
+/// time between the starts of two timer- or call-decided actions.
+macro_rules! value_handle {
+    ($name:ident, $core:ident, $config:ty, $new_doc:literal, spacing = |$c:ident| $spacing:expr) => {
+        impl<T: Send + 'static> Clone for $name<T> {
+            fn clone(&self) -> Self {
+                $name {
+                    shared: Arc::clone(&self.shared),
+                }
+            }
+        }
+
+        impl<T: Send + 'static> $name<T> {
+            #[doc = $new_doc]
+            pub fn new<F, Fut>(config: $config, action: F) -> Result<Self, DebounceError>
+            where
+                F: Fn(T) -> Fut + Send + Sync + 'static,
+                Fut: Future<Output = ()> + Send + 'static,
+            {
+                Self::build(config, action, None)
+            }
+
+            /// As [`new`](Self::new), reporting action panics to `on_panic`.
+            pub fn with_panic_hook<F, Fut, H>(
+                config: $config,
+                action: F,
+                on_panic: H,
+            ) -> Result<Self, DebounceError>
+            where
+                F: Fn(T) -> Fut + Send + Sync + 'static,
+                Fut: Future<Output = ()> + Send + 'static,
+                H: Fn(ActionPanic) + Send + Sync + 'static,
+            {
+                Self::build(config, action, Some(Box::new(on_panic)))
+            }
+
+            fn build<F, Fut>(
+                config: $config,
+                action: F,
+                hook: Option<PanicHook>,
+            ) -> Result<Self, DebounceError>
+            where
+                F: Fn(T) -> Fut + Send + Sync + 'static,
+                Fut: Future<Output = ()> + Send + 'static,
+            {
+                let spacing = {
+                    let $c = &config;
+                    $spacing
+                };
+                Ok($name {
+                    shared: Shared::new($core::new(config), spacing, boxed(action), hook)?,
+                })
+            }
+
+            /// Offers `value`. Never blocks and never runs the action itself
+            /// (a leading fire is handed to the worker at once). After
+            /// [`stop`](Self::stop) the value is handed back in [`Stopped`].
+            pub fn call(&self, value: T) -> Result<(), Stopped<T>> {
+                let mut slot = Some(value);
+                self.shared.update(|m, now, out| {
+                    if let Some(v) = slot.take() {
+                        out.extend(m.call(now, v));
+                    }
+                });
+                slot.map_or(Ok(()), |v| Err(Stopped(v)))
+            }
+
+            common_controls!(T);
+        }
+    };
+}
+
 /// A trailing/leading/both-edge debouncer with max-wait, driven by tokio.
 ///
 /// Cloning gives another handle to the same debouncer. See the
@@ -569,70 +642,15 @@ pub struct Debouncer<T: Send + 'static> {
     shared: Arc<Shared<DebounceCore<T>>>,
 }
 
-impl<T: Send + 'static> Clone for Debouncer<T> {
-    fn clone(&self) -> Self {
-        Debouncer {
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
+value_handle!(
+    Debouncer,
+    DebounceCore,
+    DebounceConfig,
+    "A debouncer running `action` on the current tokio runtime.",
+    spacing = |_config| Duration::ZERO
+);
 
 impl<T: Send + 'static> Debouncer<T> {
-    /// A debouncer running `action` on the current tokio runtime.
-    pub fn new<F, Fut>(config: DebounceConfig, action: F) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        Self::build(config, action, None)
-    }
-
-    /// As [`new`](Self::new), reporting action panics to `on_panic`.
-    pub fn with_panic_hook<F, Fut, H>(
-        config: DebounceConfig,
-        action: F,
-        on_panic: H,
-    ) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-        H: Fn(ActionPanic) + Send + Sync + 'static,
-    {
-        Self::build(config, action, Some(Box::new(on_panic)))
-    }
-
-    fn build<F, Fut>(
-        config: DebounceConfig,
-        action: F,
-        hook: Option<PanicHook>,
-    ) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        Ok(Debouncer {
-            shared: Shared::new(
-                DebounceCore::new(config),
-                Duration::ZERO,
-                boxed(action),
-                hook,
-            )?,
-        })
-    }
-
-    /// Offers `value`. Never blocks and never runs the action itself (a
-    /// leading fire is handed to the worker at once). After
-    /// [`stop`](Self::stop) the value is handed back in [`Stopped`].
-    pub fn call(&self, value: T) -> Result<(), Stopped<T>> {
-        let mut slot = Some(value);
-        self.shared.update(|m, now, out| {
-            if let Some(v) = slot.take() {
-                out.extend(m.call(now, v));
-            }
-        });
-        slot.map_or(Ok(()), |v| Err(Stopped(v)))
-    }
-
     /// Drops the pending value; the next call behaves like the first.
     pub fn cancel(&self) {
         self.shared.cancel();
@@ -642,8 +660,6 @@ impl<T: Send + 'static> Debouncer<T> {
     pub fn is_pending(&self) -> bool {
         self.shared.lock().machine.is_pending()
     }
-
-    common_controls!(T);
 }
 
 /// An event throttle: at most one action per `wait`, leading and/or
@@ -660,68 +676,15 @@ pub struct EventThrottle<T: Send + 'static> {
     shared: Arc<Shared<EventThrottleCore<T>>>,
 }
 
-impl<T: Send + 'static> Clone for EventThrottle<T> {
-    fn clone(&self) -> Self {
-        EventThrottle {
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
+value_handle!(
+    EventThrottle,
+    EventThrottleCore,
+    EventThrottleConfig,
+    "An event throttle running `action` on the current tokio runtime.",
+    spacing = |config| config.wait()
+);
 
 impl<T: Send + 'static> EventThrottle<T> {
-    /// An event throttle running `action` on the current tokio runtime.
-    pub fn new<F, Fut>(config: EventThrottleConfig, action: F) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        Self::build(config, action, None)
-    }
-
-    /// As [`new`](Self::new), reporting action panics to `on_panic`.
-    pub fn with_panic_hook<F, Fut, H>(
-        config: EventThrottleConfig,
-        action: F,
-        on_panic: H,
-    ) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-        H: Fn(ActionPanic) + Send + Sync + 'static,
-    {
-        Self::build(config, action, Some(Box::new(on_panic)))
-    }
-
-    fn build<F, Fut>(
-        config: EventThrottleConfig,
-        action: F,
-        hook: Option<PanicHook>,
-    ) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        Ok(EventThrottle {
-            shared: Shared::new(
-                EventThrottleCore::new(config),
-                config.wait(),
-                boxed(action),
-                hook,
-            )?,
-        })
-    }
-
-    /// Offers `value`; see [`Debouncer::call`].
-    pub fn call(&self, value: T) -> Result<(), Stopped<T>> {
-        let mut slot = Some(value);
-        self.shared.update(|m, now, out| {
-            if let Some(v) = slot.take() {
-                out.extend(m.call(now, v));
-            }
-        });
-        slot.map_or(Ok(()), |v| Err(Stopped(v)))
-    }
-
     /// Drops the held value and closes the window: the next call behaves
     /// like the first (a leading fire happens at once).
     pub fn cancel(&self) {
@@ -732,8 +695,6 @@ impl<T: Send + 'static> EventThrottle<T> {
     pub fn is_pending(&self) -> bool {
         self.shared.lock().machine.is_pending()
     }
-
-    common_controls!(T);
 }
 
 /// A per-key batcher: values pushed under one key are delivered together as
