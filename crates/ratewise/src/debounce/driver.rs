@@ -161,6 +161,29 @@ struct State<M: Machine> {
     finished: u64,
 }
 
+impl<M: Machine> State<M> {
+    /// Runs `f` on the machine, queueing what it fires; returns `f`'s result
+    /// and how many fires it queued.
+    fn queue<R>(&mut self, f: impl FnOnce(&mut M, &mut Ready<M::Out>) -> R) -> (R, usize) {
+        let before = self.ready.len();
+        let r = f(&mut self.machine, &mut self.ready);
+        let queued = self.ready.len() - before;
+        self.enqueued += queued as u64;
+        (r, queued)
+    }
+
+    /// Queues an overdue timer's fire and then everything pending, the
+    /// latter exempt from the spacing (flush and drain); returns how many
+    /// fires were queued.
+    fn deliver_now(&mut self, now: Timestamp) -> usize {
+        let (_, settled) = self.queue(|m, out| m.settle(now, out));
+        self.ready.spaced = false;
+        let (_, flushed) = self.queue(|m, out| m.flush(now, out));
+        self.ready.spaced = true;
+        settled + flushed
+    }
+}
+
 struct Shared<M: Machine> {
     state: Mutex<State<M>>,
     wake: Notify,
@@ -218,10 +241,14 @@ impl<M: Machine> Shared<M> {
         self.clock.now()
     }
 
-    /// `read`, raised to the latest time already handed to the machine.
-    fn monotonic(st: &mut State<M>, read: Timestamp) -> Timestamp {
+    /// Reads the clock, then locks; the reading is raised to the latest time
+    /// already handed to the machine.
+    fn lock_now(&self) -> (MutexGuard<'_, State<M>>, Timestamp) {
+        let read = self.now();
+        let mut st = self.lock();
         st.last_now = st.last_now.max(read);
-        st.last_now
+        let now = st.last_now;
+        (st, now)
     }
 
     fn id(self: &Arc<Self>) -> usize {
@@ -240,19 +267,14 @@ impl<M: Machine> Shared<M> {
         self: &Arc<Self>,
         f: impl FnOnce(&mut M, Timestamp, &mut Ready<M::Out>) -> R,
     ) -> Option<R> {
-        let read = self.now();
-        let mut st = self.lock();
+        let (mut st, now) = self.lock_now();
         let st = &mut *st;
         if st.stopped {
             return None;
         }
-        let now = Self::monotonic(st, read);
-        let before = st.ready.len();
-        st.machine.settle(now, &mut st.ready);
-        let r = f(&mut st.machine, now, &mut st.ready);
-        st.enqueued += (st.ready.len() - before) as u64;
-        let queued = st.ready.len() > before;
-        self.kick(st, queued);
+        let (_, settled) = st.queue(|m, out| m.settle(now, out));
+        let (r, queued) = st.queue(|m, out| f(m, now, out));
+        self.kick(st, settled + queued > 0);
         Some(r)
     }
 
@@ -274,20 +296,15 @@ impl<M: Machine> Shared<M> {
     /// Drops what the machine holds and forgets history, including when the
     /// last action started (so a following leading fire is not spaced).
     fn cancel(self: &Arc<Self>) {
-        let read = self.now();
-        let mut st = self.lock();
+        let (mut st, now) = self.lock_now();
         let st = &mut *st;
         if st.stopped {
             return;
         }
-        let now = Self::monotonic(st, read);
-        let before = st.ready.len();
-        st.machine.settle(now, &mut st.ready);
-        st.enqueued += (st.ready.len() - before) as u64;
+        let (_, queued) = st.queue(|m, out| m.settle(now, out));
         st.machine.clear();
         st.last_start = None;
-        let queued = st.ready.len() > before;
-        self.kick(st, queued);
+        self.kick(st, queued > 0);
     }
 
     /// Waits until every fire queued so far has finished.
@@ -325,17 +342,9 @@ impl<M: Machine> Shared<M> {
 
     async fn flush(self: &Arc<Self>) -> FlushOutcome {
         let (queued, target) = {
-            let read = self.now();
-            let mut st = self.lock();
+            let (mut st, now) = self.lock_now();
             let st = &mut *st;
-            let now = Self::monotonic(st, read);
-            let before = st.ready.len();
-            st.machine.settle(now, &mut st.ready);
-            st.ready.spaced = false;
-            st.machine.flush(now, &mut st.ready);
-            st.ready.spaced = true;
-            let queued = st.ready.len() - before;
-            st.enqueued += queued as u64;
+            let queued = st.deliver_now(now);
             self.kick(st, queued > 0);
             (queued, st.enqueued)
         };
@@ -355,30 +364,20 @@ impl<M: Machine> Shared<M> {
         timeout: Duration,
     ) -> Result<StopOutcome, StopError<M::Out>> {
         let target = {
-            let read = self.now();
-            let mut st = self.lock();
+            let (mut st, now) = self.lock_now();
             let st = &mut *st;
-            let now = Self::monotonic(st, read);
             if !st.stopped {
                 st.stopped = true;
-                let before = st.ready.len();
-                match mode {
-                    StopMode::Drain => {
-                        st.machine.settle(now, &mut st.ready);
-                        st.ready.spaced = false;
-                        st.machine.flush(now, &mut st.ready);
-                        st.ready.spaced = true;
-                        st.enqueued += (st.ready.len() - before) as u64;
-                    }
+                let queued = match mode {
+                    StopMode::Drain => st.deliver_now(now),
                     StopMode::Abort => {
-                        st.machine.clear();
                         st.finished += st.ready.len() as u64;
                         st.ready.items.clear();
+                        0
                     }
-                }
+                };
                 st.machine.clear();
-                let queued = st.ready.len() > before;
-                self.kick(st, queued);
+                self.kick(st, queued > 0);
             }
             st.enqueued
         };
@@ -414,15 +413,11 @@ enum Next<O> {
 async fn worker<M: Machine>(shared: Arc<Shared<M>>) {
     loop {
         let next = {
-            let read = shared.now();
-            let mut st = shared.lock();
+            let (mut st, now) = shared.lock_now();
             let st = &mut *st;
-            let now = Shared::monotonic(st, read);
             st.sleeping_until = None;
             if st.machine.deadline().is_some_and(|d| d <= now) {
-                let before = st.ready.len();
-                st.machine.on_timer(now, &mut st.ready);
-                st.enqueued += (st.ready.len() - before) as u64;
+                st.queue(|m, out| m.on_timer(now, out));
             }
             let spacing = shared.spacing;
             let front_at = st
