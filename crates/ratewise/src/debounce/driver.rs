@@ -436,14 +436,10 @@ async fn worker<M: Machine>(shared: Arc<Shared<M>>) {
                     }
                     None => continue,
                 },
-                Some(at) => {
-                    // Too soon after the last action: wait, but keep the
-                    // machine's own timer too.
-                    let d = st.machine.deadline().map_or(at, |d| d.min(at));
-                    st.sleeping_until = Some(d);
-                    Next::Sleep(d)
-                }
-                None => match st.machine.deadline() {
+                // The front fire (if any) is too soon after the last action:
+                // wake for it or for the machine's own timer, whichever is
+                // first; with neither, the worker exits.
+                _ => match front_at.into_iter().chain(st.machine.deadline()).min() {
                     Some(d) => {
                         st.sleeping_until = Some(d);
                         Next::Sleep(d)
