@@ -94,6 +94,35 @@ async fn drive_throttle(
     }
 }
 
+/// Calls a fresh debouncer with value = time at each time in `times`, then
+/// waits until `until` and returns what it fired.
+async fn debounce_script(
+    config: DebounceConfig,
+    times: impl IntoIterator<Item = u64>,
+    until: u64,
+) -> Vec<(u64, u64)> {
+    let start = Instant::now();
+    let log = new_log();
+    let d = debouncer(config, &log, start);
+    drive_debouncer(&d, start, times).await;
+    at(start, until).await;
+    snapshot(&log)
+}
+
+/// As [`debounce_script`], for a fresh event throttle.
+async fn throttle_script(
+    config: EventThrottleConfig,
+    times: impl IntoIterator<Item = u64>,
+    until: u64,
+) -> Vec<(u64, u64)> {
+    let start = Instant::now();
+    let log = new_log();
+    let t = throttle(config, &log, start);
+    drive_throttle(&t, start, times).await;
+    at(start, until).await;
+    snapshot(&log)
+}
+
 fn wait100() -> DebounceConfig {
     DebounceConfig::new(ms(100))
 }
@@ -106,22 +135,18 @@ fn throttle100() -> EventThrottleConfig {
 
 #[tokio::test(start_paused = true)]
 async fn c01_trailing_burst_fires_last_value_at_last_call_plus_wait() {
-    let start = Instant::now();
-    let log = new_log();
-    let d = debouncer(wait100(), &log, start);
-    drive_debouncer(&d, start, [0, 30, 60, 90]).await;
-    at(start, 1000).await;
-    assert_eq!(snapshot(&log), vec![(90, 190)]);
+    assert_eq!(
+        debounce_script(wait100(), [0, 30, 60, 90], 1000).await,
+        vec![(90, 190)]
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn c02_single_call_fires_once_at_call_plus_wait() {
-    let start = Instant::now();
-    let log = new_log();
-    let d = debouncer(wait100(), &log, start);
-    drive_debouncer(&d, start, [50]).await;
-    at(start, 1000).await;
-    assert_eq!(snapshot(&log), vec![(50, 150)]);
+    assert_eq!(
+        debounce_script(wait100(), [50], 1000).await,
+        vec![(50, 150)]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -143,34 +168,33 @@ async fn c03_zero_wait_is_deferred_and_same_tick_calls_coalesce() {
 
 #[tokio::test(start_paused = true)]
 async fn c04_leading_fires_first_and_quiet_calls_extend_the_silence() {
-    let start = Instant::now();
-    let log = new_log();
-    let d = debouncer(wait100().leading(true).trailing(false), &log, start);
     // a@0 fires; b@50 and c@120 are dropped and extend the quiet period to
     // 220 (a minimum-interval gate would have fired c@120); d@260 fires.
-    drive_debouncer(&d, start, [0, 50, 120, 260]).await;
-    at(start, 1000).await;
-    assert_eq!(snapshot(&log), vec![(0, 0), (260, 260)]);
+    assert_eq!(
+        debounce_script(
+            wait100().leading(true).trailing(false),
+            [0, 50, 120, 260],
+            1000
+        )
+        .await,
+        vec![(0, 0), (260, 260)]
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn c05_both_edges_single_call_fires_once_leading() {
-    let start = Instant::now();
-    let log = new_log();
-    let d = debouncer(wait100().leading(true), &log, start);
-    drive_debouncer(&d, start, [0]).await;
-    at(start, 1000).await;
-    assert_eq!(snapshot(&log), vec![(0, 0)]);
+    assert_eq!(
+        debounce_script(wait100().leading(true), [0], 1000).await,
+        vec![(0, 0)]
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn c06_both_edges_burst_fires_first_then_last() {
-    let start = Instant::now();
-    let log = new_log();
-    let d = debouncer(wait100().leading(true), &log, start);
-    drive_debouncer(&d, start, [0, 30, 60]).await;
-    at(start, 1000).await;
-    assert_eq!(snapshot(&log), vec![(0, 0), (60, 160)]);
+    assert_eq!(
+        debounce_script(wait100().leading(true), [0, 30, 60], 1000).await,
+        vec![(0, 0), (60, 160)]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -234,12 +258,15 @@ async fn c09_max_wait_below_wait_is_raised_to_wait() {
 
 #[tokio::test(start_paused = true)]
 async fn c10_wait_equal_max_wait_gives_exactly_two_actions() {
-    let start = Instant::now();
-    let log = new_log();
-    let d = debouncer(DebounceConfig::new(ms(200)).max_wait(ms(200)), &log, start);
-    drive_debouncer(&d, start, [0, 190, 200, 210]).await;
-    at(start, 2000).await;
-    assert_eq!(snapshot(&log), vec![(190, 200), (210, 400)]);
+    assert_eq!(
+        debounce_script(
+            DebounceConfig::new(ms(200)).max_wait(ms(200)),
+            [0, 190, 200, 210],
+            2000
+        )
+        .await,
+        vec![(190, 200), (210, 400)]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -280,17 +307,13 @@ async fn c12_no_phantom_action_and_no_timer_leak() {
 
 #[tokio::test(start_paused = true)]
 async fn c13_leading_only_with_max_wait_fires_once_per_window() {
-    let start = Instant::now();
-    let log = new_log();
-    let d = debouncer(
-        wait100().leading(true).trailing(false).max_wait(ms(100)),
-        &log,
-        start,
-    );
-    drive_debouncer(&d, start, (0..=500).step_by(20)).await;
-    at(start, 2000).await;
     assert_eq!(
-        snapshot(&log),
+        debounce_script(
+            wait100().leading(true).trailing(false).max_wait(ms(100)),
+            (0..=500).step_by(20),
+            2000
+        )
+        .await,
         vec![
             (0, 0),
             (100, 100),
@@ -464,33 +487,24 @@ async fn c19_huge_durations_saturate_in_the_driver() {
 
 #[tokio::test(start_paused = true)]
 async fn c20_throttle_defaults_first_now_last_at_first_plus_wait() {
-    let start = Instant::now();
-    let log = new_log();
-    let t = throttle(throttle100(), &log, start);
-    drive_throttle(&t, start, [0, 20, 50]).await;
-    at(start, 1000).await;
-    assert_eq!(snapshot(&log), vec![(0, 0), (50, 100)]);
+    assert_eq!(
+        throttle_script(throttle100(), [0, 20, 50], 1000).await,
+        vec![(0, 0), (50, 100)]
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn c21_throttle_single_call_fires_once() {
-    let start = Instant::now();
-    let log = new_log();
-    let t = throttle(throttle100(), &log, start);
-    drive_throttle(&t, start, [30]).await;
-    at(start, 1000).await;
-    assert_eq!(snapshot(&log), vec![(30, 30)]);
+    assert_eq!(
+        throttle_script(throttle100(), [30], 1000).await,
+        vec![(30, 30)]
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn c22_throttle_continuous_stream_one_per_wait_with_latest() {
-    let start = Instant::now();
-    let log = new_log();
-    let t = throttle(throttle100(), &log, start);
-    drive_throttle(&t, start, (0..=500).step_by(10)).await;
-    at(start, 2000).await;
     assert_eq!(
-        snapshot(&log),
+        throttle_script(throttle100(), (0..=500).step_by(10), 2000).await,
         vec![
             (0, 0),
             (90, 100),
@@ -516,12 +530,15 @@ async fn c23_throttle_without_leading_fires_latest_at_first_plus_wait() {
 
 #[tokio::test(start_paused = true)]
 async fn c24_throttle_without_trailing_drops_window_calls() {
-    let start = Instant::now();
-    let log = new_log();
-    let t = throttle(throttle100().trailing(false), &log, start);
-    drive_throttle(&t, start, [0, 30, 60, 120, 150, 220]).await;
-    at(start, 2000).await;
-    assert_eq!(snapshot(&log), vec![(0, 0), (120, 120), (220, 220)]);
+    assert_eq!(
+        throttle_script(
+            throttle100().trailing(false),
+            [0, 30, 60, 120, 150, 220],
+            2000
+        )
+        .await,
+        vec![(0, 0), (120, 120), (220, 220)]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -785,6 +802,11 @@ async fn c33_panic_in_action_is_caught_and_reported() {
 
 type BatchLog = Log<(char, Vec<u32>)>;
 
+/// A 100 ms window of at most 10 items.
+fn coalesce100() -> CoalesceConfig {
+    CoalesceConfig::new(ms(100), 10).expect("valid")
+}
+
 fn coalescer(config: CoalesceConfig, log: &BatchLog, start: Instant) -> Coalescer<char, u32> {
     Coalescer::new(config, batch_recorder(log, start)).expect("inside a runtime")
 }
@@ -800,11 +822,7 @@ async fn push_at(c: &Coalescer<char, u32>, start: Instant, script: &[(u64, char,
 async fn c34_window_starts_at_first_item_and_is_not_extended() {
     let start = Instant::now();
     let log = new_log();
-    let c = coalescer(
-        CoalesceConfig::new(ms(100), 10).expect("valid"),
-        &log,
-        start,
-    );
+    let c = coalescer(coalesce100(), &log, start);
     push_at(
         &c,
         start,
@@ -866,11 +884,7 @@ async fn c35_reaching_max_batch_flushes_at_once_and_next_item_opens_fresh_window
 async fn c36_single_item_at_or_above_cap_is_flushed_at_once() {
     let start = Instant::now();
     let log = new_log();
-    let c = coalescer(
-        CoalesceConfig::new(ms(100), 10).expect("valid"),
-        &log,
-        start,
-    );
+    let c = coalescer(coalesce100(), &log, start);
     at(start, 0).await;
     c.push_weighted('a', 1, 1).expect("not stopped");
     at(start, 10).await;
@@ -959,20 +973,17 @@ async fn c39_flush_makes_everything_due_and_waits_for_actions() {
     let log: BatchLog = new_log();
     let slot: Arc<OnceLock<Coalescer<char, u32>>> = Arc::new(OnceLock::new());
     let (l, s) = (Arc::clone(&log), Arc::clone(&slot));
-    let c = Coalescer::new(
-        CoalesceConfig::new(ms(100), 10).expect("valid"),
-        move |k: char, items: Vec<u32>| {
-            let first = items.first().copied();
-            push(&l, (k, items), start);
-            // Pushed while the flush is in progress: lands in a later batch.
-            if k == 'a' && first == Some(1) {
-                if let Some(c) = s.get() {
-                    c.push('a', 2).expect("not stopped");
-                }
+    let c = Coalescer::new(coalesce100(), move |k: char, items: Vec<u32>| {
+        let first = items.first().copied();
+        push(&l, (k, items), start);
+        // Pushed while the flush is in progress: lands in a later batch.
+        if k == 'a' && first == Some(1) {
+            if let Some(c) = s.get() {
+                c.push('a', 2).expect("not stopped");
             }
-            sleep(ms(5))
-        },
-    )
+        }
+        sleep(ms(5))
+    })
     .expect("inside a runtime");
     assert!(slot.set(c.clone()).is_ok());
     c.push('a', 1).expect("not stopped");
@@ -992,11 +1003,7 @@ async fn c39_flush_makes_everything_due_and_waits_for_actions() {
 async fn c40_stop_with_drain_flushes_every_key() {
     let start = Instant::now();
     let log = new_log();
-    let c = coalescer(
-        CoalesceConfig::new(ms(100), 10).expect("valid"),
-        &log,
-        start,
-    );
+    let c = coalescer(coalesce100(), &log, start);
     push_at(
         &c,
         start,

@@ -694,6 +694,7 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::duration_to_nanos_saturating;
     use proptest::prelude::*;
 
     /// A closed batch of `(push index, push time, weight)` items.
@@ -895,7 +896,7 @@ mod tests {
             if trailing {
                 prop_assert_eq!(fires.last().map(|f| f.1), Some(calls.len() - 1));
                 if let Some(m) = cfg.effective_max_wait() {
-                    let m = u64::try_from(m.as_nanos()).unwrap_or(u64::MAX);
+                    let m = duration_to_nanos_saturating(m);
                     for &(t, v) in &calls {
                         prop_assert!(
                             fires.iter().any(|&(ft, fv)| fv >= v && ft <= t + m),

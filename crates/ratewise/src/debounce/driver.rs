@@ -16,8 +16,9 @@
 //! * **Waiting methods know when they are inside their own action** (a
 //!   task-local set by the worker): `flush` and `stop` called from there
 //!   return at once instead of waiting for themselves.
-//! * Time is `tokio::time::Instant` only, measured from the primitive's
-//!   creation, so tests on a paused runtime see exact virtual timestamps.
+//! * Time is tokio's clock only ([`TokioClock`], whose origin is the
+//!   primitive's creation), so tests on a paused runtime see exact virtual
+//!   timestamps.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -31,22 +32,18 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use super::core::{
     Batch, CoalesceConfig, CoalesceCore, DebounceConfig, DebounceCore, EventThrottleConfig,
     EventThrottleCore,
 };
 use super::{ActionPanic, DebounceError, FlushOutcome, StopError, StopMode, StopOutcome, Stopped};
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
+use crate::wait::TokioClock;
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 type ActionFn<O> = Box<dyn Fn(O) -> BoxFuture + Send + Sync + 'static>;
 type PanicHook = Box<dyn Fn(ActionPanic) + Send + Sync + 'static>;
-
-/// Where a deadline that does not fit in an `Instant` is parked (as tokio
-/// does for its own "never").
-const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
 tokio::task_local! {
     /// The address of the primitive whose action the current task is running.
@@ -164,11 +161,34 @@ struct State<M: Machine> {
     finished: u64,
 }
 
+impl<M: Machine> State<M> {
+    /// Runs `f` on the machine, queueing what it fires; returns `f`'s result
+    /// and how many fires it queued.
+    fn queue<R>(&mut self, f: impl FnOnce(&mut M, &mut Ready<M::Out>) -> R) -> (R, usize) {
+        let before = self.ready.len();
+        let r = f(&mut self.machine, &mut self.ready);
+        let queued = self.ready.len() - before;
+        self.enqueued += queued as u64;
+        (r, queued)
+    }
+
+    /// Queues an overdue timer's fire and then everything pending, the
+    /// latter exempt from the spacing (flush and drain); returns how many
+    /// fires were queued.
+    fn deliver_now(&mut self, now: Timestamp) -> usize {
+        let (_, settled) = self.queue(|m, out| m.settle(now, out));
+        self.ready.spaced = false;
+        let (_, flushed) = self.queue(|m, out| m.flush(now, out));
+        self.ready.spaced = true;
+        settled + flushed
+    }
+}
+
 struct Shared<M: Machine> {
     state: Mutex<State<M>>,
     wake: Notify,
     progress: Notify,
-    origin: Instant,
+    clock: TokioClock,
     /// The least time between the starts of two spaced actions.
     spacing: Duration,
     handle: Handle,
@@ -202,7 +222,7 @@ impl<M: Machine> Shared<M> {
             }),
             wake: Notify::new(),
             progress: Notify::new(),
-            origin: Instant::now(),
+            clock: TokioClock::new(),
             spacing,
             handle,
             action,
@@ -218,21 +238,17 @@ impl<M: Machine> Shared<M> {
     }
 
     fn now(&self) -> Timestamp {
-        Timestamp::from_duration(Instant::now().saturating_duration_since(self.origin))
+        self.clock.now()
     }
 
-    /// `read`, raised to the latest time already handed to the machine.
-    fn monotonic(st: &mut State<M>, read: Timestamp) -> Timestamp {
+    /// Reads the clock, then locks; the reading is raised to the latest time
+    /// already handed to the machine.
+    fn lock_now(&self) -> (MutexGuard<'_, State<M>>, Timestamp) {
+        let read = self.now();
+        let mut st = self.lock();
         st.last_now = st.last_now.max(read);
-        st.last_now
-    }
-
-    /// The tokio instant of machine time `t` (far in the future if `t` is
-    /// not representable).
-    fn instant_of(&self, t: Timestamp) -> Instant {
-        self.origin
-            .checked_add(t.as_duration())
-            .unwrap_or_else(|| Instant::now() + FAR_FUTURE)
+        let now = st.last_now;
+        (st, now)
     }
 
     fn id(self: &Arc<Self>) -> usize {
@@ -251,19 +267,14 @@ impl<M: Machine> Shared<M> {
         self: &Arc<Self>,
         f: impl FnOnce(&mut M, Timestamp, &mut Ready<M::Out>) -> R,
     ) -> Option<R> {
-        let read = self.now();
-        let mut st = self.lock();
+        let (mut st, now) = self.lock_now();
         let st = &mut *st;
         if st.stopped {
             return None;
         }
-        let now = Self::monotonic(st, read);
-        let before = st.ready.len();
-        st.machine.settle(now, &mut st.ready);
-        let r = f(&mut st.machine, now, &mut st.ready);
-        st.enqueued += (st.ready.len() - before) as u64;
-        let queued = st.ready.len() > before;
-        self.kick(st, queued);
+        let (_, settled) = st.queue(|m, out| m.settle(now, out));
+        let (r, queued) = st.queue(|m, out| f(m, now, out));
+        self.kick(st, settled + queued > 0);
         Some(r)
     }
 
@@ -285,20 +296,15 @@ impl<M: Machine> Shared<M> {
     /// Drops what the machine holds and forgets history, including when the
     /// last action started (so a following leading fire is not spaced).
     fn cancel(self: &Arc<Self>) {
-        let read = self.now();
-        let mut st = self.lock();
+        let (mut st, now) = self.lock_now();
         let st = &mut *st;
         if st.stopped {
             return;
         }
-        let now = Self::monotonic(st, read);
-        let before = st.ready.len();
-        st.machine.settle(now, &mut st.ready);
-        st.enqueued += (st.ready.len() - before) as u64;
+        let (_, queued) = st.queue(|m, out| m.settle(now, out));
         st.machine.clear();
         st.last_start = None;
-        let queued = st.ready.len() > before;
-        self.kick(st, queued);
+        self.kick(st, queued > 0);
     }
 
     /// Waits until every fire queued so far has finished.
@@ -336,17 +342,9 @@ impl<M: Machine> Shared<M> {
 
     async fn flush(self: &Arc<Self>) -> FlushOutcome {
         let (queued, target) = {
-            let read = self.now();
-            let mut st = self.lock();
+            let (mut st, now) = self.lock_now();
             let st = &mut *st;
-            let now = Self::monotonic(st, read);
-            let before = st.ready.len();
-            st.machine.settle(now, &mut st.ready);
-            st.ready.spaced = false;
-            st.machine.flush(now, &mut st.ready);
-            st.ready.spaced = true;
-            let queued = st.ready.len() - before;
-            st.enqueued += queued as u64;
+            let queued = st.deliver_now(now);
             self.kick(st, queued > 0);
             (queued, st.enqueued)
         };
@@ -366,30 +364,20 @@ impl<M: Machine> Shared<M> {
         timeout: Duration,
     ) -> Result<StopOutcome, StopError<M::Out>> {
         let target = {
-            let read = self.now();
-            let mut st = self.lock();
+            let (mut st, now) = self.lock_now();
             let st = &mut *st;
-            let now = Self::monotonic(st, read);
             if !st.stopped {
                 st.stopped = true;
-                let before = st.ready.len();
-                match mode {
-                    StopMode::Drain => {
-                        st.machine.settle(now, &mut st.ready);
-                        st.ready.spaced = false;
-                        st.machine.flush(now, &mut st.ready);
-                        st.ready.spaced = true;
-                        st.enqueued += (st.ready.len() - before) as u64;
-                    }
+                let queued = match mode {
+                    StopMode::Drain => st.deliver_now(now),
                     StopMode::Abort => {
-                        st.machine.clear();
                         st.finished += st.ready.len() as u64;
                         st.ready.items.clear();
+                        0
                     }
-                }
+                };
                 st.machine.clear();
-                let queued = st.ready.len() > before;
-                self.kick(st, queued);
+                self.kick(st, queued > 0);
             }
             st.enqueued
         };
@@ -425,15 +413,11 @@ enum Next<O> {
 async fn worker<M: Machine>(shared: Arc<Shared<M>>) {
     loop {
         let next = {
-            let read = shared.now();
-            let mut st = shared.lock();
+            let (mut st, now) = shared.lock_now();
             let st = &mut *st;
-            let now = Shared::monotonic(st, read);
             st.sleeping_until = None;
             if st.machine.deadline().is_some_and(|d| d <= now) {
-                let before = st.ready.len();
-                st.machine.on_timer(now, &mut st.ready);
-                st.enqueued += (st.ready.len() - before) as u64;
+                st.queue(|m, out| m.on_timer(now, out));
             }
             let spacing = shared.spacing;
             let front_at = st
@@ -452,14 +436,10 @@ async fn worker<M: Machine>(shared: Arc<Shared<M>>) {
                     }
                     None => continue,
                 },
-                Some(at) => {
-                    // Too soon after the last action: wait, but keep the
-                    // machine's own timer too.
-                    let d = st.machine.deadline().map_or(at, |d| d.min(at));
-                    st.sleeping_until = Some(d);
-                    Next::Sleep(d)
-                }
-                None => match st.machine.deadline() {
+                // The front fire (if any) is too soon after the last action:
+                // wake for it or for the machine's own timer, whichever is
+                // first; with neither, the worker exits.
+                _ => match front_at.into_iter().chain(st.machine.deadline()).min() {
                     Some(d) => {
                         st.sleeping_until = Some(d);
                         Next::Sleep(d)
@@ -478,8 +458,12 @@ async fn worker<M: Machine>(shared: Arc<Shared<M>>) {
                 shared.progress.notify_waiters();
             }
             Next::Sleep(d) => {
-                let at = shared.instant_of(d);
-                let mut sleep = pin!(tokio::time::sleep_until(at));
+                // Tokio's clock has not gone back since `d` was chosen, so
+                // this never wakes before `d` (tokio parks an unrepresentable
+                // deadline far in the future itself).
+                let mut sleep = pin!(tokio::time::sleep(
+                    d.saturating_duration_since(shared.now())
+                ));
                 let mut woken = pin!(shared.wake.notified());
                 std::future::poll_fn(|cx| {
                     if sleep.as_mut().poll(cx).is_ready() || woken.as_mut().poll(cx).is_ready() {
@@ -565,6 +549,79 @@ macro_rules! common_controls {
     };
 }
 
+/// The parts [`Debouncer`] and [`EventThrottle`] share: `Clone`, the
+/// constructors, `call` and the common controls. `$spacing` is the least
+/// time between the starts of two timer- or call-decided actions.
+macro_rules! value_handle {
+    ($name:ident, $core:ident, $config:ty, $new_doc:literal, spacing = |$c:ident| $spacing:expr) => {
+        impl<T: Send + 'static> Clone for $name<T> {
+            fn clone(&self) -> Self {
+                $name {
+                    shared: Arc::clone(&self.shared),
+                }
+            }
+        }
+
+        impl<T: Send + 'static> $name<T> {
+            #[doc = $new_doc]
+            pub fn new<F, Fut>(config: $config, action: F) -> Result<Self, DebounceError>
+            where
+                F: Fn(T) -> Fut + Send + Sync + 'static,
+                Fut: Future<Output = ()> + Send + 'static,
+            {
+                Self::build(config, action, None)
+            }
+
+            /// As [`new`](Self::new), reporting action panics to `on_panic`.
+            pub fn with_panic_hook<F, Fut, H>(
+                config: $config,
+                action: F,
+                on_panic: H,
+            ) -> Result<Self, DebounceError>
+            where
+                F: Fn(T) -> Fut + Send + Sync + 'static,
+                Fut: Future<Output = ()> + Send + 'static,
+                H: Fn(ActionPanic) + Send + Sync + 'static,
+            {
+                Self::build(config, action, Some(Box::new(on_panic)))
+            }
+
+            fn build<F, Fut>(
+                config: $config,
+                action: F,
+                hook: Option<PanicHook>,
+            ) -> Result<Self, DebounceError>
+            where
+                F: Fn(T) -> Fut + Send + Sync + 'static,
+                Fut: Future<Output = ()> + Send + 'static,
+            {
+                let spacing = {
+                    let $c = &config;
+                    $spacing
+                };
+                Ok($name {
+                    shared: Shared::new($core::new(config), spacing, boxed(action), hook)?,
+                })
+            }
+
+            /// Offers `value`. Never blocks and never runs the action itself
+            /// (a leading fire is handed to the worker at once). After
+            /// [`stop`](Self::stop) the value is handed back in [`Stopped`].
+            pub fn call(&self, value: T) -> Result<(), Stopped<T>> {
+                let mut slot = Some(value);
+                self.shared.update(|m, now, out| {
+                    if let Some(v) = slot.take() {
+                        out.extend(m.call(now, v));
+                    }
+                });
+                slot.map_or(Ok(()), |v| Err(Stopped(v)))
+            }
+
+            common_controls!(T);
+        }
+    };
+}
+
 /// A trailing/leading/both-edge debouncer with max-wait, driven by tokio.
 ///
 /// Cloning gives another handle to the same debouncer. See the
@@ -576,70 +633,15 @@ pub struct Debouncer<T: Send + 'static> {
     shared: Arc<Shared<DebounceCore<T>>>,
 }
 
-impl<T: Send + 'static> Clone for Debouncer<T> {
-    fn clone(&self) -> Self {
-        Debouncer {
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
+value_handle!(
+    Debouncer,
+    DebounceCore,
+    DebounceConfig,
+    "A debouncer running `action` on the current tokio runtime.",
+    spacing = |_config| Duration::ZERO
+);
 
 impl<T: Send + 'static> Debouncer<T> {
-    /// A debouncer running `action` on the current tokio runtime.
-    pub fn new<F, Fut>(config: DebounceConfig, action: F) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        Self::build(config, action, None)
-    }
-
-    /// As [`new`](Self::new), reporting action panics to `on_panic`.
-    pub fn with_panic_hook<F, Fut, H>(
-        config: DebounceConfig,
-        action: F,
-        on_panic: H,
-    ) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-        H: Fn(ActionPanic) + Send + Sync + 'static,
-    {
-        Self::build(config, action, Some(Box::new(on_panic)))
-    }
-
-    fn build<F, Fut>(
-        config: DebounceConfig,
-        action: F,
-        hook: Option<PanicHook>,
-    ) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        Ok(Debouncer {
-            shared: Shared::new(
-                DebounceCore::new(config),
-                Duration::ZERO,
-                boxed(action),
-                hook,
-            )?,
-        })
-    }
-
-    /// Offers `value`. Never blocks and never runs the action itself (a
-    /// leading fire is handed to the worker at once). After
-    /// [`stop`](Self::stop) the value is handed back in [`Stopped`].
-    pub fn call(&self, value: T) -> Result<(), Stopped<T>> {
-        let mut slot = Some(value);
-        self.shared.update(|m, now, out| {
-            if let Some(v) = slot.take() {
-                out.extend(m.call(now, v));
-            }
-        });
-        slot.map_or(Ok(()), |v| Err(Stopped(v)))
-    }
-
     /// Drops the pending value; the next call behaves like the first.
     pub fn cancel(&self) {
         self.shared.cancel();
@@ -649,8 +651,6 @@ impl<T: Send + 'static> Debouncer<T> {
     pub fn is_pending(&self) -> bool {
         self.shared.lock().machine.is_pending()
     }
-
-    common_controls!(T);
 }
 
 /// An event throttle: at most one action per `wait`, leading and/or
@@ -667,68 +667,15 @@ pub struct EventThrottle<T: Send + 'static> {
     shared: Arc<Shared<EventThrottleCore<T>>>,
 }
 
-impl<T: Send + 'static> Clone for EventThrottle<T> {
-    fn clone(&self) -> Self {
-        EventThrottle {
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
+value_handle!(
+    EventThrottle,
+    EventThrottleCore,
+    EventThrottleConfig,
+    "An event throttle running `action` on the current tokio runtime.",
+    spacing = |config| config.wait()
+);
 
 impl<T: Send + 'static> EventThrottle<T> {
-    /// An event throttle running `action` on the current tokio runtime.
-    pub fn new<F, Fut>(config: EventThrottleConfig, action: F) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        Self::build(config, action, None)
-    }
-
-    /// As [`new`](Self::new), reporting action panics to `on_panic`.
-    pub fn with_panic_hook<F, Fut, H>(
-        config: EventThrottleConfig,
-        action: F,
-        on_panic: H,
-    ) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-        H: Fn(ActionPanic) + Send + Sync + 'static,
-    {
-        Self::build(config, action, Some(Box::new(on_panic)))
-    }
-
-    fn build<F, Fut>(
-        config: EventThrottleConfig,
-        action: F,
-        hook: Option<PanicHook>,
-    ) -> Result<Self, DebounceError>
-    where
-        F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        Ok(EventThrottle {
-            shared: Shared::new(
-                EventThrottleCore::new(config),
-                config.wait(),
-                boxed(action),
-                hook,
-            )?,
-        })
-    }
-
-    /// Offers `value`; see [`Debouncer::call`].
-    pub fn call(&self, value: T) -> Result<(), Stopped<T>> {
-        let mut slot = Some(value);
-        self.shared.update(|m, now, out| {
-            if let Some(v) = slot.take() {
-                out.extend(m.call(now, v));
-            }
-        });
-        slot.map_or(Ok(()), |v| Err(Stopped(v)))
-    }
-
     /// Drops the held value and closes the window: the next call behaves
     /// like the first (a leading fire happens at once).
     pub fn cancel(&self) {
@@ -739,8 +686,6 @@ impl<T: Send + 'static> EventThrottle<T> {
     pub fn is_pending(&self) -> bool {
         self.shared.lock().machine.is_pending()
     }
-
-    common_controls!(T);
 }
 
 /// A per-key batcher: values pushed under one key are delivered together as

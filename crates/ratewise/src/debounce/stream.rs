@@ -1,9 +1,9 @@
 //! `Stream` adapters over the same state machines: [`debounce`],
 //! [`throttle`] and [`chunks`].
 //!
-//! Each adapter polls its upstream, feeds every item to the core at
-//! `tokio::time::Instant::now()`, and keeps one `tokio::time::Sleep` armed for
-//! the core's deadline. When the upstream ends:
+//! Each adapter polls its upstream, feeds every item to the core at tokio's
+//! now ([`TokioClock`]), and keeps one `tokio::time::Sleep` armed for the
+//! core's deadline. When the upstream ends:
 //! * [`debounce`] delivers the pending value at once, then ends (RxJS
 //!   `debounceTime` on completion);
 //! * [`throttle`] waits out the current window and delivers the held
@@ -51,7 +51,8 @@ use super::core::{
     EventThrottleCore,
 };
 use super::DebounceError;
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
+use crate::wait::TokioClock;
 
 /// Inputs taken from the upstream before the adapter yields to the runtime,
 /// so an always-ready upstream cannot starve other tasks.
@@ -126,7 +127,7 @@ struct Adapter<S, M: StreamCore> {
     core: M,
     out: VecDeque<M::Out>,
     sleep: Pin<Box<Sleep>>,
-    origin: Instant,
+    clock: TokioClock,
     done: bool,
 }
 
@@ -135,19 +136,14 @@ impl<S, M: StreamCore> Unpin for Adapter<S, M> {}
 
 impl<S: Stream<Item = M::In>, M: StreamCore> Adapter<S, M> {
     fn new(upstream: S, core: M) -> Self {
-        let origin = Instant::now();
         Adapter {
             upstream: Box::pin(upstream),
             core,
             out: VecDeque::new(),
-            sleep: Box::pin(tokio::time::sleep_until(origin)),
-            origin,
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            clock: TokioClock::new(),
             done: false,
         }
-    }
-
-    fn now(&self) -> Timestamp {
-        Timestamp::from_duration(Instant::now().saturating_duration_since(self.origin))
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<M::Out>> {
@@ -156,7 +152,7 @@ impl<S: Stream<Item = M::In>, M: StreamCore> Adapter<S, M> {
             if let Some(o) = self.out.pop_front() {
                 return Poll::Ready(Some(o));
             }
-            let now = self.now();
+            let now = self.clock.now();
             if !self.done {
                 match self.upstream.as_mut().poll_next(cx) {
                     Poll::Ready(Some(v)) => {
@@ -179,10 +175,12 @@ impl<S: Stream<Item = M::In>, M: StreamCore> Adapter<S, M> {
             match self.core.deadline() {
                 Some(d) if d <= now => self.core.on_timer(now, &mut self.out),
                 Some(d) => {
-                    let at = self
-                        .origin
-                        .checked_add(d.as_duration())
-                        .unwrap_or_else(|| Instant::now() + FAR_FUTURE);
+                    // Read tokio's clock again: polling the upstream may
+                    // have taken time since `now`, and the sleep must not
+                    // end before `d`.
+                    let wait = d.saturating_duration_since(self.clock.now());
+                    let base = Instant::now();
+                    let at = base.checked_add(wait).unwrap_or(base + FAR_FUTURE);
                     self.sleep.as_mut().reset(at);
                     if self.sleep.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
