@@ -110,10 +110,6 @@ pub fn split_mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-fn ts(secs: f64) -> Timestamp {
-    Timestamp::from_secs_f64(secs.max(0.0))
-}
-
 struct Engine<'a> {
     scenario: &'a Scenario,
     queue: BinaryHeap<Reverse<(Timestamp, u64, Kind)>>,
@@ -363,7 +359,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     };
     for group in &scenario.clients {
         let w = &group.workload;
-        let join = ts(group.join_s);
+        let join = Timestamp::from_secs_f64(group.join_s);
         for _ in 0..group.processes {
             let shared = if group.state == StateSharing::PerProcess {
                 Some(make(&mut strategies)?)
@@ -381,8 +377,10 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
                     phase: Phase::Ready,
                     gen: 0,
                     join,
-                    end_at: w.duration_s.map(|d| ts(group.join_s + d)),
-                    leave_at: group.leave_s.map(ts),
+                    end_at: w
+                        .duration_s
+                        .map(|d| Timestamp::from_secs_f64(group.join_s + d)),
+                    leave_at: group.leave_s.map(Timestamp::from_secs_f64),
                     calls_left: w.requests,
                     stop_at_remaining: w.stop_when_remaining_at_most,
                     cycle: w.busy_s.zip(w.idle_s),
@@ -420,14 +418,12 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         engine.wake(t, join);
     }
     engine.push(Timestamp::from_nanos(0), Kind::Sample);
-    let limit = ts(scenario.max_time_s);
+    let limit = Timestamp::from_secs_f64(scenario.max_time_s);
     let mut interval = Duration::from_secs_f64(scenario.sample_interval_s);
-    let mut now = Timestamp::from_nanos(0);
-    while let Some(Reverse((at, _, kind))) = engine.queue.pop() {
+    while let Some(Reverse((now, _, kind))) = engine.queue.pop() {
         if engine.active == 0 {
             break;
         }
-        now = at;
         if now > limit {
             return Err(SimError::TimeLimit {
                 scenario: scenario.name.clone(),
@@ -460,7 +456,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         .iter()
         .map(|t| t.record.finished_at_s)
         .fold(0.0_f64, f64::max);
-    let offered = engine.server.offered(ts(end));
+    let offered = engine.server.offered(Timestamp::from_secs_f64(end));
     let records: Vec<ThreadRecord> = engine.threads.iter().map(|t| t.record.clone()).collect();
     let metrics = RunMetrics::compute(
         &records,
@@ -469,7 +465,6 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         scenario.overhead_s,
         end,
     );
-    let _ = now;
     Ok(RunOutput {
         metrics,
         trace: engine.trace,
