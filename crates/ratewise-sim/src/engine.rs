@@ -29,7 +29,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ratewise::client::hints::ResetMeaning;
-use ratewise::client::{Next, Outcome, ServerHints, Signal, Strategy};
+use ratewise::client::{secs_to_duration, Next, Outcome, ServerHints, Signal, Strategy};
 use ratewise::Timestamp;
 
 use crate::error::SimError;
@@ -326,10 +326,7 @@ impl Engine<'_> {
 /// [`SimError::Invalid`] if the scenario's server parameters are invalid.
 pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<RunOutput, SimError> {
     let server = scenario.server.build()?;
-    let initial_delay = scenario
-        .strategy
-        .initial_delay_s
-        .map(|s| Duration::from_secs_f64(s.max(0.0)));
+    let initial_delay = scenario.strategy.initial_delay_s.map(secs_to_duration);
     let mut threads = Vec::with_capacity(scenario.client_count());
     let mut strategies: Vec<Box<dyn Strategy>> = Vec::new();
     let mut process = 0usize;

@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use ratewise::client::secs_to_duration;
 use ratewise::{
     FixedWindow, Gcra, LeakyMeter, LeakyQueue, ManualClock, Quota, RateLimiter,
     SlidingWindowCounter, SlidingWindowLog, Timestamp, TokenBucket,
@@ -51,10 +52,6 @@ pub trait ServerModel {
     /// Successes the server could have granted from its first request (or
     /// the start of the run) up to `end`.
     fn offered(&mut self, end: Timestamp) -> f64;
-}
-
-fn secs(d: f64) -> Duration {
-    Duration::from_secs_f64(d.max(0.0))
 }
 
 /// Builds a quota of `rate` per second with burst `burst`, mapping the core
@@ -698,8 +695,8 @@ impl ServerModel for FixedWindowServer {
             throttled,
             remaining: Some(self.limit - self.used),
             limit: Some(self.limit),
-            retry_after: throttled.then(|| secs(window_end - now.as_secs_f64())),
-            reset_after: Some(secs(window_end - now.as_secs_f64())),
+            retry_after: throttled.then(|| secs_to_duration(window_end - now.as_secs_f64())),
+            reset_after: Some(secs_to_duration(window_end - now.as_secs_f64())),
             delay: Duration::ZERO,
         }
     }
@@ -777,7 +774,8 @@ impl ServerModel for SharedServer {
             self.tokens -= 1.0;
         }
         let net = self.rate - self.load_at(self.at);
-        let retry_after = (throttled && net > 0.0).then(|| secs((1.0 - self.tokens) / net));
+        let retry_after =
+            (throttled && net > 0.0).then(|| secs_to_duration((1.0 - self.tokens) / net));
         Response {
             throttled,
             remaining: None,
