@@ -146,15 +146,10 @@ impl Engine<'_> {
     }
 
     fn finish(&mut self, t: usize, now: Timestamp, cleared: bool) {
-        let th = &mut self.threads[t];
-        if th.phase == Phase::Done {
+        if self.threads[t].phase == Phase::Done {
             return;
         }
-        th.phase = Phase::Done;
-        th.gen += 1;
-        th.record.finished_at_s = now.as_secs_f64();
-        th.record.cleared = cleared;
-        self.active -= 1;
+        self.mark_done(t, now, cleared);
         if self.threads[t].interrupt_siblings {
             let process = self.threads[t].process;
             for s in 0..self.threads.len() {
@@ -166,18 +161,20 @@ impl Engine<'_> {
                         Phase::PreSleep | Phase::RetrySleep | Phase::Ready
                     )
                 {
-                    self.finish_interrupted(s, now);
+                    self.mark_done(s, now, false);
                 }
             }
         }
     }
 
-    fn finish_interrupted(&mut self, s: usize, now: Timestamp) {
-        let sib = &mut self.threads[s];
-        sib.phase = Phase::Done;
-        sib.gen += 1;
-        sib.record.finished_at_s = now.as_secs_f64();
-        sib.record.cleared = false;
+    /// Ends thread `t` at `now`: cancels its pending wake-up and records
+    /// when and whether it cleared its work.
+    fn mark_done(&mut self, t: usize, now: Timestamp, cleared: bool) {
+        let th = &mut self.threads[t];
+        th.phase = Phase::Done;
+        th.gen += 1;
+        th.record.finished_at_s = now.as_secs_f64();
+        th.record.cleared = cleared;
         self.active -= 1;
     }
 
