@@ -62,6 +62,27 @@ fn quota(rate: f64, burst: u64, field: &str) -> Result<Quota, SimError> {
         .map_err(|e| SimError::invalid(field, e.to_string()))
 }
 
+/// Takes one request's worth from a float stock when at least one is
+/// there; returns `true` (throttled) when not, leaving the stock as it was.
+fn take_one(stock: &mut f64) -> bool {
+    let throttled = *stock < 1.0;
+    if !throttled {
+        *stock -= 1.0;
+    }
+    throttled
+}
+
+/// A Heroku-style answer: `RateLimit-Remaining` only, the floor of what is
+/// left after the decrement.
+fn remaining_only(throttled: bool, left: f64) -> Response {
+    Response {
+        throttled,
+        // floor of a non-negative finite float; saturating cast by definition.
+        remaining: Some(left.max(0.0).floor() as u64),
+        ..Response::default()
+    }
+}
+
 /// The server section of a scenario file: which model and its parameters.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -508,11 +529,6 @@ impl HerokuBucket {
             first_request: None,
         }
     }
-
-    fn header(&self) -> u64 {
-        // floor of a non-negative finite float; saturating cast by definition.
-        self.limit_left.max(0.0).floor() as u64
-    }
 }
 
 impl ServerModel for HerokuBucket {
@@ -524,19 +540,9 @@ impl ServerModel for HerokuBucket {
             self.last_request = Some(now);
             self.limit_left = (self.limit_left + dt * self.rate).min(self.max);
         }
-        let throttled = self.limit_left < 1.0;
-        if !throttled {
-            self.limit_left -= 1.0;
-        }
-        Response {
-            throttled,
-            remaining: Some(self.header()),
-            // Heroku's fake server sends `RateLimit-Remaining` only.
-            limit: None,
-            retry_after: None,
-            reset_after: None,
-            delay: Duration::ZERO,
-        }
+        let throttled = take_one(&mut self.limit_left);
+        // Heroku's fake server sends `RateLimit-Remaining` only.
+        remaining_only(throttled, self.limit_left)
     }
 
     fn remaining(&mut self, now: Timestamp) -> f64 {
@@ -575,19 +581,9 @@ impl DecreaseOnly {
 
 impl ServerModel for DecreaseOnly {
     fn handle(&mut self, _now: Timestamp) -> Response {
-        let throttled = self.limit_left < 1.0;
-        if !throttled {
-            self.limit_left -= 1.0;
-        }
-        Response {
-            throttled,
-            remaining: Some(self.limit_left.max(0.0).floor() as u64),
-            // Same headers as the Heroku bucket: remaining only.
-            limit: None,
-            retry_after: None,
-            reset_after: None,
-            delay: Duration::ZERO,
-        }
+        let throttled = take_one(&mut self.limit_left);
+        // Same headers as the Heroku bucket: remaining only.
+        remaining_only(throttled, self.limit_left)
     }
 
     fn remaining(&mut self, _now: Timestamp) -> f64 {
@@ -690,13 +686,13 @@ impl ServerModel for FixedWindowServer {
         if !throttled {
             self.used += 1;
         }
-        let window_end = (w + 1) as f64 * self.window;
+        let reset = secs_to_duration((w + 1) as f64 * self.window - now.as_secs_f64());
         Response {
             throttled,
             remaining: Some(self.limit - self.used),
             limit: Some(self.limit),
-            retry_after: throttled.then(|| secs_to_duration(window_end - now.as_secs_f64())),
-            reset_after: Some(secs_to_duration(window_end - now.as_secs_f64())),
+            retry_after: throttled.then_some(reset),
+            reset_after: Some(reset),
             delay: Duration::ZERO,
         }
     }
@@ -769,20 +765,14 @@ impl SharedServer {
 impl ServerModel for SharedServer {
     fn handle(&mut self, now: Timestamp) -> Response {
         self.advance(now.as_secs_f64());
-        let throttled = self.tokens < 1.0;
-        if !throttled {
-            self.tokens -= 1.0;
-        }
+        let throttled = take_one(&mut self.tokens);
         let net = self.rate - self.load_at(self.at);
         let retry_after =
             (throttled && net > 0.0).then(|| secs_to_duration((1.0 - self.tokens) / net));
         Response {
             throttled,
-            remaining: None,
-            limit: None,
             retry_after,
-            reset_after: None,
-            delay: Duration::ZERO,
+            ..Response::default()
         }
     }
 
@@ -907,18 +897,14 @@ impl AutoscalingServer {
 impl ServerModel for AutoscalingServer {
     fn handle(&mut self, now: Timestamp) -> Response {
         self.advance(now.as_secs_f64());
-        let throttled = self.tokens < 1.0;
+        let throttled = take_one(&mut self.tokens);
         if !throttled {
-            self.tokens -= 1.0;
             self.consumed_in_period += 1.0;
         }
+        // This model sends no hints.
         Response {
             throttled,
-            remaining: None,
-            limit: None,
-            retry_after: None,
-            reset_after: None,
-            delay: Duration::ZERO,
+            ..Response::default()
         }
     }
 
