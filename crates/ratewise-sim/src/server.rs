@@ -185,6 +185,20 @@ pub enum LimiterAlgorithm {
     LeakyQueue,
 }
 
+impl LimiterAlgorithm {
+    /// Every core algorithm, GCRA and the token bucket (the two that can
+    /// start empty) first.
+    pub const ALL: [LimiterAlgorithm; 7] = [
+        LimiterAlgorithm::Gcra,
+        LimiterAlgorithm::TokenBucket,
+        LimiterAlgorithm::FixedWindow,
+        LimiterAlgorithm::SlidingWindowLog,
+        LimiterAlgorithm::SlidingWindowCounter,
+        LimiterAlgorithm::LeakyMeter,
+        LimiterAlgorithm::LeakyQueue,
+    ];
+}
+
 /// One step of background tenant load.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -1083,15 +1097,7 @@ mod tests {
 
     #[test]
     fn every_core_algorithm_serves_and_refuses() {
-        for algorithm in [
-            LimiterAlgorithm::Gcra,
-            LimiterAlgorithm::TokenBucket,
-            LimiterAlgorithm::FixedWindow,
-            LimiterAlgorithm::SlidingWindowLog,
-            LimiterAlgorithm::SlidingWindowCounter,
-            LimiterAlgorithm::LeakyMeter,
-            LimiterAlgorithm::LeakyQueue,
-        ] {
+        for algorithm in LimiterAlgorithm::ALL {
             let cfg = ServerConfig::Limiter {
                 algorithm,
                 rate_per_s: 10.0,
