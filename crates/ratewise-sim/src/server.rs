@@ -22,7 +22,7 @@ use ratewise::{
 };
 use serde::Deserialize;
 
-use crate::error::SimError;
+use crate::error::{non_negative, positive, SimError};
 
 /// One response as the client sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -232,28 +232,6 @@ fn default_sustained() -> u32 {
 }
 fn default_scale_delay() -> f64 {
     300.0
-}
-
-fn positive(v: f64, field: &str) -> Result<(), SimError> {
-    if v.is_finite() && v > 0.0 {
-        Ok(())
-    } else {
-        Err(SimError::invalid(
-            field,
-            format!("must be a positive number, got {v}"),
-        ))
-    }
-}
-
-fn non_negative(v: f64, field: &str) -> Result<(), SimError> {
-    if v.is_finite() && v >= 0.0 {
-        Ok(())
-    } else {
-        Err(SimError::invalid(
-            field,
-            format!("must be zero or more, got {v}"),
-        ))
-    }
 }
 
 impl ServerConfig {
