@@ -521,6 +521,12 @@ impl HerokuBucket {
             first_request: None,
         }
     }
+
+    /// The stock at `now` after refilling since `last`, capped at `max`.
+    fn refilled(&self, last: Timestamp, now: Timestamp) -> f64 {
+        let dt = now.saturating_duration_since(last).as_secs_f64();
+        (self.limit_left + dt * self.rate).min(self.max)
+    }
 }
 
 impl ServerModel for HerokuBucket {
@@ -528,9 +534,8 @@ impl ServerModel for HerokuBucket {
         let last = *self.last_request.get_or_insert(now);
         self.first_request.get_or_insert(now);
         if self.limit_left < self.max {
-            let dt = now.saturating_duration_since(last).as_secs_f64();
             self.last_request = Some(now);
-            self.limit_left = (self.limit_left + dt * self.rate).min(self.max);
+            self.limit_left = self.refilled(last, now);
         }
         let throttled = take_one(&mut self.limit_left);
         // Heroku's fake server sends `RateLimit-Remaining` only.
@@ -539,10 +544,7 @@ impl ServerModel for HerokuBucket {
 
     fn remaining(&mut self, now: Timestamp) -> f64 {
         match self.last_request {
-            Some(last) if self.limit_left < self.max => {
-                let dt = now.saturating_duration_since(last).as_secs_f64();
-                (self.limit_left + dt * self.rate).min(self.max)
-            }
+            Some(last) if self.limit_left < self.max => self.refilled(last, now),
             _ => self.limit_left,
         }
     }
