@@ -336,10 +336,11 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         .zip(scenario.strategy.quota_window_s)
         .map(|(c, w)| (c, Duration::from_secs_f64(w)))
         .or_else(|| scenario.server.fair_share(scenario.client_count()));
-    let reset_meaning = match scenario.strategy.reset_meaning {
-        Some(crate::scenario::ResetMeaningConfig::Refill) => ResetMeaning::Refill,
-        Some(crate::scenario::ResetMeaningConfig::WindowEnd) | None => ResetMeaning::WindowEnd,
-    };
+    let reset_meaning: ResetMeaning = scenario
+        .strategy
+        .reset_meaning
+        .map(Into::into)
+        .unwrap_or_default();
     let make = |strategies: &mut Vec<Box<dyn Strategy>>| -> Result<usize, SimError> {
         let n = strategies.len() as u64;
         let params = StrategyParams {

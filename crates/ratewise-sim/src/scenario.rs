@@ -14,6 +14,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use ratewise::client::hints::ResetMeaning;
 use serde::Deserialize;
 
 use crate::error::{non_negative, positive, Location, SimError};
@@ -109,6 +110,15 @@ pub enum ResetMeaningConfig {
     WindowEnd,
     /// A token bucket's time to full.
     Refill,
+}
+
+impl From<ResetMeaningConfig> for ResetMeaning {
+    fn from(c: ResetMeaningConfig) -> Self {
+        match c {
+            ResetMeaningConfig::WindowEnd => ResetMeaning::WindowEnd,
+            ResetMeaningConfig::Refill => ResetMeaning::Refill,
+        }
+    }
 }
 
 /// Request latency: the simulated time between sending a request and
