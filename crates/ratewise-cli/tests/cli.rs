@@ -1,5 +1,6 @@
 //! The `ratewise` binary end to end.
 
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn ratewise(args: &[&str]) -> Output {
@@ -8,6 +9,14 @@ fn ratewise(args: &[&str]) -> Output {
         .env_remove("CI")
         .output()
         .unwrap_or_else(|e| panic!("running ratewise: {e}"))
+}
+
+/// A fresh directory for one test's files, unique to this process; the
+/// test removes it when done.
+fn scratch_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ratewise-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    dir
 }
 
 fn stdout(o: &Output) -> String {
@@ -44,8 +53,7 @@ fn lists_strategies_and_scenarios() {
 
 #[test]
 fn default_simulate_prints_the_table_and_writes_a_report() {
-    let dir = std::env::temp_dir().join(format!("ratewise-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let dir = scratch_dir("report");
     let report = dir.join("r.html");
     let o = ratewise(&["simulate", "--report", report.to_str().unwrap_or_default()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -91,8 +99,7 @@ fn json_output_is_one_document_and_deterministic() {
 
 #[test]
 fn bad_scenario_file_names_file_line_and_field() {
-    let dir = std::env::temp_dir().join(format!("ratewise-cli-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let dir = scratch_dir("bad");
     let file = dir.join("mine.toml");
     std::fs::write(
         &file,
@@ -129,8 +136,7 @@ fn unknown_names_are_clear_errors() {
 fn closed_stdout_is_a_clean_exit() {
     use std::process::Stdio;
 
-    let dir = std::env::temp_dir().join(format!("ratewise-cli-pipe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let dir = scratch_dir("pipe");
     let report = dir.join("r.html");
     let mut child = Command::new(env!("CARGO_BIN_EXE_ratewise"))
         .args([
@@ -163,8 +169,7 @@ fn closed_stdout_is_a_clean_exit() {
 #[test]
 fn identical_rows_are_noted_under_the_table() {
     // Heroku's server sends no RateLimit-Reset, so hint pacing never acts.
-    let dir = std::env::temp_dir().join(format!("ratewise-cli-note-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let dir = scratch_dir("note");
     let report = dir.join("r.html");
     let o = ratewise(&[
         "simulate",

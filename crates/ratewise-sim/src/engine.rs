@@ -29,7 +29,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ratewise::client::hints::ResetMeaning;
-use ratewise::client::{Next, Outcome, ServerHints, Signal, Strategy};
+use ratewise::client::{secs_to_duration, Next, Outcome, ServerHints, Signal, Strategy};
 use ratewise::Timestamp;
 
 use crate::error::SimError;
@@ -110,10 +110,6 @@ pub fn split_mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-fn ts(secs: f64) -> Timestamp {
-    Timestamp::from_secs_f64(secs.max(0.0))
-}
-
 struct Engine<'a> {
     scenario: &'a Scenario,
     queue: BinaryHeap<Reverse<(Timestamp, u64, Kind)>>,
@@ -150,15 +146,10 @@ impl Engine<'_> {
     }
 
     fn finish(&mut self, t: usize, now: Timestamp, cleared: bool) {
-        let th = &mut self.threads[t];
-        if th.phase == Phase::Done {
+        if self.threads[t].phase == Phase::Done {
             return;
         }
-        th.phase = Phase::Done;
-        th.gen += 1;
-        th.record.finished_at_s = now.as_secs_f64();
-        th.record.cleared = cleared;
-        self.active -= 1;
+        self.mark_done(t, now, cleared);
         if self.threads[t].interrupt_siblings {
             let process = self.threads[t].process;
             for s in 0..self.threads.len() {
@@ -170,18 +161,20 @@ impl Engine<'_> {
                         Phase::PreSleep | Phase::RetrySleep | Phase::Ready
                     )
                 {
-                    self.finish_interrupted(s, now);
+                    self.mark_done(s, now, false);
                 }
             }
         }
     }
 
-    fn finish_interrupted(&mut self, s: usize, now: Timestamp) {
-        let sib = &mut self.threads[s];
-        sib.phase = Phase::Done;
-        sib.gen += 1;
-        sib.record.finished_at_s = now.as_secs_f64();
-        sib.record.cleared = false;
+    /// Ends thread `t` at `now`: cancels its pending wake-up and records
+    /// when and whether it cleared its work.
+    fn mark_done(&mut self, t: usize, now: Timestamp, cleared: bool) {
+        let th = &mut self.threads[t];
+        th.phase = Phase::Done;
+        th.gen += 1;
+        th.record.finished_at_s = now.as_secs_f64();
+        th.record.cleared = cleared;
         self.active -= 1;
     }
 
@@ -330,10 +323,7 @@ impl Engine<'_> {
 /// [`SimError::Invalid`] if the scenario's server parameters are invalid.
 pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<RunOutput, SimError> {
     let server = scenario.server.build()?;
-    let initial_delay = scenario
-        .strategy
-        .initial_delay_s
-        .map(|s| Duration::from_secs_f64(s.max(0.0)));
+    let initial_delay = scenario.strategy.initial_delay_s.map(secs_to_duration);
     let mut threads = Vec::with_capacity(scenario.client_count());
     let mut strategies: Vec<Box<dyn Strategy>> = Vec::new();
     let mut process = 0usize;
@@ -346,10 +336,11 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         .zip(scenario.strategy.quota_window_s)
         .map(|(c, w)| (c, Duration::from_secs_f64(w)))
         .or_else(|| scenario.server.fair_share(scenario.client_count()));
-    let reset_meaning = match scenario.strategy.reset_meaning {
-        Some(crate::scenario::ResetMeaningConfig::Refill) => ResetMeaning::Refill,
-        Some(crate::scenario::ResetMeaningConfig::WindowEnd) | None => ResetMeaning::WindowEnd,
-    };
+    let reset_meaning: ResetMeaning = scenario
+        .strategy
+        .reset_meaning
+        .map(Into::into)
+        .unwrap_or_default();
     let make = |strategies: &mut Vec<Box<dyn Strategy>>| -> Result<usize, SimError> {
         let n = strategies.len() as u64;
         let params = StrategyParams {
@@ -363,7 +354,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     };
     for group in &scenario.clients {
         let w = &group.workload;
-        let join = ts(group.join_s);
+        let join = Timestamp::from_secs_f64(group.join_s);
         for _ in 0..group.processes {
             let shared = if group.state == StateSharing::PerProcess {
                 Some(make(&mut strategies)?)
@@ -381,8 +372,10 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
                     phase: Phase::Ready,
                     gen: 0,
                     join,
-                    end_at: w.duration_s.map(|d| ts(group.join_s + d)),
-                    leave_at: group.leave_s.map(ts),
+                    end_at: w
+                        .duration_s
+                        .map(|d| Timestamp::from_secs_f64(group.join_s + d)),
+                    leave_at: group.leave_s.map(Timestamp::from_secs_f64),
                     calls_left: w.requests,
                     stop_at_remaining: w.stop_when_remaining_at_most,
                     cycle: w.busy_s.zip(w.idle_s),
@@ -420,14 +413,12 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         engine.wake(t, join);
     }
     engine.push(Timestamp::from_nanos(0), Kind::Sample);
-    let limit = ts(scenario.max_time_s);
+    let limit = Timestamp::from_secs_f64(scenario.max_time_s);
     let mut interval = Duration::from_secs_f64(scenario.sample_interval_s);
-    let mut now = Timestamp::from_nanos(0);
-    while let Some(Reverse((at, _, kind))) = engine.queue.pop() {
+    while let Some(Reverse((now, _, kind))) = engine.queue.pop() {
         if engine.active == 0 {
             break;
         }
-        now = at;
         if now > limit {
             return Err(SimError::TimeLimit {
                 scenario: scenario.name.clone(),
@@ -460,7 +451,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         .iter()
         .map(|t| t.record.finished_at_s)
         .fold(0.0_f64, f64::max);
-    let offered = engine.server.offered(ts(end));
+    let offered = engine.server.offered(Timestamp::from_secs_f64(end));
     let records: Vec<ThreadRecord> = engine.threads.iter().map(|t| t.record.clone()).collect();
     let metrics = RunMetrics::compute(
         &records,
@@ -469,7 +460,6 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         scenario.overhead_s,
         end,
     );
-    let _ = now;
     Ok(RunOutput {
         metrics,
         trace: engine.trace,

@@ -86,3 +86,27 @@ impl SimError {
         }
     }
 }
+
+/// `Ok` when `v` is finite and above zero; else an error on `field`.
+pub(crate) fn positive(v: f64, field: &str) -> Result<(), SimError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(SimError::invalid(
+            field,
+            format!("must be a positive number, got {v}"),
+        ))
+    }
+}
+
+/// `Ok` when `v` is finite and not below zero; else an error on `field`.
+pub(crate) fn non_negative(v: f64, field: &str) -> Result<(), SimError> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(SimError::invalid(
+            field,
+            format!("must be zero or more, got {v}"),
+        ))
+    }
+}

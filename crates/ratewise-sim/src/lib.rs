@@ -81,16 +81,21 @@ impl StrategyResult {
     /// from the companion scenario when there is one, and is `None` unless
     /// every run cleared.
     pub fn stat(&self, name: &str) -> Option<Stat> {
+        self.per_run(name).and_then(|v| Stat::of(&v))
+    }
+
+    /// Metric `name` of each run, in seed order, from the same runs as
+    /// [`StrategyResult::stat`]; `None` when some run has no value.
+    pub fn per_run(&self, name: &str) -> Option<Vec<f64>> {
         let source = if name == "time_to_clear_s" && !self.clear_runs.is_empty() {
             &self.clear_runs
         } else {
             &self.runs
         };
-        let values: Option<Vec<f64>> = source
+        source
             .iter()
             .map(|m| metrics::metric_value(m, name))
-            .collect();
-        values.and_then(|v| Stat::of(&v))
+            .collect()
     }
 }
 

@@ -14,9 +14,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use ratewise::client::hints::ResetMeaning;
 use serde::Deserialize;
 
-use crate::error::{Location, SimError};
+use crate::error::{non_negative, positive, Location, SimError};
 use crate::server::ServerConfig;
 
 /// The scenarios shipped with ratewise: `(name, TOML source)`.
@@ -109,6 +110,15 @@ pub enum ResetMeaningConfig {
     WindowEnd,
     /// A token bucket's time to full.
     Refill,
+}
+
+impl From<ResetMeaningConfig> for ResetMeaning {
+    fn from(c: ResetMeaningConfig) -> Self {
+        match c {
+            ResetMeaningConfig::WindowEnd => ResetMeaning::WindowEnd,
+            ResetMeaningConfig::Refill => ResetMeaning::Refill,
+        }
+    }
 }
 
 /// Request latency: the simulated time between sending a request and
@@ -343,31 +353,11 @@ impl Scenario {
     /// # Errors
     /// [`SimError::Invalid`] naming the field.
     pub fn validate(&self) -> Result<(), SimError> {
-        let pos = |v: f64, f: &str| {
-            if v.is_finite() && v > 0.0 {
-                Ok(())
-            } else {
-                Err(SimError::invalid(
-                    f,
-                    format!("must be a positive number, got {v}"),
-                ))
-            }
-        };
-        let nonneg = |v: f64, f: &str| {
-            if v.is_finite() && v >= 0.0 {
-                Ok(())
-            } else {
-                Err(SimError::invalid(
-                    f,
-                    format!("must be zero or more, got {v}"),
-                ))
-            }
-        };
-        pos(self.sample_interval_s, "sample_interval_s")?;
-        nonneg(self.overhead_s, "overhead_s")?;
-        pos(self.max_time_s, "max_time_s")?;
+        positive(self.sample_interval_s, "sample_interval_s")?;
+        non_negative(self.overhead_s, "overhead_s")?;
+        positive(self.max_time_s, "max_time_s")?;
         if let Some(d) = self.strategy.initial_delay_s {
-            nonneg(d, "strategy.initial_delay_s")?;
+            non_negative(d, "strategy.initial_delay_s")?;
         }
         match (self.strategy.quota_count, self.strategy.quota_window_s) {
             (Some(c), Some(w)) => {
@@ -377,7 +367,7 @@ impl Scenario {
                         "must be at least 1",
                     ));
                 }
-                pos(w, "strategy.quota_window_s")?;
+                positive(w, "strategy.quota_window_s")?;
             }
             (None, None) => {}
             _ => {
@@ -404,18 +394,18 @@ impl Scenario {
                 if c.threads == 0 {
                     return Err(SimError::invalid("clients.threads", "must be at least 1"));
                 }
-                nonneg(c.join_s, "clients.join_s")?;
+                non_negative(c.join_s, "clients.join_s")?;
                 if let Some(l) = c.leave_s {
-                    nonneg(l, "clients.leave_s")?;
+                    non_negative(l, "clients.leave_s")?;
                 }
                 let w = &c.workload;
                 if let Some(d) = w.duration_s {
-                    pos(d, "clients.workload.duration_s")?;
+                    positive(d, "clients.workload.duration_s")?;
                 }
                 match (w.busy_s, w.idle_s) {
                     (Some(b), Some(i)) => {
-                        pos(b, "clients.workload.busy_s")?;
-                        nonneg(i, "clients.workload.idle_s")?;
+                        positive(b, "clients.workload.busy_s")?;
+                        non_negative(i, "clients.workload.idle_s")?;
                     }
                     (None, None) => {}
                     _ => {

@@ -15,13 +15,14 @@
 
 use std::time::Duration;
 
+use ratewise::client::secs_to_duration;
 use ratewise::{
     FixedWindow, Gcra, LeakyMeter, LeakyQueue, ManualClock, Quota, RateLimiter,
     SlidingWindowCounter, SlidingWindowLog, Timestamp, TokenBucket,
 };
 use serde::Deserialize;
 
-use crate::error::SimError;
+use crate::error::{non_negative, positive, SimError};
 
 /// One response as the client sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -53,16 +54,33 @@ pub trait ServerModel {
     fn offered(&mut self, end: Timestamp) -> f64;
 }
 
-fn secs(d: f64) -> Duration {
-    Duration::from_secs_f64(d.max(0.0))
-}
-
 /// Builds a quota of `rate` per second with burst `burst`, mapping the core
 /// error into a scenario error on `field`.
 fn quota(rate: f64, burst: u64, field: &str) -> Result<Quota, SimError> {
     Quota::from_rate(rate)
         .and_then(|q| q.with_burst(burst.max(1)))
         .map_err(|e| SimError::invalid(field, e.to_string()))
+}
+
+/// Takes one request's worth from a float stock when at least one is
+/// there; returns `true` (throttled) when not, leaving the stock as it was.
+fn take_one(stock: &mut f64) -> bool {
+    let throttled = *stock < 1.0;
+    if !throttled {
+        *stock -= 1.0;
+    }
+    throttled
+}
+
+/// A Heroku-style answer: `RateLimit-Remaining` only, the floor of what is
+/// left after the decrement.
+fn remaining_only(throttled: bool, left: f64) -> Response {
+    Response {
+        throttled,
+        // floor of a non-negative finite float; saturating cast by definition.
+        remaining: Some(left.max(0.0).floor() as u64),
+        ..Response::default()
+    }
 }
 
 /// The server section of a scenario file: which model and its parameters.
@@ -167,6 +185,20 @@ pub enum LimiterAlgorithm {
     LeakyQueue,
 }
 
+impl LimiterAlgorithm {
+    /// Every core algorithm, GCRA and the token bucket (the two that can
+    /// start empty) first.
+    pub const ALL: [LimiterAlgorithm; 7] = [
+        LimiterAlgorithm::Gcra,
+        LimiterAlgorithm::TokenBucket,
+        LimiterAlgorithm::FixedWindow,
+        LimiterAlgorithm::SlidingWindowLog,
+        LimiterAlgorithm::SlidingWindowCounter,
+        LimiterAlgorithm::LeakyMeter,
+        LimiterAlgorithm::LeakyQueue,
+    ];
+}
+
 /// One step of background tenant load.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -200,28 +232,6 @@ fn default_sustained() -> u32 {
 }
 fn default_scale_delay() -> f64 {
     300.0
-}
-
-fn positive(v: f64, field: &str) -> Result<(), SimError> {
-    if v.is_finite() && v > 0.0 {
-        Ok(())
-    } else {
-        Err(SimError::invalid(
-            field,
-            format!("must be a positive number, got {v}"),
-        ))
-    }
-}
-
-fn non_negative(v: f64, field: &str) -> Result<(), SimError> {
-    if v.is_finite() && v >= 0.0 {
-        Ok(())
-    } else {
-        Err(SimError::invalid(
-            field,
-            format!("must be zero or more, got {v}"),
-        ))
-    }
 }
 
 impl ServerConfig {
@@ -512,9 +522,10 @@ impl HerokuBucket {
         }
     }
 
-    fn header(&self) -> u64 {
-        // floor of a non-negative finite float; saturating cast by definition.
-        self.limit_left.max(0.0).floor() as u64
+    /// The stock at `now` after refilling since `last`, capped at `max`.
+    fn refilled(&self, last: Timestamp, now: Timestamp) -> f64 {
+        let dt = now.saturating_duration_since(last).as_secs_f64();
+        (self.limit_left + dt * self.rate).min(self.max)
     }
 }
 
@@ -523,31 +534,17 @@ impl ServerModel for HerokuBucket {
         let last = *self.last_request.get_or_insert(now);
         self.first_request.get_or_insert(now);
         if self.limit_left < self.max {
-            let dt = now.saturating_duration_since(last).as_secs_f64();
             self.last_request = Some(now);
-            self.limit_left = (self.limit_left + dt * self.rate).min(self.max);
+            self.limit_left = self.refilled(last, now);
         }
-        let throttled = self.limit_left < 1.0;
-        if !throttled {
-            self.limit_left -= 1.0;
-        }
-        Response {
-            throttled,
-            remaining: Some(self.header()),
-            // Heroku's fake server sends `RateLimit-Remaining` only.
-            limit: None,
-            retry_after: None,
-            reset_after: None,
-            delay: Duration::ZERO,
-        }
+        let throttled = take_one(&mut self.limit_left);
+        // Heroku's fake server sends `RateLimit-Remaining` only.
+        remaining_only(throttled, self.limit_left)
     }
 
     fn remaining(&mut self, now: Timestamp) -> f64 {
         match self.last_request {
-            Some(last) if self.limit_left < self.max => {
-                let dt = now.saturating_duration_since(last).as_secs_f64();
-                (self.limit_left + dt * self.rate).min(self.max)
-            }
+            Some(last) if self.limit_left < self.max => self.refilled(last, now),
             _ => self.limit_left,
         }
     }
@@ -578,19 +575,9 @@ impl DecreaseOnly {
 
 impl ServerModel for DecreaseOnly {
     fn handle(&mut self, _now: Timestamp) -> Response {
-        let throttled = self.limit_left < 1.0;
-        if !throttled {
-            self.limit_left -= 1.0;
-        }
-        Response {
-            throttled,
-            remaining: Some(self.limit_left.max(0.0).floor() as u64),
-            // Same headers as the Heroku bucket: remaining only.
-            limit: None,
-            retry_after: None,
-            reset_after: None,
-            delay: Duration::ZERO,
-        }
+        let throttled = take_one(&mut self.limit_left);
+        // Same headers as the Heroku bucket: remaining only.
+        remaining_only(throttled, self.limit_left)
     }
 
     fn remaining(&mut self, _now: Timestamp) -> f64 {
@@ -693,13 +680,13 @@ impl ServerModel for FixedWindowServer {
         if !throttled {
             self.used += 1;
         }
-        let window_end = (w + 1) as f64 * self.window;
+        let reset = secs_to_duration((w + 1) as f64 * self.window - now.as_secs_f64());
         Response {
             throttled,
             remaining: Some(self.limit - self.used),
             limit: Some(self.limit),
-            retry_after: throttled.then(|| secs(window_end - now.as_secs_f64())),
-            reset_after: Some(secs(window_end - now.as_secs_f64())),
+            retry_after: throttled.then_some(reset),
+            reset_after: Some(reset),
             delay: Duration::ZERO,
         }
     }
@@ -772,19 +759,14 @@ impl SharedServer {
 impl ServerModel for SharedServer {
     fn handle(&mut self, now: Timestamp) -> Response {
         self.advance(now.as_secs_f64());
-        let throttled = self.tokens < 1.0;
-        if !throttled {
-            self.tokens -= 1.0;
-        }
+        let throttled = take_one(&mut self.tokens);
         let net = self.rate - self.load_at(self.at);
-        let retry_after = (throttled && net > 0.0).then(|| secs((1.0 - self.tokens) / net));
+        let retry_after =
+            (throttled && net > 0.0).then(|| secs_to_duration((1.0 - self.tokens) / net));
         Response {
             throttled,
-            remaining: None,
-            limit: None,
             retry_after,
-            reset_after: None,
-            delay: Duration::ZERO,
+            ..Response::default()
         }
     }
 
@@ -909,18 +891,14 @@ impl AutoscalingServer {
 impl ServerModel for AutoscalingServer {
     fn handle(&mut self, now: Timestamp) -> Response {
         self.advance(now.as_secs_f64());
-        let throttled = self.tokens < 1.0;
+        let throttled = take_one(&mut self.tokens);
         if !throttled {
-            self.tokens -= 1.0;
             self.consumed_in_period += 1.0;
         }
+        // This model sends no hints.
         Response {
             throttled,
-            remaining: None,
-            limit: None,
-            retry_after: None,
-            reset_after: None,
-            delay: Duration::ZERO,
+            ..Response::default()
         }
     }
 
@@ -1099,15 +1077,7 @@ mod tests {
 
     #[test]
     fn every_core_algorithm_serves_and_refuses() {
-        for algorithm in [
-            LimiterAlgorithm::Gcra,
-            LimiterAlgorithm::TokenBucket,
-            LimiterAlgorithm::FixedWindow,
-            LimiterAlgorithm::SlidingWindowLog,
-            LimiterAlgorithm::SlidingWindowCounter,
-            LimiterAlgorithm::LeakyMeter,
-            LimiterAlgorithm::LeakyQueue,
-        ] {
+        for algorithm in LimiterAlgorithm::ALL {
             let cfg = ServerConfig::Limiter {
                 algorithm,
                 rate_per_s: 10.0,

@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 use ratewise_sim::scenario::StateSharing;
 use ratewise_sim::strategies::{self, HEROKU_FIVE};
-use ratewise_sim::{metrics, report, Experiment, ExperimentResult, Scenario, Stat};
+use ratewise_sim::{report, Experiment, ExperimentResult, Scenario, Stat};
 
 const FIRST_SEED: u64 = 1;
 const RUNS: u32 = 20;
@@ -41,19 +41,13 @@ fn experiment() -> &'static ExperimentResult {
 
 /// Metric `metric` of `strategy` in each run, in seed order.
 fn per_seed(strategy: &str, metric: &str) -> Vec<f64> {
-    let r = experiment()
+    experiment()
         .results
         .iter()
         .find(|r| r.strategy == strategy)
-        .unwrap_or_else(|| panic!("no {strategy}"));
-    let runs = if metric == "time_to_clear_s" {
-        &r.clear_runs
-    } else {
-        &r.runs
-    };
-    runs.iter()
-        .map(|m| metrics::metric_value(m, metric).unwrap_or_else(|| panic!("no {metric}")))
-        .collect()
+        .unwrap_or_else(|| panic!("no {strategy}"))
+        .per_run(metric)
+        .unwrap_or_else(|| panic!("no {metric}"))
 }
 
 fn stat(strategy: &str, metric: &str) -> Stat {

@@ -7,24 +7,22 @@ use ratewise_sim::{run, strategies, Scenario};
 
 fn server() -> impl Strategy<Value = ServerConfig> {
     prop_oneof![
-        (0.5f64..50.0, 1u64..20, 0usize..7, any::<bool>()).prop_map(|(rate, burst, a, full)| {
-            let algorithm = [
-                LimiterAlgorithm::Gcra,
-                LimiterAlgorithm::TokenBucket,
-                LimiterAlgorithm::FixedWindow,
-                LimiterAlgorithm::SlidingWindowLog,
-                LimiterAlgorithm::SlidingWindowCounter,
-                LimiterAlgorithm::LeakyMeter,
-                LimiterAlgorithm::LeakyQueue,
-            ][a];
-            ServerConfig::Limiter {
-                algorithm,
-                rate_per_s: rate,
-                burst,
-                // Only GCRA and the token bucket can start empty.
-                start_full: full || a > 1,
-            }
-        }),
+        (
+            0.5f64..50.0,
+            1u64..20,
+            0..LimiterAlgorithm::ALL.len(),
+            any::<bool>()
+        )
+            .prop_map(|(rate, burst, a, full)| {
+                let algorithm = LimiterAlgorithm::ALL[a];
+                ServerConfig::Limiter {
+                    algorithm,
+                    rate_per_s: rate,
+                    burst,
+                    // Only GCRA and the token bucket can start empty.
+                    start_full: full || a > 1,
+                }
+            }),
         (1u64..50, 1.0f64..30.0)
             .prop_map(|(limit, window_s)| ServerConfig::FixedWindow { limit, window_s }),
         (1.0f64..100.0, 0.1f64..5.0, 0.0f64..20.0).prop_map(|(capacity, refill, starting)| {
