@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::throttle::{Step, StopReason, Throttle};
 use super::{Outcome, ServerHints, Signal};
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
 
 /// How a response is turned into an [`Outcome`] when no classifier is given.
 ///
@@ -127,8 +127,7 @@ impl<R: std::fmt::Debug> std::error::Error for ThrottleError<R> {}
 impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// The throttle's notion of now on tokio's clock (origin: first use).
     pub fn now(&self) -> Timestamp {
-        let origin = *self.origin().get_or_init(tokio::time::Instant::now);
-        Timestamp::from_duration(tokio::time::Instant::now().saturating_duration_since(origin))
+        self.clock().now()
     }
 
     /// [`Throttle::try_acquire_at`] now: `Err(wait)` says "would wait this

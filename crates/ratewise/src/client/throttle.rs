@@ -373,8 +373,9 @@ struct Inner<K> {
     partitions: RwLock<HashMap<K, Arc<Partition>>>,
     created: AtomicU64,
     counters: Counters,
+    /// The driver's clock, created on first use (so inside the runtime).
     #[cfg(feature = "tokio")]
-    pub(super) origin: std::sync::OnceLock<tokio::time::Instant>,
+    clock: std::sync::OnceLock<crate::wait::TokioClock>,
 }
 
 /// An adaptive client throttle, shared by cloning, partitioned by `K`.
@@ -451,7 +452,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                     ..Counters::default()
                 },
                 #[cfg(feature = "tokio")]
-                origin: std::sync::OnceLock::new(),
+                clock: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -461,9 +462,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         &self.inner.config
     }
 
+    /// The driver's tokio clock; its origin is the first call.
     #[cfg(feature = "tokio")]
-    pub(super) fn origin(&self) -> &std::sync::OnceLock<tokio::time::Instant> {
-        &self.inner.origin
+    pub(super) fn clock(&self) -> &crate::wait::TokioClock {
+        self.inner.clock.get_or_init(crate::wait::TokioClock::new)
     }
 
     fn partition(&self, key: &K) -> Arc<Partition> {
