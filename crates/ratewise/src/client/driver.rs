@@ -169,18 +169,18 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         F: FnMut() -> Fut,
         Fut: Future<Output = R>,
     {
-        let start = self.now();
-        let mut call = self.begin(start);
-        let mut not_before = start;
+        let mut now = self.now();
+        let mut call = self.begin(now);
+        let mut not_before = now;
         let mut last: Option<R> = None;
         loop {
             // Sleep out a retry's delay first, then take a slot: reserving a
             // slot far ahead would hold the partition's pacer until then.
-            let now = self.now();
+            // The clock is read again only after a sleep.
             if not_before > now {
                 tokio::time::sleep(not_before.saturating_duration_since(now)).await;
+                now = self.now();
             }
-            let now = self.now();
             match self.acquire_at(key, &mut call, now, now) {
                 Ok(wait) => {
                     if !wait.is_zero() {
@@ -198,7 +198,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             }
             let response = op().await;
             let outcome = classify(&response);
-            let now = self.now();
+            now = self.now();
             match self.record_at(key, &mut call, now, &outcome) {
                 Step::Done => return Ok(response),
                 Step::Retry(delay) => {
