@@ -52,7 +52,7 @@ use rand::{Rng, SeedableRng};
 use super::aimd::{Aimd, AimdConfig};
 use super::backoff::{retryable, Backoff, BackoffConfig};
 use super::budget::{RetryBudget, RetryBudgetConfig};
-use super::config::{within, ConfigError};
+use super::config::{at_least_one, within, ConfigError};
 use super::cubic::{Cubic, CubicConfig};
 use super::hints::{HintCap, ResetMeaning};
 use super::pacer::{Pacer, RateController};
@@ -431,13 +431,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// into the template every partition is cloned from), `max_attempts = 0`,
     /// or a pause jitter outside `[0, 1]`.
     pub fn new(config: ThrottleConfig) -> Result<Self, ConfigError> {
-        if config.max_attempts == 0 {
-            return Err(ConfigError::OutOfRange {
-                field: "max_attempts",
-                expected: "at least 1",
-                value: 0.0,
-            });
-        }
+        at_least_one("max_attempts", config.max_attempts)?;
         within("pause_jitter", config.pause_jitter, 0.0, 1.0)?;
         let template = Template::new(&config)?;
         Ok(Throttle {
