@@ -179,7 +179,7 @@ impl AutoSleeper {
         if f == 0.0 {
             return v;
         }
-        let delta = (f * v).min(self.config.max_randomization.as_nanos() as f64);
+        let delta = (f * v).min(nanos_f64(self.config.max_randomization));
         let u: f64 = self.rng.random();
         v - delta + 2.0 * delta * u
     }
