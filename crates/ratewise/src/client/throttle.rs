@@ -807,6 +807,14 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    /// A throttled response asking to retry after `d`.
+    fn throttled_after(d: Duration) -> Outcome {
+        Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(d),
+            ..ServerHints::default()
+        })
+    }
+
     fn config() -> ThrottleConfig {
         ThrottleConfig {
             adaptation: Adaptation::Aimd(AimdConfig::default()),
@@ -836,10 +844,7 @@ mod tests {
         let t = Timestamp::ZERO;
         let mut call = th.begin(t);
         th.acquire_at(&0, &mut call, t, t).unwrap();
-        let hint = Outcome::throttled().with_hints(ServerHints {
-            retry_after: Some(Duration::from_secs(2)),
-            ..ServerHints::default()
-        });
+        let hint = throttled_after(Duration::from_secs(2));
         assert_eq!(
             th.record_at(&0, &mut call, t, &hint),
             Step::Retry(Duration::from_secs(2))
@@ -867,10 +872,7 @@ mod tests {
         let t = Timestamp::ZERO;
         let mut call = th.begin(t);
         th.acquire_at(&0, &mut call, t, t).unwrap();
-        let hint = Outcome::throttled().with_hints(ServerHints {
-            retry_after: Some(Duration::from_secs(3600)),
-            ..ServerHints::default()
-        });
+        let hint = throttled_after(Duration::from_secs(3600));
         assert_eq!(
             th.record_at(&0, &mut call, t, &hint),
             Step::Retry(Duration::from_secs(5))
@@ -955,10 +957,7 @@ mod tests {
         })
         .unwrap();
         let t = Timestamp::ZERO;
-        let throttled = Outcome::throttled().with_hints(ServerHints {
-            retry_after: Some(Duration::from_secs(1)),
-            ..ServerHints::default()
-        });
+        let throttled = throttled_after(Duration::from_secs(1));
         let mut call = th.begin(t);
         th.acquire_at(&0, &mut call, t, t).unwrap();
         assert_eq!(
