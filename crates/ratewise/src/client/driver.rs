@@ -66,7 +66,6 @@ pub struct ThrottleError<R> {
     reason: StopReason,
     last: Option<R>,
     attempts: u32,
-    client_side: bool,
 }
 
 impl<R> ThrottleError<R> {
@@ -102,7 +101,7 @@ impl<R> ThrottleError<R> {
     /// | [`RejectedLocally`](StopReason::RejectedLocally) | yes | the SRE throttle refused to send |
     /// | [`RetryForbidden`](StopReason::RetryForbidden) | no | the server asked not to retry |
     pub fn is_client_side(&self) -> bool {
-        self.client_side
+        self.reason.is_client_side()
     }
 }
 
@@ -112,7 +111,7 @@ impl<R> std::fmt::Display for ThrottleError<R> {
             f,
             "call stopped after {} attempt(s) ({}): {}",
             self.attempts,
-            if self.client_side {
+            if self.is_client_side() {
                 "client-side refusal"
             } else {
                 "server kept refusing"
@@ -192,7 +191,6 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                         reason,
                         last,
                         attempts: call.attempts(),
-                        client_side: reason.is_client_side(),
                     })
                 }
             }
@@ -210,7 +208,6 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                         reason,
                         last: Some(response),
                         attempts: call.attempts(),
-                        client_side: reason.is_client_side(),
                     })
                 }
             }
