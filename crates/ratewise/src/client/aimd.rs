@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use super::backoff::{retryable, Backoff, BackoffConfig};
+use super::backoff::{honouring_retry_after, retryable, Backoff, BackoffConfig};
 use super::config::{at_least, at_least_one, positive, within, ConfigError};
 use super::pacer::{Pacer, RateController};
 use super::{Next, Outcome, Signal, Strategy};
@@ -310,10 +310,7 @@ impl Strategy for AimdStrategy {
             return Next::GiveUp;
         }
         self.call_retries += 1;
-        let mut wait = self.backoff.on_throttle();
-        if let Some(ra) = outcome.hints.retry_after {
-            wait = wait.max(ra);
-        }
+        let wait = honouring_retry_after(self.backoff.on_throttle(), outcome);
         self.last = self.pacer.acquire_at(now, now.saturating_add(wait));
         Next::Retry(self.last)
     }
