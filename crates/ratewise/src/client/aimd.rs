@@ -24,8 +24,8 @@
 
 use std::time::Duration;
 
-use super::backoff::{retryable, Backoff, BackoffConfig};
-use super::config::{at_least, positive, within, ConfigError};
+use super::backoff::{honouring_retry_after, retryable, Backoff, BackoffConfig};
+use super::config::{at_least, at_least_one, positive, within, ConfigError};
 use super::pacer::{Pacer, RateController};
 use super::{Next, Outcome, Signal, Strategy};
 use crate::time::Timestamp;
@@ -88,13 +88,7 @@ impl AimdConfig {
             0.999_999,
         )?;
         at_least("increase_step", self.increase_step, 0.0)?;
-        if self.increase_every == 0 {
-            return Err(ConfigError::OutOfRange {
-                field: "increase_every",
-                expected: "at least 1",
-                value: 0.0,
-            });
-        }
+        at_least_one("increase_every", self.increase_every)?;
         Ok(())
     }
 }
@@ -190,13 +184,7 @@ impl DiscountedBackoff {
     /// # Errors
     /// As [`Backoff::new`], or `discount_after = 0`.
     pub fn new(config: BackoffConfig, discount_after: u32, seed: u64) -> Result<Self, ConfigError> {
-        if discount_after == 0 {
-            return Err(ConfigError::OutOfRange {
-                field: "discount_after",
-                expected: "at least 1",
-                value: 0.0,
-            });
-        }
+        at_least_one("discount_after", discount_after)?;
         Ok(DiscountedBackoff {
             backoff: Backoff::new(config, seed)?,
             discount_after,
@@ -322,10 +310,7 @@ impl Strategy for AimdStrategy {
             return Next::GiveUp;
         }
         self.call_retries += 1;
-        let mut wait = self.backoff.on_throttle();
-        if let Some(ra) = outcome.hints.retry_after {
-            wait = wait.max(ra);
-        }
+        let wait = honouring_retry_after(self.backoff.on_throttle(), outcome);
         self.last = self.pacer.acquire_at(now, now.saturating_add(wait));
         Next::Retry(self.last)
     }

@@ -32,7 +32,7 @@ use std::time::Duration;
 use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
-use super::config::{at_least, within, ConfigError};
+use super::config::{at_least, at_least_one, within, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};
 use crate::time::{duration_to_nanos_saturating, Timestamp};
 
@@ -117,13 +117,7 @@ impl AutoSleeper {
             0.0,
             1.0,
         )?;
-        if config.down_threshold == 0 {
-            return Err(ConfigError::OutOfRange {
-                field: "down_threshold",
-                expected: "at least 1",
-                value: 0.0,
-            });
-        }
+        at_least_one("down_threshold", config.down_threshold)?;
         if config.max_interval < config.initial_interval {
             return Err(ConfigError::Inconsistent(
                 "max_interval must be at least initial_interval",
@@ -185,7 +179,7 @@ impl AutoSleeper {
         if f == 0.0 {
             return v;
         }
-        let delta = (f * v).min(self.config.max_randomization.as_nanos() as f64);
+        let delta = (f * v).min(nanos_f64(self.config.max_randomization));
         let u: f64 = self.rng.random();
         v - delta + 2.0 * delta * u
     }

@@ -330,6 +330,12 @@ impl BackoffStrategy {
     }
 }
 
+/// A backoff delay lengthened to the server's `Retry-After`, if longer: the
+/// server knows better.
+pub(crate) fn honouring_retry_after(delay: Duration, outcome: &Outcome) -> Duration {
+    outcome.hints.retry_after.map_or(delay, |ra| ra.max(delay))
+}
+
 /// Whether a signal is worth retrying by default.
 pub(crate) fn retryable(signal: Signal) -> bool {
     matches!(
@@ -356,7 +362,7 @@ impl Strategy for BackoffStrategy {
         }
         match self.backoff.next_delay() {
             Some(d) => {
-                let d = outcome.hints.retry_after.map_or(d, |ra| ra.max(d));
+                let d = honouring_retry_after(d, outcome);
                 self.last = d;
                 Next::Retry(d)
             }

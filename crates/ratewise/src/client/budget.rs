@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use super::config::ConfigError;
+use super::config::{at_least_one, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};
 use crate::time::Timestamp;
 
@@ -55,13 +55,7 @@ impl RetryBudget {
     /// # Errors
     /// [`ConfigError`] when the capacity is zero.
     pub fn new(config: RetryBudgetConfig) -> Result<Self, ConfigError> {
-        if config.capacity == 0 {
-            return Err(ConfigError::OutOfRange {
-                field: "capacity",
-                expected: "at least 1",
-                value: 0.0,
-            });
-        }
+        at_least_one("capacity", config.capacity)?;
         Ok(RetryBudget {
             available: config.capacity,
             config,

@@ -338,7 +338,7 @@ fn grpc_signal(value: &[u8]) -> Option<Signal> {
         "UNAUTHENTICATED",
     ];
     let v = trim(value);
-    let code = headers_u64(v).or_else(|| {
+    let code = headers::parse_u64(v).or_else(|| {
         NAMES
             .iter()
             .position(|n| v.eq_ignore_ascii_case(n.as_bytes()))
@@ -351,10 +351,6 @@ fn grpc_signal(value: &[u8]) -> Option<Signal> {
         2 | 13 | 14 | 15 => Signal::ServerError,
         _ => Signal::Failure,
     })
-}
-
-fn headers_u64(v: &[u8]) -> Option<u64> {
-    headers::parse_u64(v)
 }
 
 fn carries_retry_after(h: &dyn HeaderSource) -> bool {

@@ -77,6 +77,19 @@ pub(crate) fn within(
     }
 }
 
+/// Checks that a count is at least one.
+pub(crate) fn at_least_one(field: &'static str, value: impl Into<u64>) -> Result<(), ConfigError> {
+    if value.into() == 0 {
+        Err(ConfigError::OutOfRange {
+            field,
+            expected: "at least 1",
+            value: 0.0,
+        })
+    } else {
+        Ok(())
+    }
+}
+
 /// Seconds as a `Duration`, never panicking: NaN or negative gives zero,
 /// values beyond `Duration::MAX` saturate.
 pub fn secs_to_duration(secs: f64) -> Duration {

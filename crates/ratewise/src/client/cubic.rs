@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use super::backoff::{retryable, Backoff, BackoffConfig};
+use super::backoff::{honouring_retry_after, retryable, Backoff, BackoffConfig};
 use super::config::{positive, within, ConfigError};
 use super::pacer::{Pacer, RateController};
 use super::{Next, Outcome, Signal, Strategy};
@@ -266,7 +266,7 @@ impl Strategy for CubicStrategy {
         }
         match self.backoff.next_delay() {
             Some(d) => {
-                let d = outcome.hints.retry_after.map_or(d, |ra| ra.max(d));
+                let d = honouring_retry_after(d, outcome);
                 Next::Retry(self.wait(now, d))
             }
             None => Next::GiveUp,

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::throttle::{Step, StopReason, Throttle};
 use super::{Outcome, ServerHints, Signal};
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
 
 /// How a response is turned into an [`Outcome`] when no classifier is given.
 ///
@@ -66,7 +66,6 @@ pub struct ThrottleError<R> {
     reason: StopReason,
     last: Option<R>,
     attempts: u32,
-    client_side: bool,
 }
 
 impl<R> ThrottleError<R> {
@@ -102,7 +101,7 @@ impl<R> ThrottleError<R> {
     /// | [`RejectedLocally`](StopReason::RejectedLocally) | yes | the SRE throttle refused to send |
     /// | [`RetryForbidden`](StopReason::RetryForbidden) | no | the server asked not to retry |
     pub fn is_client_side(&self) -> bool {
-        self.client_side
+        self.reason.is_client_side()
     }
 }
 
@@ -112,7 +111,7 @@ impl<R> std::fmt::Display for ThrottleError<R> {
             f,
             "call stopped after {} attempt(s) ({}): {}",
             self.attempts,
-            if self.client_side {
+            if self.is_client_side() {
                 "client-side refusal"
             } else {
                 "server kept refusing"
@@ -127,8 +126,7 @@ impl<R: std::fmt::Debug> std::error::Error for ThrottleError<R> {}
 impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// The throttle's notion of now on tokio's clock (origin: first use).
     pub fn now(&self) -> Timestamp {
-        let origin = *self.origin().get_or_init(tokio::time::Instant::now);
-        Timestamp::from_duration(tokio::time::Instant::now().saturating_duration_since(origin))
+        self.clock().now()
     }
 
     /// [`Throttle::try_acquire_at`] now: `Err(wait)` says "would wait this
@@ -170,18 +168,18 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         F: FnMut() -> Fut,
         Fut: Future<Output = R>,
     {
-        let start = self.now();
-        let mut call = self.begin(start);
-        let mut not_before = start;
+        let mut now = self.now();
+        let mut call = self.begin(now);
+        let mut not_before = now;
         let mut last: Option<R> = None;
         loop {
             // Sleep out a retry's delay first, then take a slot: reserving a
             // slot far ahead would hold the partition's pacer until then.
-            let now = self.now();
+            // The clock is read again only after a sleep.
             if not_before > now {
                 tokio::time::sleep(not_before.saturating_duration_since(now)).await;
+                now = self.now();
             }
-            let now = self.now();
             match self.acquire_at(key, &mut call, now, now) {
                 Ok(wait) => {
                     if !wait.is_zero() {
@@ -193,13 +191,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                         reason,
                         last,
                         attempts: call.attempts(),
-                        client_side: reason.is_client_side(),
                     })
                 }
             }
             let response = op().await;
             let outcome = classify(&response);
-            let now = self.now();
+            now = self.now();
             match self.record_at(key, &mut call, now, &outcome) {
                 Step::Done => return Ok(response),
                 Step::Retry(delay) => {
@@ -211,7 +208,6 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                         reason,
                         last: Some(response),
                         attempts: call.attempts(),
-                        client_side: reason.is_client_side(),
                     })
                 }
             }

@@ -24,7 +24,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::backoff::{retryable, Backoff, BackoffConfig};
+use super::backoff::{honouring_retry_after, retryable, Backoff, BackoffConfig};
 use super::config::ConfigError;
 use super::{Next, Outcome, Strategy};
 use crate::time::Timestamp;
@@ -171,7 +171,7 @@ impl Strategy for FloodGuardStrategy {
         }
         match self.backoff.next_delay() {
             Some(d) => {
-                let d = outcome.hints.retry_after.map_or(d, |ra| ra.max(d));
+                let d = honouring_retry_after(d, outcome);
                 self.last = self.guard.acquire_at(now, now.saturating_add(d));
                 Next::Retry(self.last)
             }

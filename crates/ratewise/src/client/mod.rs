@@ -101,6 +101,15 @@ pub struct ServerHints {
     pub no_retry: bool,
 }
 
+/// [`ServerHints::default`] in a `const` context.
+const NO_HINTS: ServerHints = ServerHints {
+    retry_after: None,
+    remaining: None,
+    limit: None,
+    reset_after: None,
+    no_retry: false,
+};
+
 /// An attempt's result, as fed back to a strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outcome {
@@ -115,13 +124,7 @@ impl Outcome {
     pub const fn success() -> Self {
         Outcome {
             signal: Signal::Success,
-            hints: ServerHints {
-                retry_after: None,
-                remaining: None,
-                limit: None,
-                reset_after: None,
-                no_retry: false,
-            },
+            hints: NO_HINTS,
         }
     }
 
@@ -129,13 +132,7 @@ impl Outcome {
     pub const fn throttled() -> Self {
         Outcome {
             signal: Signal::Throttled,
-            hints: ServerHints {
-                retry_after: None,
-                remaining: None,
-                limit: None,
-                reset_after: None,
-                no_retry: false,
-            },
+            hints: NO_HINTS,
         }
     }
 

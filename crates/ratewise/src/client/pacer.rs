@@ -81,7 +81,8 @@ impl Pacer {
 
     /// Sets the rate at `now`, clamped to
     /// [[`MIN_PACER_RATE`], [`MAX_PACER_RATE`]]; NaN leaves it unchanged.
-    /// Capacity already used stays used.
+    /// Capacity already used stays used. Setting the quota already in force
+    /// does nothing, so callers may set a rate on every attempt.
     pub fn set_rate_at(&self, rate: f64, now: Timestamp) {
         if rate.is_nan() {
             return;
@@ -93,8 +94,12 @@ impl Pacer {
         };
         // The clamp makes every rate valid; a fixed burst that overflows at a
         // very low rate keeps the old quota rather than failing.
+        // Re-configuring the limiter takes its writer lock and briefly stops
+        // concurrent checks; skip it when nothing would change.
         if let Ok(q) = quota {
-            self.limiter.set_quota_at(q, now);
+            if q != self.limiter.quota() {
+                self.limiter.set_quota_at(q, now);
+            }
         }
     }
 

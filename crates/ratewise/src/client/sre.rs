@@ -151,10 +151,7 @@ impl SreThrottler {
     /// means "reject locally, do not send".
     pub fn should_send(&mut self, now: Timestamp) -> bool {
         let p = self.rejection_probability(now);
-        let slot = self.advance(now);
-        if let Some(s) = self.ring.get_mut(slot) {
-            s.0 += 1;
-        }
+        self.note_request(now);
         p <= 0.0 || self.rng.random::<f64>() >= p
     }
 

@@ -52,7 +52,7 @@ use rand::{Rng, SeedableRng};
 use super::aimd::{Aimd, AimdConfig};
 use super::backoff::{retryable, Backoff, BackoffConfig};
 use super::budget::{RetryBudget, RetryBudgetConfig};
-use super::config::{within, ConfigError};
+use super::config::{at_least_one, within, ConfigError};
 use super::cubic::{Cubic, CubicConfig};
 use super::hints::{HintCap, ResetMeaning};
 use super::pacer::{Pacer, RateController};
@@ -373,8 +373,9 @@ struct Inner<K> {
     partitions: RwLock<HashMap<K, Arc<Partition>>>,
     created: AtomicU64,
     counters: Counters,
+    /// The driver's clock, created on first use (so inside the runtime).
     #[cfg(feature = "tokio")]
-    pub(super) origin: std::sync::OnceLock<tokio::time::Instant>,
+    clock: std::sync::OnceLock<crate::wait::TokioClock>,
 }
 
 /// An adaptive client throttle, shared by cloning, partitioned by `K`.
@@ -430,13 +431,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// into the template every partition is cloned from), `max_attempts = 0`,
     /// or a pause jitter outside `[0, 1]`.
     pub fn new(config: ThrottleConfig) -> Result<Self, ConfigError> {
-        if config.max_attempts == 0 {
-            return Err(ConfigError::OutOfRange {
-                field: "max_attempts",
-                expected: "at least 1",
-                value: 0.0,
-            });
-        }
+        at_least_one("max_attempts", config.max_attempts)?;
         within("pause_jitter", config.pause_jitter, 0.0, 1.0)?;
         let template = Template::new(&config)?;
         Ok(Throttle {
@@ -451,7 +446,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                     ..Counters::default()
                 },
                 #[cfg(feature = "tokio")]
-                origin: std::sync::OnceLock::new(),
+                clock: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -461,9 +456,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         &self.inner.config
     }
 
+    /// The driver's tokio clock; its origin is the first call.
     #[cfg(feature = "tokio")]
-    pub(super) fn origin(&self) -> &std::sync::OnceLock<tokio::time::Instant> {
-        &self.inner.origin
+    pub(super) fn clock(&self) -> &crate::wait::TokioClock {
+        self.inner.clock.get_or_init(crate::wait::TokioClock::new)
     }
 
     fn partition(&self, key: &K) -> Arc<Partition> {
@@ -811,6 +807,14 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    /// A throttled response asking to retry after `d`.
+    fn throttled_after(d: Duration) -> Outcome {
+        Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(d),
+            ..ServerHints::default()
+        })
+    }
+
     fn config() -> ThrottleConfig {
         ThrottleConfig {
             adaptation: Adaptation::Aimd(AimdConfig::default()),
@@ -840,10 +844,7 @@ mod tests {
         let t = Timestamp::ZERO;
         let mut call = th.begin(t);
         th.acquire_at(&0, &mut call, t, t).unwrap();
-        let hint = Outcome::throttled().with_hints(ServerHints {
-            retry_after: Some(Duration::from_secs(2)),
-            ..ServerHints::default()
-        });
+        let hint = throttled_after(Duration::from_secs(2));
         assert_eq!(
             th.record_at(&0, &mut call, t, &hint),
             Step::Retry(Duration::from_secs(2))
@@ -871,10 +872,7 @@ mod tests {
         let t = Timestamp::ZERO;
         let mut call = th.begin(t);
         th.acquire_at(&0, &mut call, t, t).unwrap();
-        let hint = Outcome::throttled().with_hints(ServerHints {
-            retry_after: Some(Duration::from_secs(3600)),
-            ..ServerHints::default()
-        });
+        let hint = throttled_after(Duration::from_secs(3600));
         assert_eq!(
             th.record_at(&0, &mut call, t, &hint),
             Step::Retry(Duration::from_secs(5))
@@ -959,10 +957,7 @@ mod tests {
         })
         .unwrap();
         let t = Timestamp::ZERO;
-        let throttled = Outcome::throttled().with_hints(ServerHints {
-            retry_after: Some(Duration::from_secs(1)),
-            ..ServerHints::default()
-        });
+        let throttled = throttled_after(Duration::from_secs(1));
         let mut call = th.begin(t);
         th.acquire_at(&0, &mut call, t, t).unwrap();
         assert_eq!(
