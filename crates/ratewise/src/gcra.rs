@@ -458,19 +458,9 @@ pub(crate) mod math {
         q: Quota,
         last_act: u64,
     ) -> Option<(u64, u64)> {
-        let cost = cost.min(weight.saturating_mul(q.emission_nanos()));
-        let restore = crate::token_bucket::restore_after_later_grants(cost, act, last_act);
-        if restore == 0 {
-            return None;
-        }
+        let (restore, new_last) =
+            crate::token_bucket::give_back(cost, weight, q, act, now, last_act)?;
         let new_tat = tat.saturating_sub(restore).max(now.min(tat));
-        // If it was the latest, the latest is now the one before it.
-        let previous = act.saturating_sub(cost);
-        let new_last = if act == last_act && previous >= now {
-            previous
-        } else {
-            last_act
-        };
         Some((new_tat, new_last))
     }
 

@@ -182,21 +182,20 @@ impl Adjust for State {
         let now = now.as_nanos();
         self.drain(now);
         // Later grants were promised room on top of this reservation; only
-        // the rest comes back out (the `x/time/rate` rule). A forged
-        // reservation never returns more than its weight.
-        let cost = reservation
-            .cost
-            .min(self.quota.cost_nanos(reservation.weight));
-        let act = reservation.act_at.as_nanos();
-        let restore = crate::token_bucket::restore_after_later_grants(cost, act, self.last_act);
+        // the rest comes back out (the `x/time/rate` rule).
+        let Some((restore, new_last)) = crate::token_bucket::give_back(
+            reservation.cost,
+            reservation.weight,
+            self.quota,
+            reservation.act_at.as_nanos(),
+            now,
+            self.last_act,
+        ) else {
+            return 0;
+        };
         let before = self.level;
         self.level = self.level.saturating_sub(u128::from(restore));
-        if restore > 0 && act == self.last_act {
-            let previous = act.saturating_sub(cost);
-            if previous >= now {
-                self.last_act = previous;
-            }
-        }
+        self.last_act = new_last;
         clamp_u64((before - self.level) / u128::from(self.quota.emission_nanos()))
     }
 }

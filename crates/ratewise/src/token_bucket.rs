@@ -103,12 +103,35 @@ impl Admission for State {
 }
 
 /// Go `x/time/rate`'s cancellation rule, in nanoseconds of capacity (one
-/// unit = one emission interval, so time and capacity share a scale): a
-/// reservation acting at `act` gives back its `cost` minus the stretch from
-/// `act` to the latest grant's act time `last_act`, which later grants were
-/// promised. Shared by the bucket-family limiters.
-pub(crate) fn restore_after_later_grants(cost: u64, act: u64, last_act: u64) -> u64 {
-    cost.saturating_sub(last_act.saturating_sub(act))
+/// unit = one emission interval, so time and capacity share a scale), shared
+/// by the bucket-family limiters and GCRA. A reservation of `weight` units
+/// acting at `act` gives back its `cost` (capped at what `weight` units cost
+/// under `q`, so a forged reservation never returns more than its weight)
+/// minus the stretch from `act` to the latest grant's act time `last_act`,
+/// which later grants were promised. `None` if nothing comes back; otherwise
+/// the capacity given back and the new `last_act`: if it was the latest
+/// grant, the latest is now the one before it (unless that one has already
+/// acted at `now`).
+pub(crate) fn give_back(
+    cost: u64,
+    weight: u64,
+    q: Quota,
+    act: u64,
+    now: u64,
+    last_act: u64,
+) -> Option<(u64, u64)> {
+    let cost = cost.min(q.cost_nanos(weight));
+    let restore = cost.saturating_sub(last_act.saturating_sub(act));
+    if restore == 0 {
+        return None;
+    }
+    let previous = act.saturating_sub(cost);
+    let new_last = if act == last_act && previous >= now {
+        previous
+    } else {
+        last_act
+    };
+    Some((restore, new_last))
 }
 
 fn clamp_u64(v: i128) -> u64 {
@@ -170,25 +193,20 @@ impl Adjust for State {
         }
         let now = now.as_nanos();
         self.refill(now);
-        // A forged reservation never returns more than its weight.
-        let cost = reservation
-            .cost
-            .min(self.quota.cost_nanos(reservation.weight));
-        let act = reservation.act_at.as_nanos();
-        let restore = restore_after_later_grants(cost, act, self.last_act);
-        if restore == 0 {
+        let Some((restore, new_last)) = give_back(
+            reservation.cost,
+            reservation.weight,
+            self.quota,
+            reservation.act_at.as_nanos(),
+            now,
+            self.last_act,
+        ) else {
             return 0;
-        }
+        };
         let tau = i128::from(self.quota.window_nanos());
         let before = self.credit;
         self.credit = (self.credit + i128::from(restore)).min(tau);
-        if act == self.last_act {
-            // It was the latest grant: the latest is now the one before it.
-            let previous = act.saturating_sub(cost);
-            if previous >= now {
-                self.last_act = previous;
-            }
-        }
+        self.last_act = new_last;
         u64::try_from((self.credit - before) / i128::from(self.quota.emission_nanos())).unwrap_or(0)
     }
 }
