@@ -99,7 +99,7 @@ pub(crate) trait Admission {
 /// A state that places every request at an absolute time — the earliest at
 /// which it passes — and admits it there (the window counters and the log).
 /// Every such state is an [`Admission`]: a check passes when that time is
-/// not after the clamped `now`, a denial's evidence is that time, and a
+/// not after the clamped `now`, a denial's `retry_after` is that time, and a
 /// reservation is booked at it.
 pub(crate) trait Earliest {
     /// The current quota.
@@ -116,9 +116,10 @@ pub(crate) trait Earliest {
     /// Counts `n` units as admitted at `at`.
     fn admit_at(&mut self, n: u64, at: u64);
 
-    /// The decision for a caller at `caller_now`, made at the clamped `now`;
-    /// `retry_at` is the time a denied request would pass.
-    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision;
+    /// What a decision at the clamped `now` for a caller at `caller_now`
+    /// reports beyond the verdict: the units free and the time by which
+    /// everything counted so far stops counting.
+    fn outlook(&self, caller_now: u64, now: u64) -> (u64, u64);
 
     /// A reservation's first bookkeeping word once it is admitted at `at`.
     fn mark(&self, at: u64) -> u64;
@@ -174,7 +175,16 @@ impl<S: Earliest> Admission for S {
     }
 
     fn decision(&self, plan: &Placed, allowed: bool) -> Decision {
-        self.decision_at(plan.caller, plan.now, (!allowed).then_some(plan.at))
+        let (remaining, reset_at) = self.outlook(plan.caller, plan.now);
+        let after = |at: u64| Duration::from_nanos(at.saturating_sub(plan.caller));
+        Decision {
+            allowed,
+            limit: Earliest::quota(self).burst(),
+            remaining,
+            reset_after: after(reset_at),
+            retry_after: (!allowed).then(|| after(plan.at)),
+            delay: Duration::ZERO,
+        }
     }
 
     fn book(&mut self, n: u64, plan: &Placed) -> Booking {

@@ -48,9 +48,7 @@
 
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
-use std::time::Duration;
 
-use crate::decision::Decision;
 use crate::limiter::Reservation;
 use crate::locked::{Adjust, Earliest, Fields};
 use crate::quota::Quota;
@@ -175,7 +173,8 @@ impl Earliest for State {
         self.cur = self.cur.saturating_add(n);
     }
 
-    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+    /// The estimate's room, and when the estimate reaches zero.
+    fn outlook(&self, _caller_now: u64, now: u64) -> (u64, u64) {
         let w = u128::from(self.window());
         let t = now.max(self.start(self.index));
         let k = t / self.window();
@@ -195,14 +194,7 @@ impl Earliest for State {
         } else {
             now
         };
-        Decision {
-            allowed: retry_at.is_none(),
-            limit: self.quota.burst(),
-            remaining,
-            reset_after: Duration::from_nanos(reset_at.saturating_sub(caller_now)),
-            retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
-            delay: Duration::ZERO,
-        }
+        (remaining, reset_at)
     }
 
     /// The window a reservation was counted in.
@@ -286,6 +278,8 @@ impl Fields for State {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::error::ReserveError;
     use crate::limiter::RateLimiter;
