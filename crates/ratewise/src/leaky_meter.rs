@@ -108,11 +108,12 @@ impl Admission for State {
     }
 
     fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
-        let e = u128::from(self.quota.emission_nanos());
         Decision {
             allowed,
             limit: self.quota.burst(),
-            remaining: clamp_u64(self.capacity().saturating_sub(self.level) / e),
+            remaining: self
+                .quota
+                .units_in(clamp_u64(self.capacity().saturating_sub(self.level))),
             reset_after: Duration::from_nanos(clamp_u64(self.level)),
             retry_after: plan.retry_after(allowed),
             delay: Duration::ZERO,

@@ -122,8 +122,9 @@ impl State {
         Decision {
             allowed: retry_after.is_none(),
             limit: self.quota.burst(),
-            remaining: self.quota.window_nanos().saturating_sub(backlog)
-                / self.quota.emission_nanos(),
+            remaining: self
+                .quota
+                .units_in(self.quota.window_nanos().saturating_sub(backlog)),
             reset_after: Duration::from_nanos(backlog),
             retry_after: retry_after.map(Duration::from_nanos),
             delay: Duration::from_nanos(delay),
