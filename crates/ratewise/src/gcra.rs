@@ -503,7 +503,7 @@ impl<T> std::ops::Deref for CacheAligned<T> {
 }
 
 /// A quota readable without locks while another thread replaces it: a
-/// sequence lock over two words. Writers are serialised by a mutex (they are
+/// sequence lock over the three words of [`Quota::raw_parts`]. Writers are serialised by a mutex (they are
 /// rare); readers retry while a write is in progress.
 pub(crate) struct QuotaCell {
     seq: AtomicU64,
@@ -551,20 +551,15 @@ impl QuotaCell {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Replaces the quota, returning the old one.
-    pub(crate) fn store(&self, q: Quota) -> Quota {
+    /// Replaces the quota.
+    pub(crate) fn store(&self, q: Quota) {
         let guard = self.lock_writer();
-        self.store_locked(&guard, q)
+        self.store_locked(&guard, q);
     }
 
     /// Replaces the quota while the caller holds the writer lock.
-    pub(crate) fn store_locked(&self, _writer: &std::sync::MutexGuard<'_, ()>, q: Quota) -> Quota {
+    pub(crate) fn store_locked(&self, _writer: &std::sync::MutexGuard<'_, ()>, q: Quota) {
         let s = self.seq.load(Ordering::Relaxed);
-        let old = Quota::from_raw_parts(
-            self.emission.load(Ordering::Relaxed),
-            self.burst.load(Ordering::Relaxed),
-            self.reciprocal.load(Ordering::Relaxed),
-        );
         let (e, b, r) = q.raw_parts();
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
@@ -572,7 +567,6 @@ impl QuotaCell {
         self.burst.store(b, Ordering::Relaxed);
         self.reciprocal.store(r, Ordering::Relaxed);
         self.seq.store(s.wrapping_add(2), Ordering::Release);
-        old
     }
 }
 
