@@ -224,9 +224,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        self.last = self.last.max(now.as_nanos());
-        // Past its act time (on the queue's clock) it may have been used.
-        if self.last > reservation.act_at.as_nanos() {
+        if crate::locked::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         // Only the last request in the queue can leave without leaving a hole

@@ -133,6 +133,15 @@ pub(crate) fn raise(last: &mut u64, now: u64) -> (u64, u64) {
     (*last, *last)
 }
 
+/// Raises `last` (the latest time a state has seen) to `now` and tells
+/// whether `reservation`'s act time has passed on the limiter's clock: a
+/// reservation past its act time may have been used, so cancelling it gives
+/// nothing back.
+pub(crate) fn past_act(last: &mut u64, now: Timestamp, reservation: &Reservation) -> bool {
+    *last = (*last).max(now.as_nanos());
+    *last > reservation.act_at.as_nanos()
+}
+
 /// Where an [`Earliest`] state places a request.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Placed {

@@ -248,9 +248,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        self.last = self.last.max(now.as_nanos());
-        // Past its act time (on the limiter's clock) it may have been used.
-        if self.last > reservation.act_at.as_nanos() {
+        if crate::locked::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         let slot = if reservation.mark == self.index {

@@ -234,9 +234,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        self.last = self.last.max(now.as_nanos());
-        // Past its act time (on the limiter's clock) it may have been used.
-        if self.last > reservation.act_at.as_nanos() {
+        if crate::locked::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         let Ok(i) = self.log.binary_search_by_key(&reservation.mark, |e| e.at) else {
