@@ -30,7 +30,6 @@
 
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
@@ -108,16 +107,12 @@ impl Admission for State {
     }
 
     fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
-        Decision {
+        plan.decision(
+            self.quota,
             allowed,
-            limit: self.quota.burst(),
-            remaining: self
-                .quota
-                .units_in(clamp_u64(self.capacity().saturating_sub(self.level))),
-            reset_after: Duration::from_nanos(clamp_u64(self.level)),
-            retry_after: plan.retry_after(allowed),
-            delay: Duration::ZERO,
-        }
+            clamp_u64(self.capacity().saturating_sub(self.level)),
+            clamp_u64(self.level),
+        )
     }
 
     fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
@@ -211,6 +206,8 @@ impl Fields for State {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::error::ReserveError;
     use crate::limiter::RateLimiter;

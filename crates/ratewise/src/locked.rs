@@ -238,9 +238,18 @@ impl Cost {
         Cost { caller, cost, wait }
     }
 
-    /// A denial's `retry_after`: the wait, unless `allowed`.
-    pub(crate) fn retry_after(&self, allowed: bool) -> Option<Duration> {
-        (!allowed).then(|| Duration::from_nanos(self.wait))
+    /// The decision for the request under `quota`, with `free` nanoseconds
+    /// of capacity available now and all of it available again in `full`
+    /// nanoseconds; a denial waits [`Cost::wait`].
+    pub(crate) fn decision(&self, quota: Quota, allowed: bool, free: u64, full: u64) -> Decision {
+        Decision {
+            allowed,
+            limit: quota.burst(),
+            remaining: quota.units_in(free),
+            reset_after: Duration::from_nanos(full),
+            retry_after: (!allowed).then(|| Duration::from_nanos(self.wait)),
+            delay: Duration::ZERO,
+        }
     }
 
     /// The booking of a reservation granted once the cost is taken: it acts

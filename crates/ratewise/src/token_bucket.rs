@@ -13,7 +13,6 @@
 
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
@@ -86,14 +85,12 @@ impl Admission for State {
 
     fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
         let tau = i128::from(self.quota.window_nanos());
-        Decision {
+        plan.decision(
+            self.quota,
             allowed,
-            limit: self.quota.burst(),
-            remaining: self.quota.units_in(clamp_u64(self.credit)),
-            reset_after: Duration::from_nanos(clamp_u64(tau - self.credit)),
-            retry_after: plan.retry_after(allowed),
-            delay: Duration::ZERO,
-        }
+            clamp_u64(self.credit),
+            clamp_u64(tau - self.credit),
+        )
     }
 
     fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
@@ -221,6 +218,8 @@ impl Fields for State {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::limiter::RateLimiter;
     use crate::test_support::ms;
