@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use ratewise::{
     Clock, FixedWindow, Gcra, LeakyMeter, LeakyQueue, MonotonicClock, Quota, RateLimiter,
     SlidingWindowCounter, SlidingWindowLog, StdClock, TokenBucket,
@@ -135,50 +136,31 @@ fn contended<F: Fn() + Send + Sync + 'static>(threads: usize, iters: u64, op: Ar
     start.elapsed()
 }
 
+/// Benchmarks `op` run on two threads at once.
+fn bench_two_threads<F: Fn() + Send + Sync + 'static>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    op: F,
+) {
+    let op = Arc::new(op);
+    g.bench_function(name, |b| {
+        b.iter_custom(|iters| contended(2, iters, Arc::clone(&op)))
+    });
+}
+
 fn two_threads(c: &mut Criterion) {
     let mut g = c.benchmark_group("check/2-threads");
-    let gov = Arc::new(governor_open());
-    g.bench_function("governor", |b| {
-        let gov = Arc::clone(&gov);
-        b.iter_custom(move |iters| {
-            let gov = Arc::clone(&gov);
-            contended(
-                2,
-                iters,
-                Arc::new(move || {
-                    black_box(gov.check().is_ok());
-                }),
-            )
-        })
+    let gov = governor_open();
+    bench_two_threads(&mut g, "governor", move || {
+        black_box(gov.check().is_ok());
     });
-    let gcra = Arc::new(Gcra::new(open_quota()));
-    g.bench_function("Gcra", |b| {
-        let gcra = Arc::clone(&gcra);
-        b.iter_custom(move |iters| {
-            let l = Arc::clone(&gcra);
-            contended(
-                2,
-                iters,
-                Arc::new(move || {
-                    black_box(l.check(1).is_ok_and(|d| d.allowed));
-                }),
-            )
-        })
+    let gcra = Gcra::new(open_quota());
+    bench_two_threads(&mut g, "Gcra", move || {
+        black_box(gcra.check(1).is_ok_and(|d| d.allowed));
     });
     for (name, l) in others() {
-        let l: Arc<dyn RateLimiter> = Arc::from(l);
-        g.bench_function(name, |b| {
-            let l = Arc::clone(&l);
-            b.iter_custom(move |iters| {
-                let l = Arc::clone(&l);
-                contended(
-                    2,
-                    iters,
-                    Arc::new(move || {
-                        black_box(l.check(1).is_ok_and(|d| d.allowed));
-                    }),
-                )
-            })
+        bench_two_threads(&mut g, name, move || {
+            black_box(l.check(1).is_ok_and(|d| d.allowed));
         });
     }
     g.finish();

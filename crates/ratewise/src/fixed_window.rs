@@ -42,9 +42,7 @@
 
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
-use std::time::Duration;
 
-use crate::decision::Decision;
 use crate::limiter::Reservation;
 use crate::locked::{Adjust, Earliest, Fields};
 use crate::quota::Quota;
@@ -132,21 +130,16 @@ impl Earliest for State {
         self.count = self.count.saturating_add(n);
     }
 
-    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+    /// The room left, and the end of the current window.
+    fn outlook(&self, _caller_now: u64, now: u64) -> (u64, u64) {
         let t = now.max(self.start(self.index));
         let end = self.start((t / self.window()).saturating_add(1));
-        Decision {
-            allowed: retry_at.is_none(),
-            limit: self.quota.burst(),
-            remaining: if now < self.start(self.index) {
-                0
-            } else {
-                self.quota.burst().saturating_sub(self.used_at(t))
-            },
-            reset_after: Duration::from_nanos(end.saturating_sub(caller_now)),
-            retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
-            delay: Duration::ZERO,
-        }
+        let remaining = if now < self.start(self.index) {
+            0
+        } else {
+            self.quota.burst().saturating_sub(self.used_at(t))
+        };
+        (remaining, end)
     }
 
     /// The window a reservation was counted in.
@@ -203,9 +196,9 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        self.last = self.last.max(now.as_nanos());
-        // Past its act time (on the limiter's clock) it may have been used.
-        if self.last > reservation.act_at.as_nanos() || reservation.mark != self.index {
+        if crate::locked::past_act(&mut self.last, now, &reservation)
+            || reservation.mark != self.index
+        {
             return 0;
         }
         let back = reservation.cost.min(self.count);
@@ -224,6 +217,8 @@ impl Fields for State {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::error::ReserveError;
     use crate::limiter::RateLimiter;

@@ -458,19 +458,9 @@ pub(crate) mod math {
         q: Quota,
         last_act: u64,
     ) -> Option<(u64, u64)> {
-        let cost = cost.min(weight.saturating_mul(q.emission_nanos()));
-        let restore = crate::token_bucket::restore_after_later_grants(cost, act, last_act);
-        if restore == 0 {
-            return None;
-        }
+        let (restore, new_last) =
+            crate::token_bucket::give_back(cost, weight, q, act, now, last_act)?;
         let new_tat = tat.saturating_sub(restore).max(now.min(tat));
-        // If it was the latest, the latest is now the one before it.
-        let previous = act.saturating_sub(cost);
-        let new_last = if act == last_act && previous >= now {
-            previous
-        } else {
-            last_act
-        };
         Some((new_tat, new_last))
     }
 
@@ -513,7 +503,7 @@ impl<T> std::ops::Deref for CacheAligned<T> {
 }
 
 /// A quota readable without locks while another thread replaces it: a
-/// sequence lock over two words. Writers are serialised by a mutex (they are
+/// sequence lock over the three words of [`Quota::raw_parts`]. Writers are serialised by a mutex (they are
 /// rare); readers retry while a write is in progress.
 pub(crate) struct QuotaCell {
     seq: AtomicU64,
@@ -561,20 +551,15 @@ impl QuotaCell {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Replaces the quota, returning the old one.
-    pub(crate) fn store(&self, q: Quota) -> Quota {
+    /// Replaces the quota.
+    pub(crate) fn store(&self, q: Quota) {
         let guard = self.lock_writer();
-        self.store_locked(&guard, q)
+        self.store_locked(&guard, q);
     }
 
     /// Replaces the quota while the caller holds the writer lock.
-    pub(crate) fn store_locked(&self, _writer: &std::sync::MutexGuard<'_, ()>, q: Quota) -> Quota {
+    pub(crate) fn store_locked(&self, _writer: &std::sync::MutexGuard<'_, ()>, q: Quota) {
         let s = self.seq.load(Ordering::Relaxed);
-        let old = Quota::from_raw_parts(
-            self.emission.load(Ordering::Relaxed),
-            self.burst.load(Ordering::Relaxed),
-            self.reciprocal.load(Ordering::Relaxed),
-        );
         let (e, b, r) = q.raw_parts();
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
@@ -582,48 +567,44 @@ impl QuotaCell {
         self.burst.store(b, Ordering::Relaxed);
         self.reciprocal.store(r, Ordering::Relaxed);
         self.seq.store(s.wrapping_add(2), Ordering::Release);
-        old
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{ms, quota};
     use crate::time::ManualClock;
-
-    fn t(ms: u64) -> Timestamp {
-        Timestamp::from_nanos(ms * 1_000_000)
-    }
 
     #[test]
     fn admits_burst_then_paces() {
         let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
         for i in 0..10 {
-            let d = g.check_at(1, t(0)).unwrap();
+            let d = g.check_at(1, ms(0)).unwrap();
             assert!(d.allowed);
             assert_eq!(d.remaining, 9 - i);
         }
-        let d = g.check_at(1, t(0)).unwrap();
+        let d = g.check_at(1, ms(0)).unwrap();
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
         assert_eq!(d.reset_after, Duration::from_secs(1));
-        assert!(!g.check_at(1, t(99)).unwrap().allowed);
-        assert!(g.check_at(1, t(100)).unwrap().allowed);
+        assert!(!g.check_at(1, ms(99)).unwrap().allowed);
+        assert!(g.check_at(1, ms(100)).unwrap().allowed);
     }
 
     #[test]
     fn weighted_and_oversized_requests() {
         let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
         assert_eq!(
-            g.check_at(11, t(0)),
+            g.check_at(11, ms(0)),
             Err(CheckError::ExceedsBurst {
                 requested: 11,
                 burst: 10
             })
         );
-        assert_eq!(g.check_at(0, t(0)), Err(CheckError::ZeroWeight));
-        assert!(g.check_at(7, t(0)).unwrap().allowed);
-        let d = g.check_at(4, t(0)).unwrap();
+        assert_eq!(g.check_at(0, ms(0)), Err(CheckError::ZeroWeight));
+        assert!(g.check_at(7, ms(0)).unwrap().allowed);
+        let d = g.check_at(4, ms(0)).unwrap();
         assert!(!d.allowed);
         assert_eq!(d.remaining, 3);
         assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
@@ -633,57 +614,57 @@ mod tests {
     fn peek_does_not_consume() {
         let g = Gcra::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
         for _ in 0..5 {
-            assert!(g.peek_at(1, t(0)).unwrap().allowed);
+            assert!(g.peek_at(1, ms(0)).unwrap().allowed);
         }
-        assert!(g.check_at(1, t(0)).unwrap().allowed);
-        assert!(!g.peek_at(1, t(0)).unwrap().allowed);
+        assert!(g.check_at(1, ms(0)).unwrap().allowed);
+        assert!(!g.peek_at(1, ms(0)).unwrap().allowed);
     }
 
     #[test]
     fn backwards_time_is_conservative() {
         let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
         for _ in 0..10 {
-            assert!(g.check_at(1, t(10_000)).unwrap().allowed);
+            assert!(g.check_at(1, ms(10_000)).unwrap().allowed);
         }
         // Far in the past: nothing may be admitted.
         for back in [0, 1, 5_000, 9_999] {
-            assert!(!g.check_at(1, t(back)).unwrap().allowed);
+            assert!(!g.check_at(1, ms(back)).unwrap().allowed);
         }
-        assert!(g.check_at(1, t(10_100)).unwrap().allowed);
+        assert!(g.check_at(1, ms(10_100)).unwrap().allowed);
     }
 
     #[test]
     fn reserve_and_cancel_restore_state() {
         let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
-        assert!(g.check_at(10, t(0)).unwrap().allowed);
-        let r = g.reserve_at(5, t(0)).unwrap();
-        assert_eq!(r.act_at(), t(500));
+        assert!(g.check_at(10, ms(0)).unwrap().allowed);
+        let r = g.reserve_at(5, ms(0)).unwrap();
+        assert_eq!(r.act_at(), ms(500));
         assert!(matches!(
-            g.reserve_within_at(1, t(0), Duration::from_millis(500)),
+            g.reserve_within_at(1, ms(0), Duration::from_millis(500)),
             Err(ReserveError::WouldWaitTooLong { .. })
         ));
-        assert_eq!(g.cancel_at(r, t(100)), 5);
+        assert_eq!(g.cancel_at(r, ms(100)), 5);
         // As if the reservation never happened: one unit back at 100 ms.
-        assert!(g.check_at(1, t(100)).unwrap().allowed);
-        assert!(!g.check_at(1, t(100)).unwrap().allowed);
+        assert!(g.check_at(1, ms(100)).unwrap().allowed);
+        assert!(!g.check_at(1, ms(100)).unwrap().allowed);
     }
 
     #[test]
     fn cancel_keeps_what_later_reservations_were_promised() {
         let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
-        assert!(g.check_at(10, t(0)).unwrap().allowed);
-        let first = g.reserve_at(3, t(0)).unwrap();
-        let second = g.reserve_at(2, t(0)).unwrap();
-        assert_eq!(second.act_at(), t(500));
+        assert!(g.check_at(10, ms(0)).unwrap().allowed);
+        let first = g.reserve_at(3, ms(0)).unwrap();
+        let second = g.reserve_at(2, ms(0)).unwrap();
+        assert_eq!(second.act_at(), ms(500));
         // 2 of the first reservation's 3 units are already promised onward.
-        assert_eq!(g.cancel_at(first, t(0)), 1);
-        assert_eq!(g.cancel_at(second, t(0)), 2);
+        assert_eq!(g.cancel_at(first, ms(0)), 1);
+        assert_eq!(g.cancel_at(second, ms(0)), 2);
         // After the cancels: 3 of 5 reserved units returned; the remaining
         // debt is 2 units (200 ms).
-        assert!(!g.check_at(1, t(200)).unwrap().allowed);
-        assert!(g.check_at(1, t(300)).unwrap().allowed);
+        assert!(!g.check_at(1, ms(200)).unwrap().allowed);
+        assert!(g.check_at(1, ms(300)).unwrap().allowed);
         // Cancelling after the act time does nothing.
-        let late = g.reserve_at(1, t(300)).unwrap();
+        let late = g.reserve_at(1, ms(300)).unwrap();
         assert_eq!(
             {
                 let after = late.act_at() + Duration::from_nanos(1);
@@ -696,20 +677,20 @@ mod tests {
     #[test]
     fn set_quota_preserves_available_units() {
         let g = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
-        assert!(g.check_at(6, t(0)).unwrap().allowed); // 4 left
-        g.set_quota_at(Quota::per_second(1).unwrap().with_burst(10).unwrap(), t(0));
-        assert_eq!(g.peek_at(1, t(0)).unwrap().remaining, 4);
-        assert!(g.check_at(4, t(0)).unwrap().allowed);
+        assert!(g.check_at(6, ms(0)).unwrap().allowed); // 4 left
+        g.set_quota_at(quota(1, 10), ms(0));
+        assert_eq!(g.peek_at(1, ms(0)).unwrap().remaining, 4);
+        assert!(g.check_at(4, ms(0)).unwrap().allowed);
         // Now one per second.
-        assert!(!g.check_at(1, t(999)).unwrap().allowed);
-        assert!(g.check_at(1, t(1000)).unwrap().allowed);
+        assert!(!g.check_at(1, ms(999)).unwrap().allowed);
+        assert!(g.check_at(1, ms(1000)).unwrap().allowed);
         // Raising the burst does not hand out capacity by itself.
-        g.set_burst_at_for_test(20, t(1000));
-        assert_eq!(g.peek_at(1, t(1000)).unwrap().remaining, 0);
+        g.set_burst_at_for_test(20, ms(1000));
+        assert_eq!(g.peek_at(1, ms(1000)).unwrap().remaining, 0);
         // Lowering it caps what is available.
         let g2 = Gcra::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
-        g2.set_quota_at(Quota::per_second(10).unwrap().with_burst(3).unwrap(), t(0));
-        assert_eq!(g2.peek_at(1, t(0)).unwrap().remaining, 3);
+        g2.set_quota_at(quota(10, 3), ms(0));
+        assert_eq!(g2.peek_at(1, ms(0)).unwrap().remaining, 3);
     }
 
     impl<C: Clock> Gcra<C> {
@@ -721,17 +702,17 @@ mod tests {
     #[test]
     fn sub_one_per_second() {
         let g = Gcra::with_clock(Quota::from_rate(0.5).unwrap(), ManualClock::new());
-        assert!(g.check_at(1, t(0)).unwrap().allowed);
-        let d = g.check_at(1, t(0)).unwrap();
+        assert!(g.check_at(1, ms(0)).unwrap().allowed);
+        let d = g.check_at(1, ms(0)).unwrap();
         assert_eq!(d.retry_after, Some(Duration::from_secs(2)));
-        assert!(g.check_at(1, t(2000)).unwrap().allowed);
+        assert!(g.check_at(1, ms(2000)).unwrap().allowed);
     }
 
     #[test]
     fn starts_empty_when_asked() {
         let clock = ManualClock::new();
         let g = Gcra::empty_with_clock(Quota::per_second(10).unwrap(), clock);
-        assert!(!g.check_at(1, t(0)).unwrap().allowed);
-        assert!(g.check_at(1, t(100)).unwrap().allowed);
+        assert!(!g.check_at(1, ms(0)).unwrap().allowed);
+        assert!(g.check_at(1, ms(100)).unwrap().allowed);
     }
 }

@@ -30,7 +30,6 @@
 
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
@@ -108,15 +107,12 @@ impl Admission for State {
     }
 
     fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
-        let e = u128::from(self.quota.emission_nanos());
-        Decision {
+        plan.decision(
+            self.quota,
             allowed,
-            limit: self.quota.burst(),
-            remaining: clamp_u64(self.capacity().saturating_sub(self.level) / e),
-            reset_after: Duration::from_nanos(clamp_u64(self.level)),
-            retry_after: plan.retry_after(allowed),
-            delay: Duration::ZERO,
-        }
+            clamp_u64(self.capacity().saturating_sub(self.level)),
+            clamp_u64(self.level),
+        )
     }
 
     fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
@@ -182,21 +178,20 @@ impl Adjust for State {
         let now = now.as_nanos();
         self.drain(now);
         // Later grants were promised room on top of this reservation; only
-        // the rest comes back out (the `x/time/rate` rule). A forged
-        // reservation never returns more than its weight.
-        let cost = reservation
-            .cost
-            .min(self.quota.cost_nanos(reservation.weight));
-        let act = reservation.act_at.as_nanos();
-        let restore = crate::token_bucket::restore_after_later_grants(cost, act, self.last_act);
+        // the rest comes back out (the `x/time/rate` rule).
+        let Some((restore, new_last)) = crate::token_bucket::give_back(
+            reservation.cost,
+            reservation.weight,
+            self.quota,
+            reservation.act_at.as_nanos(),
+            now,
+            self.last_act,
+        ) else {
+            return 0;
+        };
         let before = self.level;
         self.level = self.level.saturating_sub(u128::from(restore));
-        if restore > 0 && act == self.last_act {
-            let previous = act.saturating_sub(cost);
-            if previous >= now {
-                self.last_act = previous;
-            }
-        }
+        self.last_act = new_last;
         clamp_u64((before - self.level) / u128::from(self.quota.emission_nanos()))
     }
 }
@@ -211,6 +206,8 @@ impl Fields for State {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::error::ReserveError;
     use crate::limiter::RateLimiter;

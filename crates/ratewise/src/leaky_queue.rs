@@ -122,8 +122,9 @@ impl State {
         Decision {
             allowed: retry_after.is_none(),
             limit: self.quota.burst(),
-            remaining: self.quota.window_nanos().saturating_sub(backlog)
-                / self.quota.emission_nanos(),
+            remaining: self
+                .quota
+                .units_in(self.quota.window_nanos().saturating_sub(backlog)),
             reset_after: Duration::from_nanos(backlog),
             retry_after: retry_after.map(Duration::from_nanos),
             delay: Duration::from_nanos(delay),
@@ -223,9 +224,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        self.last = self.last.max(now.as_nanos());
-        // Past its act time (on the queue's clock) it may have been used.
-        if self.last > reservation.act_at.as_nanos() {
+        if crate::locked::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         // Only the last request in the queue can leave without leaving a hole

@@ -99,7 +99,7 @@ pub(crate) trait Admission {
 /// A state that places every request at an absolute time — the earliest at
 /// which it passes — and admits it there (the window counters and the log).
 /// Every such state is an [`Admission`]: a check passes when that time is
-/// not after the clamped `now`, a denial's evidence is that time, and a
+/// not after the clamped `now`, a denial's `retry_after` is that time, and a
 /// reservation is booked at it.
 pub(crate) trait Earliest {
     /// The current quota.
@@ -116,9 +116,10 @@ pub(crate) trait Earliest {
     /// Counts `n` units as admitted at `at`.
     fn admit_at(&mut self, n: u64, at: u64);
 
-    /// The decision for a caller at `caller_now`, made at the clamped `now`;
-    /// `retry_at` is the time a denied request would pass.
-    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision;
+    /// What a decision at the clamped `now` for a caller at `caller_now`
+    /// reports beyond the verdict: the units free and the time by which
+    /// everything counted so far stops counting.
+    fn outlook(&self, caller_now: u64, now: u64) -> (u64, u64);
 
     /// A reservation's first bookkeeping word once it is admitted at `at`.
     fn mark(&self, at: u64) -> u64;
@@ -130,6 +131,15 @@ pub(crate) trait Earliest {
 pub(crate) fn raise(last: &mut u64, now: u64) -> (u64, u64) {
     *last = (*last).max(now);
     (*last, *last)
+}
+
+/// Raises `last` (the latest time a state has seen) to `now` and tells
+/// whether `reservation`'s act time has passed on the limiter's clock: a
+/// reservation past its act time may have been used, so cancelling it gives
+/// nothing back.
+pub(crate) fn past_act(last: &mut u64, now: Timestamp, reservation: &Reservation) -> bool {
+    *last = (*last).max(now.as_nanos());
+    *last > reservation.act_at.as_nanos()
 }
 
 /// Where an [`Earliest`] state places a request.
@@ -174,7 +184,16 @@ impl<S: Earliest> Admission for S {
     }
 
     fn decision(&self, plan: &Placed, allowed: bool) -> Decision {
-        self.decision_at(plan.caller, plan.now, (!allowed).then_some(plan.at))
+        let (remaining, reset_at) = self.outlook(plan.caller, plan.now);
+        let after = |at: u64| Duration::from_nanos(at.saturating_sub(plan.caller));
+        Decision {
+            allowed,
+            limit: Earliest::quota(self).burst(),
+            remaining,
+            reset_after: after(reset_at),
+            retry_after: (!allowed).then(|| after(plan.at)),
+            delay: Duration::ZERO,
+        }
     }
 
     fn book(&mut self, n: u64, plan: &Placed) -> Booking {
@@ -219,9 +238,18 @@ impl Cost {
         Cost { caller, cost, wait }
     }
 
-    /// A denial's `retry_after`: the wait, unless `allowed`.
-    pub(crate) fn retry_after(&self, allowed: bool) -> Option<Duration> {
-        (!allowed).then(|| Duration::from_nanos(self.wait))
+    /// The decision for the request under `quota`, with `free` nanoseconds
+    /// of capacity available now and all of it available again in `full`
+    /// nanoseconds; a denial waits [`Cost::wait`].
+    pub(crate) fn decision(&self, quota: Quota, allowed: bool, free: u64, full: u64) -> Decision {
+        Decision {
+            allowed,
+            limit: quota.burst(),
+            remaining: quota.units_in(free),
+            reset_after: Duration::from_nanos(full),
+            retry_after: (!allowed).then(|| Duration::from_nanos(self.wait)),
+            delay: Duration::ZERO,
+        }
     }
 
     /// The booking of a reservation granted once the cost is taken: it acts

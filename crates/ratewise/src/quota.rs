@@ -127,18 +127,11 @@ impl Quota {
                 interval: Duration::from_nanos(emission_nanos),
             });
         }
-        Ok(Quota::from_validated(emission_nanos, burst))
-    }
-
-    /// Builds a quota from parts already known to be valid (non-zero, product
-    /// fits in `u64`). Used to rebuild a quota read back from atomics.
-    #[inline]
-    pub(crate) const fn from_validated(emission_nanos: u64, burst: u64) -> Quota {
-        Quota {
+        Ok(Quota {
             emission_nanos,
             burst,
             reciprocal: u64::MAX / emission_nanos,
-        }
+        })
     }
 
     /// Rebuilds a quota from the three words [`Quota::raw_parts`] gave.

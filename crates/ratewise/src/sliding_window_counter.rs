@@ -48,9 +48,7 @@
 
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
-use std::time::Duration;
 
-use crate::decision::Decision;
 use crate::limiter::Reservation;
 use crate::locked::{Adjust, Earliest, Fields};
 use crate::quota::Quota;
@@ -175,7 +173,8 @@ impl Earliest for State {
         self.cur = self.cur.saturating_add(n);
     }
 
-    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+    /// The estimate's room, and when the estimate reaches zero.
+    fn outlook(&self, _caller_now: u64, now: u64) -> (u64, u64) {
         let w = u128::from(self.window());
         let t = now.max(self.start(self.index));
         let k = t / self.window();
@@ -195,14 +194,7 @@ impl Earliest for State {
         } else {
             now
         };
-        Decision {
-            allowed: retry_at.is_none(),
-            limit: self.quota.burst(),
-            remaining,
-            reset_after: Duration::from_nanos(reset_at.saturating_sub(caller_now)),
-            retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
-            delay: Duration::ZERO,
-        }
+        (remaining, reset_at)
     }
 
     /// The window a reservation was counted in.
@@ -256,9 +248,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        self.last = self.last.max(now.as_nanos());
-        // Past its act time (on the limiter's clock) it may have been used.
-        if self.last > reservation.act_at.as_nanos() {
+        if crate::locked::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         let slot = if reservation.mark == self.index {
@@ -286,6 +276,8 @@ impl Fields for State {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::error::ReserveError;
     use crate::limiter::RateLimiter;

@@ -50,9 +50,7 @@
 use std::collections::VecDeque;
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
-use std::time::Duration;
 
-use crate::decision::Decision;
 use crate::limiter::Reservation;
 use crate::locked::{Adjust, Earliest, Fields};
 use crate::quota::Quota;
@@ -170,22 +168,17 @@ impl Earliest for State {
         self.prune(at);
     }
 
-    fn decision_at(&self, caller_now: u64, now: u64, retry_at: Option<u64>) -> Decision {
+    /// The room left, and when the newest entry leaves the window.
+    fn outlook(&self, caller_now: u64, now: u64) -> (u64, u64) {
         let w = self.quota.window_nanos();
         let empty_at = self.newest().map_or(caller_now, |at| at.saturating_add(w));
-        Decision {
-            allowed: retry_at.is_none(),
-            limit: self.quota.burst(),
-            // Nothing is available before the floor (see `floor`).
-            remaining: if now < self.floor {
-                0
-            } else {
-                self.quota.burst().saturating_sub(self.total)
-            },
-            reset_after: Duration::from_nanos(empty_at.saturating_sub(caller_now)),
-            retry_after: retry_at.map(|at| Duration::from_nanos(at.saturating_sub(caller_now))),
-            delay: Duration::ZERO,
-        }
+        // Nothing is available before the floor (see `floor`).
+        let remaining = if now < self.floor {
+            0
+        } else {
+            self.quota.burst().saturating_sub(self.total)
+        };
+        (remaining, empty_at)
     }
 
     /// The log entry a reservation was counted in: its time.
@@ -241,9 +234,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        self.last = self.last.max(now.as_nanos());
-        // Past its act time (on the limiter's clock) it may have been used.
-        if self.last > reservation.act_at.as_nanos() {
+        if crate::locked::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         let Ok(i) = self.log.binary_search_by_key(&reservation.mark, |e| e.at) else {
@@ -273,6 +264,8 @@ impl Fields for State {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::error::ReserveError;
     use crate::limiter::RateLimiter;

@@ -13,7 +13,6 @@
 
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
@@ -86,14 +85,12 @@ impl Admission for State {
 
     fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
         let tau = i128::from(self.quota.window_nanos());
-        Decision {
+        plan.decision(
+            self.quota,
             allowed,
-            limit: self.quota.burst(),
-            remaining: self.quota.units_in(clamp_u64(self.credit)),
-            reset_after: Duration::from_nanos(clamp_u64(tau - self.credit)),
-            retry_after: plan.retry_after(allowed),
-            delay: Duration::ZERO,
-        }
+            clamp_u64(self.credit),
+            clamp_u64(tau - self.credit),
+        )
     }
 
     fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
@@ -103,12 +100,35 @@ impl Admission for State {
 }
 
 /// Go `x/time/rate`'s cancellation rule, in nanoseconds of capacity (one
-/// unit = one emission interval, so time and capacity share a scale): a
-/// reservation acting at `act` gives back its `cost` minus the stretch from
-/// `act` to the latest grant's act time `last_act`, which later grants were
-/// promised. Shared by the bucket-family limiters.
-pub(crate) fn restore_after_later_grants(cost: u64, act: u64, last_act: u64) -> u64 {
-    cost.saturating_sub(last_act.saturating_sub(act))
+/// unit = one emission interval, so time and capacity share a scale), shared
+/// by the bucket-family limiters and GCRA. A reservation of `weight` units
+/// acting at `act` gives back its `cost` (capped at what `weight` units cost
+/// under `q`, so a forged reservation never returns more than its weight)
+/// minus the stretch from `act` to the latest grant's act time `last_act`,
+/// which later grants were promised. `None` if nothing comes back; otherwise
+/// the capacity given back and the new `last_act`: if it was the latest
+/// grant, the latest is now the one before it (unless that one has already
+/// acted at `now`).
+pub(crate) fn give_back(
+    cost: u64,
+    weight: u64,
+    q: Quota,
+    act: u64,
+    now: u64,
+    last_act: u64,
+) -> Option<(u64, u64)> {
+    let cost = cost.min(q.cost_nanos(weight));
+    let restore = cost.saturating_sub(last_act.saturating_sub(act));
+    if restore == 0 {
+        return None;
+    }
+    let previous = act.saturating_sub(cost);
+    let new_last = if act == last_act && previous >= now {
+        previous
+    } else {
+        last_act
+    };
+    Some((restore, new_last))
 }
 
 fn clamp_u64(v: i128) -> u64 {
@@ -170,25 +190,20 @@ impl Adjust for State {
         }
         let now = now.as_nanos();
         self.refill(now);
-        // A forged reservation never returns more than its weight.
-        let cost = reservation
-            .cost
-            .min(self.quota.cost_nanos(reservation.weight));
-        let act = reservation.act_at.as_nanos();
-        let restore = restore_after_later_grants(cost, act, self.last_act);
-        if restore == 0 {
+        let Some((restore, new_last)) = give_back(
+            reservation.cost,
+            reservation.weight,
+            self.quota,
+            reservation.act_at.as_nanos(),
+            now,
+            self.last_act,
+        ) else {
             return 0;
-        }
+        };
         let tau = i128::from(self.quota.window_nanos());
         let before = self.credit;
         self.credit = (self.credit + i128::from(restore)).min(tau);
-        if act == self.last_act {
-            // It was the latest grant: the latest is now the one before it.
-            let previous = act.saturating_sub(cost);
-            if previous >= now {
-                self.last_act = previous;
-            }
-        }
+        self.last_act = new_last;
         u64::try_from((self.credit - before) / i128::from(self.quota.emission_nanos())).unwrap_or(0)
     }
 }
@@ -203,6 +218,8 @@ impl Fields for State {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::limiter::RateLimiter;
     use crate::test_support::ms;

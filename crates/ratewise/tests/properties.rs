@@ -4,13 +4,14 @@
 mod common;
 
 use common::{bound, build, ALGORITHMS};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use ratewise::{Gcra, ManualClock, Quota, RateLimiter, Timestamp, TokenBucket};
 
 /// Algorithms whose reserve-then-cancel is exactly a no-op. The window
 /// algorithms may book a future window and stay conservative after the
 /// cancel (documented in each module).
 const EXACT_CANCEL: &[&str] = &["gcra", "token_bucket", "leaky_meter", "leaky_queue"];
-use proptest::prelude::*;
-use ratewise::{Gcra, ManualClock, Quota, RateLimiter, Timestamp, TokenBucket};
 
 fn quota() -> impl Strategy<Value = Quota> {
     (1_000_000u64..500_000_000, 1u64..12)
@@ -56,6 +57,32 @@ fn window_lengths(q: Quota) -> Vec<u64> {
     ]
 }
 
+/// Checks `arrivals` (weights capped at the burst) through `l` from time 0;
+/// returns the time of the last one.
+fn replay(l: &dyn RateLimiter, q: Quota, arrivals: &[(u64, u64)]) -> u64 {
+    let mut now = 0u64;
+    for &(gap, w) in arrivals {
+        now += gap;
+        let _ = l.check_at(w.min(q.burst()), Timestamp::from_nanos(now));
+    }
+    now
+}
+
+/// Fails unless the weight of `acts` (time, weight) in every window of
+/// [`window_lengths`] is within `name`'s bound.
+fn assert_bound(name: &str, q: Quota, mut acts: Vec<(u64, u64)>) -> Result<(), TestCaseError> {
+    acts.sort_unstable();
+    for t in window_lengths(q) {
+        let got = max_in_window(&acts, t);
+        prop_assert!(
+            got <= bound(name, q, t),
+            "{name}: {got} acted within {t} ns, bound {}",
+            bound(name, q, t)
+        );
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
 
@@ -76,12 +103,7 @@ proptest! {
                     admitted.push((now + d.delay.as_nanos() as u64, w));
                 }
             }
-            admitted.sort_unstable();
-            for t in window_lengths(q) {
-                let got = max_in_window(&admitted, t);
-                prop_assert!(got <= bound(name, q, t),
-                    "{name}: {got} admitted in a window of {t} ns, bound {}", bound(name, q, t));
-            }
+            assert_bound(name, q, admitted)?;
         }
     }
 
@@ -104,10 +126,7 @@ proptest! {
                     admitted.push((latest.max(now as u64 + d.delay.as_nanos() as u64), w));
                 }
             }
-            admitted.sort_unstable();
-            for t in window_lengths(q) {
-                prop_assert!(max_in_window(&admitted, t) <= bound(name, q, t), "{name}");
-            }
+            assert_bound(name, q, admitted)?;
         }
     }
 
@@ -169,11 +188,7 @@ proptest! {
     fn retry_after_is_exact(q in quota(), arr in arrivals(), w in 1u64..12) {
         for name in ALGORITHMS {
             let l = build(name, q);
-            let mut now = 0u64;
-            for &(gap, x) in &arr {
-                now += gap;
-                let _ = l.check_at(x.min(q.burst()), Timestamp::from_nanos(now));
-            }
+            let now = replay(&*l, q, &arr);
             let w = w.min(q.burst());
             let d = l.peek_at(w, Timestamp::from_nanos(now)).expect("valid");
             if let Some(retry) = d.retry_after {
@@ -185,10 +200,6 @@ proptest! {
             }
         }
     }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
 
     /// A forged or foreign reservation (built with `Reservation::new` from
     /// arbitrary numbers) never panics and never gives back more than its
@@ -199,11 +210,7 @@ proptest! {
         cost in any::<u64>(), at in any::<u64>()) {
         for name in ALGORITHMS {
             let l = build(name, q);
-            let mut now = 0u64;
-            for &(gap, w) in &before {
-                now += gap;
-                let _ = l.check_at(w.min(q.burst()), Timestamp::from_nanos(now));
-            }
+            let now = replay(&*l, q, &before);
             let forged = ratewise::Reservation::new(
                 weight,
                 Timestamp::from_nanos(made),
@@ -215,10 +222,6 @@ proptest! {
             prop_assert!(back <= weight, "{name}: gave back {back} for weight {weight}");
         }
     }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
 
     /// Checks, reservations (waiting or not) and out-of-order cancellations
     /// mixed at random: what actually acts — admitted checks at their time,
@@ -267,13 +270,7 @@ proptest! {
                     }
                 }
             }
-            let mut acted: Vec<(u64, u64)> = acts.into_iter().flatten().collect();
-            acted.sort_unstable();
-            for d in window_lengths(q) {
-                let got = max_in_window(&acted, d);
-                prop_assert!(got <= bound(name, q, d),
-                    "{name}: {got} acted within {d} ns, bound {}", bound(name, q, d));
-            }
+            assert_bound(name, q, acts.into_iter().flatten().collect())?;
         }
     }
 }
