@@ -606,13 +606,7 @@ where
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
         let gen = self.current_generation();
-        if let RawEntryMut::Occupied(mut o) =
-            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
-        {
-            let e = o.get_mut();
-            if e.generation != gen {
-                self.refresh(key, e, now, gen);
-            }
+        if let Some(e) = self.tracked(&mut shard, hash, key, now, gen) {
             return e.limiter.peek_at(n, now);
         }
         drop(shard);
@@ -653,15 +647,12 @@ where
     pub fn cancel_at(&self, key: &K, reservation: Reservation, now: Timestamp) -> u64 {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
-        match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
-            RawEntryMut::Occupied(mut o) => {
-                let e = o.get_mut();
-                let given = e.limiter.cancel_at(reservation, now);
-                Self::note_state(e, now);
-                given
-            }
-            RawEntryMut::Vacant(_) => 0,
-        }
+        let Some(e) = Self::find(&mut shard, hash, key) else {
+            return 0;
+        };
+        let given = e.limiter.cancel_at(reservation, now);
+        Self::note_state(e, now);
+        given
     }
 
     /// The default quota.
@@ -836,10 +827,9 @@ where
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
         let gen = self.current_generation();
-        if let RawEntryMut::Occupied(mut o) =
-            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
-        {
-            self.refresh(key, o.get_mut(), now, gen);
+        // Unconditionally: an override does not move the generation.
+        if let Some(e) = Self::find(&mut shard, hash, key) {
+            self.refresh(key, e, now, gen);
         }
     }
 
@@ -900,16 +890,37 @@ where
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
         let gen = self.current_generation();
-        if let RawEntryMut::Occupied(mut o) =
-            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
-        {
-            let e = o.get_mut();
-            if e.generation != gen {
-                self.refresh(key, e, now, gen);
-            }
+        if let Some(e) = self.tracked(&mut shard, hash, key, now, gen) {
             return f(e);
         }
         self.insert_slow(&mut shard, hash, key, now, gen, f)
+    }
+
+    /// `key`'s entry if it is tracked, brought up to quota generation `gen`
+    /// first (a default-quota change or an override applies at first use).
+    #[inline]
+    fn tracked<'s>(
+        &self,
+        shard: &'s mut Shard<K, L, S>,
+        hash: u64,
+        key: &K,
+        now: Timestamp,
+        gen: u32,
+    ) -> Option<&'s mut Entry<L>> {
+        let e = Self::find(shard, hash, key)?;
+        if e.generation != gen {
+            self.refresh(key, e, now, gen);
+        }
+        Some(e)
+    }
+
+    /// `key`'s entry if it is tracked, as it is.
+    #[inline]
+    fn find<'s>(shard: &'s mut Shard<K, L, S>, hash: u64, key: &K) -> Option<&'s mut Entry<L>> {
+        match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
+            RawEntryMut::Occupied(o) => Some(o.into_mut()),
+            RawEntryMut::Vacant(_) => None,
+        }
     }
 
     #[cold]
