@@ -402,7 +402,6 @@ pub struct KeyedLimiter<K, L = GcraState, C = MonotonicClock, S = DefaultHashBui
     shards: Box<[PaddedShard<K, L, S>]>,
     shard_mask: usize,
     per_shard_cap: usize,
-    max_keys: usize,
     hasher: S,
     factory: Factory<L>,
     default_quota: QuotaCell,
@@ -542,7 +541,6 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
             shards: shard_vec,
             shard_mask: shards - 1,
             per_shard_cap,
-            max_keys: per_shard_cap * shards,
             overrides: RwLock::new(HashMap::with_hasher(self.hasher.clone())),
             hasher: self.hasher,
             factory: self.factory,
@@ -729,12 +727,6 @@ where
     /// `true` if no key is tracked.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The most keys tracked at once: the configured `max_keys` rounded
-    /// down to a multiple of the shard count.
-    pub fn max_keys(&self) -> usize {
-        self.max_keys
     }
 
     /// The number of shards.
@@ -949,7 +941,7 @@ where
                     Duration::from_nanos(soonest.saturating_sub(now_ns))
                 };
                 return Err(KeyedError::Full {
-                    max_keys: self.max_keys,
+                    max_keys: self.max_keys(),
                     retry_after: retry,
                 });
             }
@@ -970,11 +962,19 @@ where
     }
 }
 
+impl<K, L, C, S> KeyedLimiter<K, L, C, S> {
+    /// The most keys tracked at once: the configured `max_keys` rounded
+    /// down to a multiple of the shard count.
+    pub fn max_keys(&self) -> usize {
+        self.per_shard_cap * self.shards.len()
+    }
+}
+
 impl<K, L, C, S> std::fmt::Debug for KeyedLimiter<K, L, C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("default_quota", &self.default_quota.load())
-            .field("max_keys", &self.max_keys)
+            .field("max_keys", &self.max_keys())
             .field("shards", &self.shards.len())
             .field("evictions", &self.evictions.load(Ordering::Relaxed))
             .field("refusals", &self.refusals.load(Ordering::Relaxed))
