@@ -315,7 +315,7 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
             }
         }
         if let Some((i, retry)) = worst {
-            return Ok(self.deny(i, retry, 0, limit));
+            return Ok(self.deny(i, retry, limit));
         }
 
         // Phase 2: commit, all or nothing.
@@ -325,18 +325,14 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
             match l.level.reserve_now(req, n, now) {
                 Ok(r) => taken.push(r),
                 Err(e) => {
-                    for (j, r) in taken.into_iter().enumerate().rev() {
-                        if let Some(prev) = self.levels.get(j) {
-                            prev.level.cancel_at(req, r, now);
-                        }
+                    for (prev, r) in self.levels.iter().zip(taken).rev() {
+                        prev.level.cancel_at(req, r, now);
                     }
                     return match e {
                         KeyedError::Check(c) => Err(self.error(i, c)),
-                        KeyedError::WouldWaitTooLong { wait, .. } => {
-                            Ok(self.deny(i, wait, 0, limit))
-                        }
+                        KeyedError::WouldWaitTooLong { wait, .. } => Ok(self.deny(i, wait, limit)),
                         KeyedError::Full { retry_after, .. } => {
-                            Ok(self.deny(i, retry_after, 0, limit))
+                            Ok(self.deny(i, retry_after, limit))
                         }
                     };
                 }
@@ -353,7 +349,8 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
         })
     }
 
-    fn deny(&self, i: usize, retry: Duration, remaining: u64, limit: u64) -> HierarchyDecision {
+    /// A denial by level `i`: nothing is left to admit, so `remaining` is 0.
+    fn deny(&self, i: usize, retry: Duration, limit: u64) -> HierarchyDecision {
         self.stats.record(false);
         let name = self.levels.get(i).map(|l| {
             l.refusals.add(1);
@@ -364,7 +361,7 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
             refused_by: name,
             refused_level: Some(i),
             retry_after: Some(retry),
-            remaining,
+            remaining: 0,
             limit,
         }
     }
