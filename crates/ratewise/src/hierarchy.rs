@@ -397,15 +397,12 @@ mod tests {
     use crate::gcra::Gcra;
     use crate::keyed::NoClock;
     use crate::quota::Quota;
+    use crate::test_support::ms;
     use crate::token_bucket::TokenBucket;
 
     struct Req {
         user: u32,
         endpoint: u8,
-    }
-
-    fn ms(n: u64) -> Timestamp {
-        Timestamp::from_nanos(n * 1_000_000)
     }
 
     fn three_levels(user_burst: u64, ep_burst: u64, global_burst: u64) -> Hierarchy<Req> {

@@ -985,11 +985,8 @@ impl<K, L, C, S> std::fmt::Debug for KeyedLimiter<K, L, C, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::ms;
     use crate::token_bucket::TokenBucket;
-
-    fn ms(n: u64) -> Timestamp {
-        Timestamp::from_nanos(n * 1_000_000)
-    }
 
     fn small(max_keys: usize, shards: usize) -> KeyedLimiter<u64> {
         KeyedLimiter::<u64>::builder(Quota::per_second(10).unwrap())
