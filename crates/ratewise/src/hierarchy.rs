@@ -405,6 +405,11 @@ mod tests {
         endpoint: u8,
     }
 
+    /// Units level `i` has left for `r` at time zero.
+    fn left(h: &Hierarchy<Req>, i: usize, r: &Req) -> u64 {
+        h.peek_level_at(i, r, 1, ms(0)).unwrap().unwrap().remaining
+    }
+
     fn three_levels(user_burst: u64, ep_burst: u64, global_burst: u64) -> Hierarchy<Req> {
         let q = |b: u64| Quota::per_second(b).unwrap();
         Hierarchy::new()
@@ -438,14 +443,8 @@ mod tests {
         assert_eq!(d.refused_level, Some(1));
         assert_eq!(d.retry_after, Some(Duration::from_millis(500)));
         // Nothing was charged: user still 1, global still 6.
-        assert_eq!(
-            h.peek_level_at(0, &r, 1, ms(0)).unwrap().unwrap().remaining,
-            1
-        );
-        assert_eq!(
-            h.peek_level_at(2, &r, 1, ms(0)).unwrap().unwrap().remaining,
-            6
-        );
+        assert_eq!(left(&h, 0, &r), 1);
+        assert_eq!(left(&h, 2, &r), 6);
         assert_eq!((h.stats().allowed.sum(), h.stats().denied.sum()), (1, 1));
         assert_eq!(h.refusals(1), Some(1));
     }
@@ -461,10 +460,7 @@ mod tests {
         assert_eq!(e.index, 1);
         assert_eq!(e.name, "endpoint");
         assert!(e.to_string().contains("burst"), "{e}");
-        assert_eq!(
-            h.peek_level_at(0, &r, 1, ms(0)).unwrap().unwrap().remaining,
-            5
-        );
+        assert_eq!(left(&h, 0, &r), 5);
     }
 
     #[test]
@@ -505,10 +501,7 @@ mod tests {
         assert_eq!(d.refused_by.as_deref(), Some("flaky"));
         assert_eq!(d.retry_after, Some(Duration::from_secs(3)));
         for (i, full) in [(0, 5), (1, 4), (2, 10)] {
-            assert_eq!(
-                h.peek_level_at(i, &r, 1, ms(0)).unwrap().unwrap().remaining,
-                full
-            );
+            assert_eq!(left(&h, i, &r), full);
         }
     }
 
@@ -530,13 +523,7 @@ mod tests {
         assert!(!d.allowed);
         assert_eq!(d.refused_by.as_deref(), Some("user"));
         assert_eq!(d.retry_after, Some(Duration::from_millis(300)));
-        assert_eq!(
-            h.peek_level_at(0, &r(2), 1, ms(0))
-                .unwrap()
-                .unwrap()
-                .remaining,
-            7
-        );
+        assert_eq!(left(&h, 0, &r(2)), 7);
     }
 
     #[test]
@@ -587,34 +574,16 @@ mod tests {
         let total: u64 = all.iter().map(|a| a.2).sum();
         assert!(total <= 100);
         let probe = |user, endpoint| Req { user, endpoint };
-        assert_eq!(
-            h.peek_level_at(2, &probe(0, 0), 1, ms(0))
-                .unwrap()
-                .unwrap()
-                .remaining,
-            100 - total
-        );
+        assert_eq!(left(&h, 2, &probe(0, 0)), 100 - total);
         for u in 0..5 {
             let used: u64 = all.iter().filter(|a| a.0 == u).map(|a| a.2).sum();
             assert!(used <= 40);
-            assert_eq!(
-                h.peek_level_at(0, &probe(u, 0), 1, ms(0))
-                    .unwrap()
-                    .unwrap()
-                    .remaining,
-                40 - used
-            );
+            assert_eq!(left(&h, 0, &probe(u, 0)), 40 - used);
         }
         for e in 0..3 {
             let used: u64 = all.iter().filter(|a| a.1 == e).map(|a| a.2).sum();
             assert!(used <= 60);
-            assert_eq!(
-                h.peek_level_at(1, &probe(0, e), 1, ms(0))
-                    .unwrap()
-                    .unwrap()
-                    .remaining,
-                60 - used
-            );
+            assert_eq!(left(&h, 1, &probe(0, e)), 60 - used);
         }
         // The global level was the binding one: it is (nearly) used up.
         assert!(total >= 98, "{total}");
