@@ -165,14 +165,14 @@ impl<L: RateLimiter, C: Clock> ShardedLimiter<L, C> {
             };
             let d = shard.check_at(n, now)?;
             if d.allowed {
-                self.stats.allowed.add(1);
+                self.stats.record(true);
                 return Ok(d);
             }
             if best.is_none_or(|b| d.retry_after < b.retry_after) {
                 best = Some(d);
             }
         }
-        self.stats.denied.add(1);
+        self.stats.record(false);
         // `best` is always set: there is at least one shard, and every
         // shard either admitted (returned above) or produced a denial.
         best.ok_or(CheckError::ZeroWeight)
