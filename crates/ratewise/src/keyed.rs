@@ -379,10 +379,10 @@ type Factory<L> = Box<dyn Fn(Quota) -> L + Send + Sync>;
 
 struct Entry<L> {
     limiter: L,
-    /// Nanoseconds: the earliest time the limiter can be back at full
-    /// capacity (from the last decision's `reset_after`). A pre-filter only;
-    /// eviction re-checks with `peek_at`.
-    full_at: u64,
+    /// The earliest time the limiter can be back at full capacity (from
+    /// the last decision's `reset_after`). A pre-filter only; eviction
+    /// re-checks with `peek_at`.
+    full_at: Timestamp,
     /// The quota generation this entry's quota was resolved in.
     generation: u32,
 }
@@ -554,16 +554,6 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
     }
 }
 
-#[inline]
-fn ts(n: u64) -> Timestamp {
-    Timestamp::from_nanos(n)
-}
-
-#[inline]
-fn full_at(now: u64, reset_after: Duration) -> u64 {
-    now.saturating_add(crate::time::duration_to_nanos_saturating(reset_after))
-}
-
 impl<K, L, C, S> KeyedLimiter<K, L, C, S>
 where
     K: Hash + Eq + Clone,
@@ -582,7 +572,7 @@ where
     pub fn check_at(&self, key: &K, n: u64, now: Timestamp) -> Result<Decision, KeyedError> {
         self.with_entry(key, now, |e| {
             let d = e.limiter.check_at(n, now)?;
-            e.full_at = full_at(now.as_nanos(), d.reset_after);
+            e.full_at = now.saturating_add(d.reset_after);
             Ok(d)
         })
     }
@@ -711,7 +701,7 @@ where
         for shard in self.shards.iter() {
             let mut s = shard.lock().unwrap_or_else(PoisonError::into_inner);
             let budget = budget.min(s.map.len());
-            dropped += self.sweep(&mut s, now.as_nanos(), budget, gen, false).0;
+            dropped += self.sweep(&mut s, now, budget, gen, false).0;
         }
         dropped
     }
@@ -800,9 +790,9 @@ where
 
     fn note_state(e: &mut Entry<L>, now: Timestamp) {
         e.full_at = match e.limiter.peek_at(1, now) {
-            Ok(d) => full_at(now.as_nanos(), d.reset_after),
+            Ok(d) => now.saturating_add(d.reset_after),
             // Cannot happen (burst >= 1); be conservative: never rested.
-            Err(_) => u64::MAX,
+            Err(_) => Timestamp::MAX,
         };
     }
 
@@ -825,9 +815,8 @@ where
         }
     }
 
-    fn is_rested(e: &Entry<L>, now: u64) -> bool {
-        e.full_at <= now
-            && matches!(e.limiter.peek_at(1, ts(now)), Ok(d) if d.reset_after.is_zero())
+    fn is_rested(e: &Entry<L>, now: Timestamp) -> bool {
+        e.full_at <= now && matches!(e.limiter.peek_at(1, now), Ok(d) if d.reset_after.is_zero())
     }
 
     /// Examines up to `budget` entries from the cursor, dropping rested
@@ -835,13 +824,13 @@ where
     fn sweep(
         &self,
         shard: &mut Shard<K, L, S>,
-        now: u64,
+        now: Timestamp,
         budget: usize,
         gen: u32,
         stop_at_first: bool,
-    ) -> (usize, u64) {
+    ) -> (usize, Timestamp) {
         let mut dropped = 0;
-        let mut soonest = u64::MAX;
+        let mut soonest = Timestamp::MAX;
         for _ in 0..budget {
             if shard.cursor >= shard.map.len() {
                 shard.cursor = 0;
@@ -851,7 +840,7 @@ where
                 break;
             };
             if e.generation != gen {
-                self.refresh(k, e, ts(now), gen);
+                self.refresh(k, e, now, gen);
             }
             if Self::is_rested(e, now) {
                 // The last entry moves into `idx`; the cursor stays to
@@ -925,20 +914,19 @@ where
         gen: u32,
         f: impl FnOnce(&mut Entry<L>) -> Result<R, KeyedError>,
     ) -> Result<R, KeyedError> {
-        let now_ns = now.as_nanos();
         if shard.map.len() >= self.per_shard_cap / 2 {
             let budget = SWEEP_PER_INSERT.min(shard.map.len());
-            self.sweep(shard, now_ns, budget, gen, false);
+            self.sweep(shard, now, budget, gen, false);
         }
         if shard.map.len() >= self.per_shard_cap {
             let budget = SCAN_WHEN_FULL.min(shard.map.len());
-            let (dropped, soonest) = self.sweep(shard, now_ns, budget, gen, true);
+            let (dropped, soonest) = self.sweep(shard, now, budget, gen, true);
             if dropped == 0 {
                 self.refusals.fetch_add(1, Ordering::Relaxed);
-                let retry = if soonest == u64::MAX {
+                let retry = if soonest == Timestamp::MAX {
                     self.default_quota.load().window()
                 } else {
-                    Duration::from_nanos(soonest.saturating_sub(now_ns))
+                    soonest.saturating_duration_since(now)
                 };
                 return Err(KeyedError::Full {
                     max_keys: self.max_keys(),
@@ -948,7 +936,7 @@ where
         }
         let entry = Entry {
             limiter: (self.factory)(self.quota_for(key)),
-            full_at: now_ns,
+            full_at: now,
             generation: gen,
         };
         match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
