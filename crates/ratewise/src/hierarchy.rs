@@ -320,23 +320,12 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
 
         // Phase 2: commit, all or nothing.
         let _guard = self.commit.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut taken: Vec<Reservation> = Vec::with_capacity(self.levels.len());
-        for (i, l) in self.levels.iter().enumerate() {
-            match l.level.reserve_now(req, n, now) {
-                Ok(r) => taken.push(r),
-                Err(e) => {
-                    for (prev, r) in self.levels.iter().zip(taken).rev() {
-                        prev.level.cancel_at(req, r, now);
-                    }
-                    return match e {
-                        KeyedError::Check(c) => Err(self.error(i, c)),
-                        KeyedError::WouldWaitTooLong { wait, .. } => Ok(self.deny(i, wait, limit)),
-                        KeyedError::Full { retry_after, .. } => {
-                            Ok(self.deny(i, retry_after, limit))
-                        }
-                    };
-                }
-            }
+        if let Err((i, e)) = self.commit_from(0, req, n, now) {
+            return match e {
+                KeyedError::Check(c) => Err(self.error(i, c)),
+                KeyedError::WouldWaitTooLong { wait, .. } => Ok(self.deny(i, wait, limit)),
+                KeyedError::Full { retry_after, .. } => Ok(self.deny(i, retry_after, limit)),
+            };
         }
         self.stats.record(true);
         Ok(HierarchyDecision {
@@ -347,6 +336,27 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
             remaining: if self.levels.is_empty() { 0 } else { remaining },
             limit,
         })
+    }
+
+    /// Reserves `n` at `now` on levels `i..`, in order. If one refuses, the
+    /// reservations already made are cancelled in reverse order (each level
+    /// cancels its own as the recursion unwinds) and the refusing level's
+    /// index and error are returned. Recursion instead of a list of
+    /// reservations: nothing is allocated per request; the depth is the
+    /// number of levels.
+    fn commit_from(
+        &self,
+        i: usize,
+        req: &Req,
+        n: u64,
+        now: Timestamp,
+    ) -> Result<(), (usize, KeyedError)> {
+        let Some(l) = self.levels.get(i) else {
+            return Ok(());
+        };
+        let r = l.level.reserve_now(req, n, now).map_err(|e| (i, e))?;
+        self.commit_from(i + 1, req, n, now)
+            .inspect_err(|_| l.level.cancel_at(req, r, now))
     }
 
     /// A denial by level `i`: nothing is left to admit, so `remaining` is 0.
