@@ -21,7 +21,7 @@
 //! evicted: they must match exactly. Resident memory is read from
 //! `/proc/self/statm` (Linux) and reported; the run fails if the legitimate
 //! keys were ever answered wrongly or if the process grew by more than
-//! `MEMORY_BOUND_BYTES`.
+//! [`FloodReport::memory_bound`].
 
 #![allow(dead_code)] // also compiled as a module of the scaled-down test
 
@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 use ratewise::keyed::{KeyedError, KeyedLimiter, NoClock};
 use ratewise::{Gcra, Quota, RateLimiter, Timestamp};
 
-/// The most the process may grow (resident memory) for a cap of 100 000
-/// keys; scaled linearly for other caps, plus a fixed 8 MiB for the
-/// allocator and the test harness.
+/// The most the process may grow (resident memory) per key of the cap, on
+/// top of [`MEMORY_BOUND_FIXED`].
 pub const MEMORY_BOUND_BYTES_PER_KEY: u64 = 256;
-/// Fixed allowance on top of the per-key bound.
+/// Fixed allowance (8 MiB) for the allocator and the test harness, on top
+/// of the per-key bound.
 pub const MEMORY_BOUND_FIXED: u64 = 8 << 20;
 
 /// What the flood run saw.

@@ -315,32 +315,17 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
             }
         }
         if let Some((i, retry)) = worst {
-            return Ok(self.deny(i, retry, 0, limit));
+            return Ok(self.deny(i, retry, limit));
         }
 
         // Phase 2: commit, all or nothing.
         let _guard = self.commit.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut taken: Vec<Reservation> = Vec::with_capacity(self.levels.len());
-        for (i, l) in self.levels.iter().enumerate() {
-            match l.level.reserve_now(req, n, now) {
-                Ok(r) => taken.push(r),
-                Err(e) => {
-                    for (j, r) in taken.into_iter().enumerate().rev() {
-                        if let Some(prev) = self.levels.get(j) {
-                            prev.level.cancel_at(req, r, now);
-                        }
-                    }
-                    return match e {
-                        KeyedError::Check(c) => Err(self.error(i, c)),
-                        KeyedError::WouldWaitTooLong { wait, .. } => {
-                            Ok(self.deny(i, wait, 0, limit))
-                        }
-                        KeyedError::Full { retry_after, .. } => {
-                            Ok(self.deny(i, retry_after, 0, limit))
-                        }
-                    };
-                }
-            }
+        if let Err((i, e)) = self.commit_from(0, req, n, now) {
+            return match e {
+                KeyedError::Check(c) => Err(self.error(i, c)),
+                KeyedError::WouldWaitTooLong { wait, .. } => Ok(self.deny(i, wait, limit)),
+                KeyedError::Full { retry_after, .. } => Ok(self.deny(i, retry_after, limit)),
+            };
         }
         self.stats.record(true);
         Ok(HierarchyDecision {
@@ -353,7 +338,29 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
         })
     }
 
-    fn deny(&self, i: usize, retry: Duration, remaining: u64, limit: u64) -> HierarchyDecision {
+    /// Reserves `n` at `now` on levels `i..`, in order. If one refuses, the
+    /// reservations already made are cancelled in reverse order (each level
+    /// cancels its own as the recursion unwinds) and the refusing level's
+    /// index and error are returned. Recursion instead of a list of
+    /// reservations: nothing is allocated per request; the depth is the
+    /// number of levels.
+    fn commit_from(
+        &self,
+        i: usize,
+        req: &Req,
+        n: u64,
+        now: Timestamp,
+    ) -> Result<(), (usize, KeyedError)> {
+        let Some(l) = self.levels.get(i) else {
+            return Ok(());
+        };
+        let r = l.level.reserve_now(req, n, now).map_err(|e| (i, e))?;
+        self.commit_from(i + 1, req, n, now)
+            .inspect_err(|_| l.level.cancel_at(req, r, now))
+    }
+
+    /// A denial by level `i`: nothing is left to admit, so `remaining` is 0.
+    fn deny(&self, i: usize, retry: Duration, limit: u64) -> HierarchyDecision {
         self.stats.record(false);
         let name = self.levels.get(i).map(|l| {
             l.refusals.add(1);
@@ -364,7 +371,7 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
             refused_by: name,
             refused_level: Some(i),
             retry_after: Some(retry),
-            remaining,
+            remaining: 0,
             limit,
         }
     }
@@ -400,6 +407,7 @@ mod tests {
     use crate::gcra::Gcra;
     use crate::keyed::NoClock;
     use crate::quota::Quota;
+    use crate::test_support::ms;
     use crate::token_bucket::TokenBucket;
 
     struct Req {
@@ -407,8 +415,9 @@ mod tests {
         endpoint: u8,
     }
 
-    fn ms(n: u64) -> Timestamp {
-        Timestamp::from_nanos(n * 1_000_000)
+    /// Units level `i` has left for `r` at time zero.
+    fn left(h: &Hierarchy<Req>, i: usize, r: &Req) -> u64 {
+        h.peek_level_at(i, r, 1, ms(0)).unwrap().unwrap().remaining
     }
 
     fn three_levels(user_burst: u64, ep_burst: u64, global_burst: u64) -> Hierarchy<Req> {
@@ -444,14 +453,8 @@ mod tests {
         assert_eq!(d.refused_level, Some(1));
         assert_eq!(d.retry_after, Some(Duration::from_millis(500)));
         // Nothing was charged: user still 1, global still 6.
-        assert_eq!(
-            h.peek_level_at(0, &r, 1, ms(0)).unwrap().unwrap().remaining,
-            1
-        );
-        assert_eq!(
-            h.peek_level_at(2, &r, 1, ms(0)).unwrap().unwrap().remaining,
-            6
-        );
+        assert_eq!(left(&h, 0, &r), 1);
+        assert_eq!(left(&h, 2, &r), 6);
         assert_eq!((h.stats().allowed.sum(), h.stats().denied.sum()), (1, 1));
         assert_eq!(h.refusals(1), Some(1));
     }
@@ -467,10 +470,7 @@ mod tests {
         assert_eq!(e.index, 1);
         assert_eq!(e.name, "endpoint");
         assert!(e.to_string().contains("burst"), "{e}");
-        assert_eq!(
-            h.peek_level_at(0, &r, 1, ms(0)).unwrap().unwrap().remaining,
-            5
-        );
+        assert_eq!(left(&h, 0, &r), 5);
     }
 
     #[test]
@@ -511,10 +511,7 @@ mod tests {
         assert_eq!(d.refused_by.as_deref(), Some("flaky"));
         assert_eq!(d.retry_after, Some(Duration::from_secs(3)));
         for (i, full) in [(0, 5), (1, 4), (2, 10)] {
-            assert_eq!(
-                h.peek_level_at(i, &r, 1, ms(0)).unwrap().unwrap().remaining,
-                full
-            );
+            assert_eq!(left(&h, i, &r), full);
         }
     }
 
@@ -536,13 +533,7 @@ mod tests {
         assert!(!d.allowed);
         assert_eq!(d.refused_by.as_deref(), Some("user"));
         assert_eq!(d.retry_after, Some(Duration::from_millis(300)));
-        assert_eq!(
-            h.peek_level_at(0, &r(2), 1, ms(0))
-                .unwrap()
-                .unwrap()
-                .remaining,
-            7
-        );
+        assert_eq!(left(&h, 0, &r(2)), 7);
     }
 
     #[test]
@@ -593,34 +584,16 @@ mod tests {
         let total: u64 = all.iter().map(|a| a.2).sum();
         assert!(total <= 100);
         let probe = |user, endpoint| Req { user, endpoint };
-        assert_eq!(
-            h.peek_level_at(2, &probe(0, 0), 1, ms(0))
-                .unwrap()
-                .unwrap()
-                .remaining,
-            100 - total
-        );
+        assert_eq!(left(&h, 2, &probe(0, 0)), 100 - total);
         for u in 0..5 {
             let used: u64 = all.iter().filter(|a| a.0 == u).map(|a| a.2).sum();
             assert!(used <= 40);
-            assert_eq!(
-                h.peek_level_at(0, &probe(u, 0), 1, ms(0))
-                    .unwrap()
-                    .unwrap()
-                    .remaining,
-                40 - used
-            );
+            assert_eq!(left(&h, 0, &probe(u, 0)), 40 - used);
         }
         for e in 0..3 {
             let used: u64 = all.iter().filter(|a| a.1 == e).map(|a| a.2).sum();
             assert!(used <= 60);
-            assert_eq!(
-                h.peek_level_at(1, &probe(0, e), 1, ms(0))
-                    .unwrap()
-                    .unwrap()
-                    .remaining,
-                60 - used
-            );
+            assert_eq!(left(&h, 1, &probe(0, e)), 60 - used);
         }
         // The global level was the binding one: it is (nearly) used up.
         assert!(total >= 98, "{total}");

@@ -379,10 +379,10 @@ type Factory<L> = Box<dyn Fn(Quota) -> L + Send + Sync>;
 
 struct Entry<L> {
     limiter: L,
-    /// Nanoseconds: the earliest time the limiter can be back at full
-    /// capacity (from the last decision's `reset_after`). A pre-filter only;
-    /// eviction re-checks with `peek_at`.
-    full_at: u64,
+    /// The earliest time the limiter can be back at full capacity (from
+    /// the last decision's `reset_after`). A pre-filter only; eviction
+    /// re-checks with `peek_at`.
+    full_at: Timestamp,
     /// The quota generation this entry's quota was resolved in.
     generation: u32,
 }
@@ -402,7 +402,6 @@ pub struct KeyedLimiter<K, L = GcraState, C = MonotonicClock, S = DefaultHashBui
     shards: Box<[PaddedShard<K, L, S>]>,
     shard_mask: usize,
     per_shard_cap: usize,
-    max_keys: usize,
     hasher: S,
     factory: Factory<L>,
     default_quota: QuotaCell,
@@ -542,7 +541,6 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
             shards: shard_vec,
             shard_mask: shards - 1,
             per_shard_cap,
-            max_keys: per_shard_cap * shards,
             overrides: RwLock::new(HashMap::with_hasher(self.hasher.clone())),
             hasher: self.hasher,
             factory: self.factory,
@@ -554,16 +552,6 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
             clock: self.clock,
         }
     }
-}
-
-#[inline]
-fn ts(n: u64) -> Timestamp {
-    Timestamp::from_nanos(n)
-}
-
-#[inline]
-fn full_at(now: u64, reset_after: Duration) -> u64 {
-    now.saturating_add(crate::time::duration_to_nanos_saturating(reset_after))
 }
 
 impl<K, L, C, S> KeyedLimiter<K, L, C, S>
@@ -584,7 +572,7 @@ where
     pub fn check_at(&self, key: &K, n: u64, now: Timestamp) -> Result<Decision, KeyedError> {
         self.with_entry(key, now, |e| {
             let d = e.limiter.check_at(n, now)?;
-            e.full_at = full_at(now.as_nanos(), d.reset_after);
+            e.full_at = now.saturating_add(d.reset_after);
             Ok(d)
         })
     }
@@ -606,13 +594,7 @@ where
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
         let gen = self.current_generation();
-        if let RawEntryMut::Occupied(mut o) =
-            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
-        {
-            let e = o.get_mut();
-            if e.generation != gen {
-                self.refresh(key, e, now, gen);
-            }
+        if let Some(e) = self.tracked(&mut shard, hash, key, now, gen) {
             return e.limiter.peek_at(n, now);
         }
         drop(shard);
@@ -653,15 +635,12 @@ where
     pub fn cancel_at(&self, key: &K, reservation: Reservation, now: Timestamp) -> u64 {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
-        match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
-            RawEntryMut::Occupied(mut o) => {
-                let e = o.get_mut();
-                let given = e.limiter.cancel_at(reservation, now);
-                Self::note_state(e, now);
-                given
-            }
-            RawEntryMut::Vacant(_) => 0,
-        }
+        let Some(e) = Self::find(&mut shard, hash, key) else {
+            return 0;
+        };
+        let given = e.limiter.cancel_at(reservation, now);
+        Self::note_state(e, now);
+        given
     }
 
     /// The default quota.
@@ -722,7 +701,7 @@ where
         for shard in self.shards.iter() {
             let mut s = shard.lock().unwrap_or_else(PoisonError::into_inner);
             let budget = budget.min(s.map.len());
-            dropped += self.sweep(&mut s, now.as_nanos(), budget, gen, false).0;
+            dropped += self.sweep(&mut s, now, budget, gen, false).0;
         }
         dropped
     }
@@ -738,12 +717,6 @@ where
     /// `true` if no key is tracked.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The most keys tracked at once: the configured `max_keys` rounded
-    /// down to a multiple of the shard count.
-    pub fn max_keys(&self) -> usize {
-        self.max_keys
     }
 
     /// The number of shards.
@@ -817,9 +790,9 @@ where
 
     fn note_state(e: &mut Entry<L>, now: Timestamp) {
         e.full_at = match e.limiter.peek_at(1, now) {
-            Ok(d) => full_at(now.as_nanos(), d.reset_after),
+            Ok(d) => now.saturating_add(d.reset_after),
             // Cannot happen (burst >= 1); be conservative: never rested.
-            Err(_) => u64::MAX,
+            Err(_) => Timestamp::MAX,
         };
     }
 
@@ -836,16 +809,14 @@ where
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
         let gen = self.current_generation();
-        if let RawEntryMut::Occupied(mut o) =
-            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
-        {
-            self.refresh(key, o.get_mut(), now, gen);
+        // Unconditionally: an override does not move the generation.
+        if let Some(e) = Self::find(&mut shard, hash, key) {
+            self.refresh(key, e, now, gen);
         }
     }
 
-    fn is_rested(e: &Entry<L>, now: u64) -> bool {
-        e.full_at <= now
-            && matches!(e.limiter.peek_at(1, ts(now)), Ok(d) if d.reset_after.is_zero())
+    fn is_rested(e: &Entry<L>, now: Timestamp) -> bool {
+        e.full_at <= now && matches!(e.limiter.peek_at(1, now), Ok(d) if d.reset_after.is_zero())
     }
 
     /// Examines up to `budget` entries from the cursor, dropping rested
@@ -853,13 +824,13 @@ where
     fn sweep(
         &self,
         shard: &mut Shard<K, L, S>,
-        now: u64,
+        now: Timestamp,
         budget: usize,
         gen: u32,
         stop_at_first: bool,
-    ) -> (usize, u64) {
+    ) -> (usize, Timestamp) {
         let mut dropped = 0;
-        let mut soonest = u64::MAX;
+        let mut soonest = Timestamp::MAX;
         for _ in 0..budget {
             if shard.cursor >= shard.map.len() {
                 shard.cursor = 0;
@@ -869,7 +840,7 @@ where
                 break;
             };
             if e.generation != gen {
-                self.refresh(k, e, ts(now), gen);
+                self.refresh(k, e, now, gen);
             }
             if Self::is_rested(e, now) {
                 // The last entry moves into `idx`; the cursor stays to
@@ -900,16 +871,37 @@ where
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
         let gen = self.current_generation();
-        if let RawEntryMut::Occupied(mut o) =
-            shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key)
-        {
-            let e = o.get_mut();
-            if e.generation != gen {
-                self.refresh(key, e, now, gen);
-            }
+        if let Some(e) = self.tracked(&mut shard, hash, key, now, gen) {
             return f(e);
         }
         self.insert_slow(&mut shard, hash, key, now, gen, f)
+    }
+
+    /// `key`'s entry if it is tracked, brought up to quota generation `gen`
+    /// first (a default-quota change or an override applies at first use).
+    #[inline]
+    fn tracked<'s>(
+        &self,
+        shard: &'s mut Shard<K, L, S>,
+        hash: u64,
+        key: &K,
+        now: Timestamp,
+        gen: u32,
+    ) -> Option<&'s mut Entry<L>> {
+        let e = Self::find(shard, hash, key)?;
+        if e.generation != gen {
+            self.refresh(key, e, now, gen);
+        }
+        Some(e)
+    }
+
+    /// `key`'s entry if it is tracked, as it is.
+    #[inline]
+    fn find<'s>(shard: &'s mut Shard<K, L, S>, hash: u64, key: &K) -> Option<&'s mut Entry<L>> {
+        match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
+            RawEntryMut::Occupied(o) => Some(o.into_mut()),
+            RawEntryMut::Vacant(_) => None,
+        }
     }
 
     #[cold]
@@ -922,30 +914,29 @@ where
         gen: u32,
         f: impl FnOnce(&mut Entry<L>) -> Result<R, KeyedError>,
     ) -> Result<R, KeyedError> {
-        let now_ns = now.as_nanos();
         if shard.map.len() >= self.per_shard_cap / 2 {
             let budget = SWEEP_PER_INSERT.min(shard.map.len());
-            self.sweep(shard, now_ns, budget, gen, false);
+            self.sweep(shard, now, budget, gen, false);
         }
         if shard.map.len() >= self.per_shard_cap {
             let budget = SCAN_WHEN_FULL.min(shard.map.len());
-            let (dropped, soonest) = self.sweep(shard, now_ns, budget, gen, true);
+            let (dropped, soonest) = self.sweep(shard, now, budget, gen, true);
             if dropped == 0 {
                 self.refusals.fetch_add(1, Ordering::Relaxed);
-                let retry = if soonest == u64::MAX {
+                let retry = if soonest == Timestamp::MAX {
                     self.default_quota.load().window()
                 } else {
-                    Duration::from_nanos(soonest.saturating_sub(now_ns))
+                    soonest.saturating_duration_since(now)
                 };
                 return Err(KeyedError::Full {
-                    max_keys: self.max_keys,
+                    max_keys: self.max_keys(),
                     retry_after: retry,
                 });
             }
         }
         let entry = Entry {
             limiter: (self.factory)(self.quota_for(key)),
-            full_at: now_ns,
+            full_at: now,
             generation: gen,
         };
         match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
@@ -959,11 +950,19 @@ where
     }
 }
 
+impl<K, L, C, S> KeyedLimiter<K, L, C, S> {
+    /// The most keys tracked at once: the configured `max_keys` rounded
+    /// down to a multiple of the shard count.
+    pub fn max_keys(&self) -> usize {
+        self.per_shard_cap * self.shards.len()
+    }
+}
+
 impl<K, L, C, S> std::fmt::Debug for KeyedLimiter<K, L, C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("default_quota", &self.default_quota.load())
-            .field("max_keys", &self.max_keys)
+            .field("max_keys", &self.max_keys())
             .field("shards", &self.shards.len())
             .field("evictions", &self.evictions.load(Ordering::Relaxed))
             .field("refusals", &self.refusals.load(Ordering::Relaxed))
@@ -974,11 +973,8 @@ impl<K, L, C, S> std::fmt::Debug for KeyedLimiter<K, L, C, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::ms;
     use crate::token_bucket::TokenBucket;
-
-    fn ms(n: u64) -> Timestamp {
-        Timestamp::from_nanos(n * 1_000_000)
-    }
 
     fn small(max_keys: usize, shards: usize) -> KeyedLimiter<u64> {
         KeyedLimiter::<u64>::builder(Quota::per_second(10).unwrap())

@@ -67,8 +67,8 @@ pub struct StripedCounter {
 }
 
 impl StripedCounter {
-    /// A counter with one cell per available CPU (rounded up to a power of
-    /// two, at least 2 and at most 64).
+    /// A counter with one cell per available CPU (4 if unknown), as
+    /// [`StripedCounter::with_stripes`] rounds and clamps it.
     pub fn new() -> Self {
         let cpus = std::thread::available_parallelism().map_or(4, usize::from);
         StripedCounter::with_stripes(cpus)
