@@ -116,9 +116,19 @@ pub fn run(flood_keys: u64, max_keys: usize) -> FloodReport {
         rss_before: rss_bytes(),
         ..FloodReport::default()
     };
+    // A fixed shard count and hasher seed make the run reproducible: the
+    // production default seeds the hasher at random and sizes shards by CPU
+    // count, which would make the per-shard load (and so the exact counts
+    // reported) differ from run to run and machine to machine.
+    let seed = std::env::var("RATEWISE_FLOOD_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5EED);
     let keyed = KeyedLimiter::<u64>::builder(quota)
         .max_keys(max_keys)
+        .shards(8)
         .preallocate(true)
+        .hasher(foldhash::fast::FixedState::with_seed(seed))
         .build();
     let models: Vec<Gcra<NoClock>> = (0..LEGIT)
         .map(|_| Gcra::with_clock(quota, NoClock))
