@@ -18,11 +18,22 @@ use std::time::Instant;
 
 use ratewise::{KeyedLimiter, Quota};
 
-const HOT_KEYS: u64 = 10_000;
+const HOT_KEYS_DEFAULT: u64 = 10_000;
+
+/// The number of hot keys: 10 000, or `RATEWISE_HOT_KEYS` (to see how the
+/// comparison moves as the table outgrows the caches).
+fn hot_keys() -> u64 {
+    std::env::var("RATEWISE_HOT_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(HOT_KEYS_DEFAULT)
+}
 
 fn key_order(thread: u64) -> Vec<u64> {
-    (0..HOT_KEYS)
-        .map(|i| (i * 7_919 + thread * 104_729) % HOT_KEYS)
+    let hot = hot_keys();
+    (0..hot)
+        .map(|i| (i * 7_919 + thread * 104_729) % hot)
         .collect()
 }
 
@@ -45,7 +56,7 @@ fn run<F: Fn(&u64) -> bool + Sync>(threads: u64, iters: u64, check: &F) -> (f64,
                     let w0 = Instant::now();
                     let mut admitted = 0u64;
                     for i in 0..iters {
-                        let key = &keys[(i % HOT_KEYS) as usize];
+                        let key = &keys[(i % keys.len() as u64) as usize];
                         admitted += u64::from(check(key));
                     }
                     black_box(admitted);
@@ -78,7 +89,7 @@ fn main() {
     let theirs = governor::RateLimiter::dashmap(gq);
     let theirs_fold =
         governor::RateLimiter::dashmap_with_hasher(gq, foldhash::fast::RandomState::default());
-    for k in 0..HOT_KEYS {
+    for k in 0..hot_keys() {
         let _ = ours.check(&k, 1);
         let _ = ours_sip.check(&k, 1);
         let _ = theirs.check_key(&k);

@@ -6,7 +6,11 @@
 //! cargo build --release -p ratewise --example check_cost
 //! valgrind --tool=callgrind target/release/examples/check_cost gcra
 //! valgrind --tool=callgrind target/release/examples/check_cost governor
+//! valgrind --tool=callgrind target/release/examples/check_cost keyed
+//! valgrind --tool=callgrind target/release/examples/check_cost governor-keyed
 //! ```
+//!
+//! The keyed modes cycle over 10 000 hot keys, as `benches/keyed.rs` does.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -14,6 +18,14 @@ use std::num::NonZeroU32;
 use ratewise::{Gcra, Quota, RateLimiter};
 
 const CHECKS: u64 = 1_000_000;
+// More checks for sampling profilers: RATEWISE_CHECKS.
+fn checks() -> u64 {
+    std::env::var("RATEWISE_CHECKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CHECKS)
+}
+const HOT_KEYS: u64 = 10_000;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let which = std::env::args().nth(1).unwrap_or_else(|| "gcra".into());
@@ -39,7 +51,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 admitted += u64::from(black_box(l.check().is_ok()));
             }
         }
-        other => return Err(format!("unknown limiter {other}: gcra, gcra-full, governor").into()),
+        "keyed" => {
+            let l = ratewise::KeyedLimiter::<u64>::builder(Quota::per_second(1_000_000_000)?)
+                .max_keys(100_000)
+                .build();
+            for i in 0..checks() {
+                admitted += u64::from(black_box(l.check(&(i % HOT_KEYS), 1)?.allowed));
+            }
+        }
+        "governor-keyed" => {
+            let nz = NonZeroU32::new(1_000_000_000).ok_or("zero")?;
+            let l = governor::RateLimiter::dashmap(governor::Quota::per_second(nz));
+            for i in 0..checks() {
+                admitted += u64::from(black_box(l.check_key(&(i % HOT_KEYS)).is_ok()));
+            }
+        }
+        other => {
+            return Err(format!(
+                "unknown limiter {other}: gcra, gcra-full, governor, keyed, governor-keyed"
+            )
+            .into())
+        }
     }
     println!("{which}: {admitted} of {CHECKS} admitted");
     Ok(())

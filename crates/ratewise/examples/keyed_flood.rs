@@ -30,12 +30,12 @@ use std::time::{Duration, Instant};
 use ratewise::keyed::{KeyedError, KeyedLimiter, NoClock};
 use ratewise::{Gcra, Quota, RateLimiter, Timestamp};
 
-/// The most the process may grow (resident memory) per key of the cap, on
-/// top of [`MEMORY_BOUND_FIXED`].
-pub const MEMORY_BOUND_BYTES_PER_KEY: u64 = 256;
 /// Fixed allowance (8 MiB) for the allocator and the test harness, on top
-/// of the per-key bound.
+/// of the limiter's own bound ([`KeyedLimiter::max_table_bytes`]).
 pub const MEMORY_BOUND_FIXED: u64 = 8 << 20;
+
+/// Shards of the flood's limiter.
+pub const FLOOD_SHARDS: usize = 128;
 
 /// What the flood run saw.
 #[derive(Debug, Default)]
@@ -44,6 +44,8 @@ pub struct FloodReport {
     pub flood_keys: u64,
     /// The configured cap.
     pub max_keys: usize,
+    /// The limiter's own bound on its tables, in bytes.
+    pub table_bound: usize,
     /// Resident bytes before the limiter was built.
     pub rss_before: Option<u64>,
     /// Highest resident bytes sampled during the run.
@@ -73,9 +75,10 @@ pub struct FloodReport {
 }
 
 impl FloodReport {
-    /// The memory bound for this run's cap.
+    /// The memory bound for this run: the limiter's bound on its tables
+    /// plus [`MEMORY_BOUND_FIXED`].
     pub fn memory_bound(&self) -> u64 {
-        MEMORY_BOUND_FIXED + MEMORY_BOUND_BYTES_PER_KEY * self.max_keys as u64
+        MEMORY_BOUND_FIXED + self.table_bound as u64
     }
 
     /// Growth of resident memory over the run, if it could be measured.
@@ -119,17 +122,23 @@ pub fn run(flood_keys: u64, max_keys: usize) -> FloodReport {
     // A fixed shard count and hasher seed make the run reproducible: the
     // production default seeds the hasher at random and sizes shards by CPU
     // count, which would make the per-shard load (and so the exact counts
-    // reported) differ from run to run and machine to machine.
+    // reported) differ from run to run and machine to machine. 128 shards
+    // is the default on a two-CPU machine (fewer if the cap is small).
     let seed = std::env::var("RATEWISE_FLOOD_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5EED);
     let keyed = KeyedLimiter::<u64>::builder(quota)
         .max_keys(max_keys)
-        .shards(8)
+        .shards(
+            FLOOD_SHARDS
+                .min(max_keys / ratewise::keyed::MIN_KEYS_PER_SHARD)
+                .max(1),
+        )
         .preallocate(true)
         .hasher(foldhash::fast::FixedState::with_seed(seed))
         .build();
+    report.table_bound = keyed.max_table_bytes();
     let models: Vec<Gcra<NoClock>> = (0..LEGIT)
         .map(|_| Gcra::with_clock(quota, NoClock))
         .collect();
@@ -226,8 +235,9 @@ fn main() {
         (r.flood_keys + r.legit_checks) as f64 / r.elapsed.as_secs_f64() / 1e6
     );
     println!(
-        "table estimate      {} bytes/key",
-        KeyedLimiter::<u64>::estimated_bytes_per_key()
+        "table estimate      {} bytes/key at full load; at most {:.1} MiB for the whole table",
+        KeyedLimiter::<u64>::estimated_bytes_per_key(),
+        mib(r.table_bound as u64)
     );
     match (r.rss_before, r.rss_peak, r.rss_growth()) {
         (Some(b), Some(p), Some(g)) => {

@@ -128,12 +128,11 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use indexmap::map::raw_entry_v1::{RawEntryApiV1, RawEntryMut};
-use indexmap::IndexMap;
+use hashbrown::HashTable;
 
 use crate::decision::Decision;
 use crate::error::{CheckError, ReserveError};
@@ -141,6 +140,7 @@ use crate::gcra::QuotaCell;
 use crate::gcra::{math, TAT_MAX};
 use crate::limiter::{validate_weight, RateLimiter, Reservation};
 use crate::quota::Quota;
+use crate::sync::{ShardGuard, ShardLock};
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
 /// The default hasher of a [`KeyedLimiter`]: `foldhash`'s fast hasher,
@@ -155,6 +155,22 @@ pub const SWEEP_PER_INSERT: usize = 2;
 /// Further entries examined to make room when a shard is full, before the
 /// new key is refused with [`KeyedError::Full`].
 pub const SCAN_WHEN_FULL: usize = 32;
+
+/// Shards per CPU in a [`KeyedLimiter`] built without
+/// [`KeyedBuilder::shards`]. Measured (`benches/keyed_ab.rs`, two threads
+/// over 10 000 hot keys): 8 shards in all ran at 0.6 times the rate of 128,
+/// because two threads wanting one shard at once is what costs, not the
+/// number of locks.
+pub const DEFAULT_SHARDS_PER_CPU: usize = 64;
+
+/// The default shard count is lowered until each shard holds at least this
+/// many keys, so that shards fill evenly: one shard full while the table
+/// as a whole has room refuses new keys early.
+pub const MIN_KEYS_PER_SHARD: usize = 256;
+
+/// How many of a shard's hash-table buckets a sweep may walk per entry of
+/// its budget (buckets can be empty; this bounds the walk over them).
+const SWEEP_BUCKETS_PER_ENTRY: usize = 16;
 
 /// A clock for limiters that are only ever told the time (`*_at` methods):
 /// it takes no space and always reads [`Timestamp::ZERO`]. The per-key
@@ -242,6 +258,20 @@ pub trait KeyState: Send {
     ) -> Result<Reservation, ReserveError>;
     /// See [`RateLimiter::cancel_at`].
     fn cancel_at(&mut self, reservation: Reservation, now: Timestamp) -> u64;
+    /// When the limiter will be back at full capacity, judged at `now`
+    /// (`now` itself if it is already; [`Timestamp::MAX`] if never). The
+    /// keyed limiter evicts a key only when this is at most `now`.
+    ///
+    /// The default asks [`KeyState::peek_at`]; a state that can answer
+    /// more cheaply should, since eviction sweeps call this for every key
+    /// they examine.
+    fn full_at(&self, now: Timestamp) -> Timestamp {
+        match self.peek_at(1, now) {
+            Ok(d) => now.saturating_add(d.reset_after),
+            // Cannot happen (burst >= 1); be conservative: never rested.
+            Err(_) => Timestamp::MAX,
+        }
+    }
 }
 
 impl<L: RateLimiter> KeyState for L {
@@ -371,25 +401,38 @@ impl KeyState for GcraState {
         self.last_act = new_last;
         (tat - new_tat) / self.quota.emission_nanos()
     }
+
+    #[inline]
+    fn full_at(&self, now: Timestamp) -> Timestamp {
+        // Full capacity is reached when the theoretical arrival time is
+        // not in the future.
+        now.max(Timestamp::from_nanos(self.tat))
+    }
 }
 
-type PaddedShard<K, L, S> = CachePadded<Mutex<Shard<K, L, S>>>;
+type PaddedShard<K, L> = CachePadded<ShardLock<Shard<K, L>>>;
 
 type Factory<L> = Box<dyn Fn(Quota) -> L + Send + Sync>;
 
-struct Entry<L> {
+/// One tracked key, stored inline in its shard's hash table so that a check
+/// reads the key and its state from one place.
+///
+/// Aligned to a cache line: an entry never straddles two lines, and two
+/// entries never share one, so a check touches one line of the table's
+/// data and two threads checking neighbouring keys do not invalidate each
+/// other's copies (with `u64` keys and [`GcraState`] an entry is 56 bytes,
+/// and without the alignment most entries would straddle two lines).
+#[repr(align(64))]
+struct Entry<K, L> {
+    key: K,
     limiter: L,
-    /// The earliest time the limiter can be back at full capacity (from
-    /// the last decision's `reset_after`). A pre-filter only; eviction
-    /// re-checks with `peek_at`.
-    full_at: Timestamp,
     /// The quota generation this entry's quota was resolved in.
     generation: u32,
 }
 
-struct Shard<K, L, S> {
-    map: IndexMap<K, Entry<L>, S>,
-    /// Next index the sweep examines.
+struct Shard<K, L> {
+    table: HashTable<Entry<K, L>>,
+    /// Next bucket index the sweep examines.
     cursor: usize,
 }
 
@@ -399,7 +442,7 @@ struct Shard<K, L, S> {
 /// by default, or any [`RateLimiter`]), `C` the
 /// clock used by the convenience methods without `_at`, `S` the hasher.
 pub struct KeyedLimiter<K, L = GcraState, C = MonotonicClock, S = DefaultHashBuilder> {
-    shards: Box<[PaddedShard<K, L, S>]>,
+    shards: Box<[PaddedShard<K, L>]>,
     shard_mask: usize,
     per_shard_cap: usize,
     hasher: S,
@@ -418,7 +461,8 @@ pub struct KeyedBuilder<K, L, C, S> {
     key: std::marker::PhantomData<fn() -> K>,
     quota: Quota,
     max_keys: usize,
-    shards: usize,
+    /// `None`: the default, chosen at build from the CPU count and the cap.
+    shards: Option<usize>,
     preallocate: bool,
     factory: Factory<L>,
     clock: C,
@@ -428,13 +472,15 @@ pub struct KeyedBuilder<K, L, C, S> {
 impl<K> KeyedLimiter<K> {
     /// Starts configuring a keyed limiter whose keys get `quota` by default,
     /// with GCRA per key, the production clock and a randomly seeded hasher.
-    /// Defaults: at most 100 000 keys, 4 × CPUs shards, no preallocation.
+    /// Defaults: at most 100 000 keys, [`DEFAULT_SHARDS_PER_CPU`] shards per
+    /// CPU (fewer if shards would then hold under [`MIN_KEYS_PER_SHARD`]
+    /// keys each), no preallocation.
     pub fn builder(quota: Quota) -> KeyedBuilder<K, GcraState, MonotonicClock, DefaultHashBuilder> {
         KeyedBuilder {
             key: std::marker::PhantomData,
             quota,
             max_keys: 100_000,
-            shards: std::thread::available_parallelism().map_or(4, usize::from) * 4,
+            shards: None,
             preallocate: false,
             factory: Box::new(GcraState::new),
             clock: MonotonicClock::new(),
@@ -451,14 +497,20 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
         self
     }
 
-    /// The number of shards, rounded up to a power of two (1 to 65 536).
+    /// The number of shards, rounded up to a power of two (1 to 65 536),
+    /// instead of the default. More shards make two threads less likely to
+    /// want the same lock at once; each shard holds `max_keys / shards`
+    /// keys, so fewer, larger shards fill more evenly.
     pub fn shards(mut self, shards: usize) -> Self {
-        self.shards = shards;
+        self.shards = Some(shards);
         self
     }
 
-    /// Allocate every shard at its full capacity up front: memory is then
-    /// fixed from the start and no shard ever pauses to grow.
+    /// Allocate every shard at the largest size it can reach up front
+    /// ([`KeyedLimiter::max_table_bytes`] in all): memory is then fixed
+    /// from the start and no shard ever pauses to grow. (A shard may still
+    /// pause to clear the tombstones evictions leave, in place: work
+    /// bounded by the shard's size, once per many evictions.)
     pub fn preallocate(mut self, yes: bool) -> Self {
         self.preallocate = yes;
         self
@@ -522,17 +574,37 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
         C: Clock,
         S: BuildHasher + Clone,
     {
+        let mut shards = match self.shards {
+            Some(n) => n.clamp(1, 1 << 16).next_power_of_two(),
+            None => {
+                let cpus = std::thread::available_parallelism().map_or(4, usize::from);
+                let mut n = cpus
+                    .saturating_mul(DEFAULT_SHARDS_PER_CPU)
+                    .clamp(1, 1 << 16)
+                    .next_power_of_two();
+                while n > 1 && self.max_keys / n < MIN_KEYS_PER_SHARD {
+                    n /= 2;
+                }
+                n
+            }
+        };
         // A power of two no larger than max_keys, so each shard holds >= 1.
-        let mut shards = self.shards.clamp(1, 1 << 16).next_power_of_two();
         while shards > self.max_keys {
             shards /= 2;
         }
         let per_shard_cap = self.max_keys / shards;
         let shard_vec = (0..shards)
             .map(|_| {
-                let cap = if self.preallocate { per_shard_cap } else { 0 };
-                CachePadded::new(Mutex::new(Shard {
-                    map: IndexMap::with_capacity_and_hasher(cap, self.hasher.clone()),
+                // Twice the cap: room for the tombstones evictions leave, so
+                // that the table never has to double later (see
+                // `max_table_bytes`).
+                let cap = if self.preallocate {
+                    per_shard_cap.saturating_mul(2)
+                } else {
+                    0
+                };
+                CachePadded::new(ShardLock::new(Shard {
+                    table: HashTable::with_capacity(cap),
                     cursor: 0,
                 }))
             })
@@ -570,11 +642,18 @@ where
     /// when the key is new and there is no room for it.
     #[inline]
     pub fn check_at(&self, key: &K, n: u64, now: Timestamp) -> Result<Decision, KeyedError> {
-        self.with_entry(key, now, |e| {
-            let d = e.limiter.check_at(n, now)?;
-            e.full_at = now.saturating_add(d.reset_after);
-            Ok(d)
-        })
+        self.check_with(key, n, || now)
+    }
+
+    /// `check_at` with the time read by `now` once the shard is locked.
+    #[inline]
+    fn check_with(
+        &self,
+        key: &K,
+        n: u64,
+        now: impl FnOnce() -> Timestamp,
+    ) -> Result<Decision, KeyedError> {
+        self.with_entry(key, now, |e, now| Ok(e.limiter.check_at(n, now)?))
     }
 
     /// [`KeyedLimiter::check_at`] at the clock's current time.
@@ -582,7 +661,11 @@ where
     /// # Errors
     /// As [`KeyedLimiter::check_at`].
     pub fn check(&self, key: &K, n: u64) -> Result<Decision, KeyedError> {
-        self.check_at(key, n, self.clock.now())
+        // The clock is read after the shard lock is taken: the lock's
+        // atomic instruction would otherwise wait for the (slow, but
+        // independent) clock read to finish, where this way the read
+        // overlaps the table lookup.
+        self.check_with(key, n, || self.clock.now())
     }
 
     /// What [`KeyedLimiter::check_at`] would answer, changing nothing (an
@@ -622,11 +705,11 @@ where
         now: Timestamp,
         max_wait: Duration,
     ) -> Result<Reservation, KeyedError> {
-        self.with_entry(key, now, |e| {
-            let r = e.limiter.reserve_within_at(n, now, max_wait)?;
-            Self::note_state(e, now);
-            Ok(r)
-        })
+        self.with_entry(
+            key,
+            || now,
+            |e, now| Ok(e.limiter.reserve_within_at(n, now, max_wait)?),
+        )
     }
 
     /// Hands back a reservation made on `key`; see
@@ -638,9 +721,7 @@ where
         let Some(e) = Self::find(&mut shard, hash, key) else {
             return 0;
         };
-        let given = e.limiter.cancel_at(reservation, now);
-        Self::note_state(e, now);
-        given
+        e.limiter.cancel_at(reservation, now)
     }
 
     /// The default quota.
@@ -699,8 +780,8 @@ where
         let gen = self.current_generation();
         let mut dropped = 0;
         for shard in self.shards.iter() {
-            let mut s = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            let budget = budget.min(s.map.len());
+            let mut s = shard.lock();
+            let budget = budget.min(s.table.len());
             dropped += self.sweep(&mut s, now, budget, gen, false).0;
         }
         dropped
@@ -708,10 +789,7 @@ where
 
     /// Keys currently tracked (takes each shard's lock in turn).
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).map.len())
-            .sum()
+        self.shards.iter().map(|s| s.lock().table.len()).sum()
     }
 
     /// `true` if no key is tracked.
@@ -740,15 +818,44 @@ where
     }
 
     /// The table's bytes per tracked key for this `K` and `L`, with the
-    /// hash index at its maximum load (7/8); a table that has just grown
-    /// uses up to twice the index and entry space. Heap memory owned by a
-    /// key (a `String`'s text) comes on top.
+    /// hash table at its maximum load (7/8); a table that has just grown
+    /// uses up to twice that. Heap memory owned by a key (a `String`'s
+    /// text) comes on top.
     pub fn estimated_bytes_per_key() -> usize {
-        // indexmap: entries are (hash, key, value) in a Vec; the index is a
-        // hashbrown table of usize plus one control byte per bucket.
-        let entry = std::mem::size_of::<(usize, K, Entry<L>)>();
-        let index = (std::mem::size_of::<usize>() + 1) * 8 / 7;
-        entry + index
+        // hashbrown stores each entry inline in a bucket, plus one control
+        // byte per bucket; at most 7 of every 8 buckets are full.
+        let bucket = std::mem::size_of::<Entry<K, L>>() + 1;
+        (bucket * 8).div_ceil(7)
+    }
+
+    /// An upper bound on the bytes this limiter's tables can ever occupy,
+    /// whatever keys arrive: every shard at the largest size its hash table
+    /// can reach. Heap memory owned by keys comes on top.
+    ///
+    /// A shard's table is sized for its cap (buckets: the cap × 8/7
+    /// rounded up to a power of two). Evictions leave tombstones, and when
+    /// the table runs out of fresh buckets it either cleans them up in
+    /// place or, if more than half its capacity is in use, doubles once;
+    /// after that doubling the cap is under half the capacity, so it
+    /// never grows again. Hence at most twice the initial buckets, each
+    /// holding one entry and one control byte.
+    pub fn max_table_bytes(&self) -> usize {
+        let cap = self.per_shard_cap;
+        // hashbrown's bucket count for a capacity.
+        let buckets = if cap < 4 {
+            4
+        } else if cap < 8 {
+            8
+        } else {
+            (cap.saturating_mul(8) / 7).next_power_of_two()
+        };
+        let per_bucket = std::mem::size_of::<Entry<K, L>>() + 1;
+        // Control bytes are padded by one SIMD group (16 bytes).
+        let table = (2 * buckets).saturating_mul(per_bucket).saturating_add(16);
+        let shard = std::mem::size_of::<PaddedShard<K, L>>();
+        self.shards
+            .len()
+            .saturating_mul(table.saturating_add(shard))
     }
 
     // ---- internals ----
@@ -762,7 +869,7 @@ where
     }
 
     #[inline]
-    fn lock_shard(&self, hash: u64) -> MutexGuard<'_, Shard<K, L, S>> {
+    fn lock_shard(&self, hash: u64) -> ShardGuard<'_, Shard<K, L>> {
         // Bits 40.. are used by neither hashbrown's bucket index (low bits)
         // nor its control byte (top 7 bits), so shard choice does not
         // correlate with placement inside the shard.
@@ -772,7 +879,7 @@ where
             // Unreachable: the mask is len - 1. Stay panic-free anyway.
             None => &self.shards[0],
         };
-        shard.lock().unwrap_or_else(PoisonError::into_inner)
+        shard.lock()
     }
 
     fn quota_for(&self, key: &K) -> Quota {
@@ -788,21 +895,12 @@ where
         self.default_quota.load()
     }
 
-    fn note_state(e: &mut Entry<L>, now: Timestamp) {
-        e.full_at = match e.limiter.peek_at(1, now) {
-            Ok(d) => now.saturating_add(d.reset_after),
-            // Cannot happen (burst >= 1); be conservative: never rested.
-            Err(_) => Timestamp::MAX,
-        };
-    }
-
-    fn refresh(&self, key: &K, e: &mut Entry<L>, now: Timestamp, gen: u32) {
-        let q = self.quota_for(key);
+    fn refresh(&self, e: &mut Entry<K, L>, now: Timestamp, gen: u32) {
+        let q = self.quota_for(&e.key);
         if e.limiter.quota() != q {
             e.limiter.set_quota_at(q, now);
         }
         e.generation = gen;
-        Self::note_state(e, now);
     }
 
     fn apply_now(&self, key: &K, now: Timestamp) {
@@ -811,48 +909,57 @@ where
         let gen = self.current_generation();
         // Unconditionally: an override does not move the generation.
         if let Some(e) = Self::find(&mut shard, hash, key) {
-            self.refresh(key, e, now, gen);
+            self.refresh(e, now, gen);
         }
     }
 
-    fn is_rested(e: &Entry<L>, now: Timestamp) -> bool {
-        e.full_at <= now && matches!(e.limiter.peek_at(1, now), Ok(d) if d.reset_after.is_zero())
-    }
-
-    /// Examines up to `budget` entries from the cursor, dropping rested
-    /// ones. Returns (dropped, soonest `full_at` among those kept).
+    /// Examines up to `budget` entries, walking the table's buckets from
+    /// the cursor (at most one full circle, and at most
+    /// `SWEEP_BUCKETS_PER_ENTRY` buckets per entry of budget, so that a
+    /// sparse table costs no more than a dense one), and drops rested
+    /// entries. Returns (dropped, the soonest time a kept entry will be
+    /// rested).
     fn sweep(
         &self,
-        shard: &mut Shard<K, L, S>,
+        shard: &mut Shard<K, L>,
         now: Timestamp,
         budget: usize,
         gen: u32,
         stop_at_first: bool,
     ) -> (usize, Timestamp) {
         let mut dropped = 0;
+        let mut examined = 0;
         let mut soonest = Timestamp::MAX;
-        for _ in 0..budget {
-            if shard.cursor >= shard.map.len() {
+        let buckets = shard.table.num_buckets();
+        let walk = buckets.min(budget.saturating_mul(SWEEP_BUCKETS_PER_ENTRY));
+        for _ in 0..walk {
+            if examined == budget {
+                break;
+            }
+            if shard.cursor >= buckets {
                 shard.cursor = 0;
             }
             let idx = shard.cursor;
-            let Some((k, e)) = shard.map.get_index_mut(idx) else {
-                break;
+            shard.cursor += 1;
+            let Some(e) = shard.table.get_bucket_mut(idx) else {
+                continue; // an empty bucket
             };
+            examined += 1;
             if e.generation != gen {
-                self.refresh(k, e, now, gen);
+                self.refresh(e, now, gen);
             }
-            if Self::is_rested(e, now) {
-                // The last entry moves into `idx`; the cursor stays to
-                // examine it next.
-                let _ = shard.map.swap_remove_index(idx);
-                dropped += 1;
+            let full_at = e.limiter.full_at(now);
+            if full_at <= now {
+                // Removing leaves every other entry where it is.
+                if let Ok(occupied) = shard.table.get_bucket_entry(idx) {
+                    let _ = occupied.remove();
+                    dropped += 1;
+                }
                 if stop_at_first {
                     break;
                 }
             } else {
-                soonest = soonest.min(e.full_at);
-                shard.cursor = idx + 1;
+                soonest = soonest.min(full_at);
             }
         }
         if dropped > 0 {
@@ -865,14 +972,15 @@ where
     fn with_entry<R>(
         &self,
         key: &K,
-        now: Timestamp,
-        f: impl FnOnce(&mut Entry<L>) -> Result<R, KeyedError>,
+        now: impl FnOnce() -> Timestamp,
+        f: impl FnOnce(&mut Entry<K, L>, Timestamp) -> Result<R, KeyedError>,
     ) -> Result<R, KeyedError> {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
+        let now = now();
         let gen = self.current_generation();
         if let Some(e) = self.tracked(&mut shard, hash, key, now, gen) {
-            return f(e);
+            return f(e, now);
         }
         self.insert_slow(&mut shard, hash, key, now, gen, f)
     }
@@ -882,44 +990,41 @@ where
     #[inline]
     fn tracked<'s>(
         &self,
-        shard: &'s mut Shard<K, L, S>,
+        shard: &'s mut Shard<K, L>,
         hash: u64,
         key: &K,
         now: Timestamp,
         gen: u32,
-    ) -> Option<&'s mut Entry<L>> {
+    ) -> Option<&'s mut Entry<K, L>> {
         let e = Self::find(shard, hash, key)?;
         if e.generation != gen {
-            self.refresh(key, e, now, gen);
+            self.refresh(e, now, gen);
         }
         Some(e)
     }
 
     /// `key`'s entry if it is tracked, as it is.
     #[inline]
-    fn find<'s>(shard: &'s mut Shard<K, L, S>, hash: u64, key: &K) -> Option<&'s mut Entry<L>> {
-        match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
-            RawEntryMut::Occupied(o) => Some(o.into_mut()),
-            RawEntryMut::Vacant(_) => None,
-        }
+    fn find<'s>(shard: &'s mut Shard<K, L>, hash: u64, key: &K) -> Option<&'s mut Entry<K, L>> {
+        shard.table.find_mut(hash, |e| e.key == *key)
     }
 
     #[cold]
     fn insert_slow<R>(
         &self,
-        shard: &mut Shard<K, L, S>,
+        shard: &mut Shard<K, L>,
         hash: u64,
         key: &K,
         now: Timestamp,
         gen: u32,
-        f: impl FnOnce(&mut Entry<L>) -> Result<R, KeyedError>,
+        f: impl FnOnce(&mut Entry<K, L>, Timestamp) -> Result<R, KeyedError>,
     ) -> Result<R, KeyedError> {
-        if shard.map.len() >= self.per_shard_cap / 2 {
-            let budget = SWEEP_PER_INSERT.min(shard.map.len());
+        if shard.table.len() >= self.per_shard_cap / 2 {
+            let budget = SWEEP_PER_INSERT.min(shard.table.len());
             self.sweep(shard, now, budget, gen, false);
         }
-        if shard.map.len() >= self.per_shard_cap {
-            let budget = SCAN_WHEN_FULL.min(shard.map.len());
+        if shard.table.len() >= self.per_shard_cap {
+            let budget = SCAN_WHEN_FULL.min(shard.table.len());
             let (dropped, soonest) = self.sweep(shard, now, budget, gen, true);
             if dropped == 0 {
                 self.refusals.fetch_add(1, Ordering::Relaxed);
@@ -935,18 +1040,17 @@ where
             }
         }
         let entry = Entry {
+            key: key.clone(),
             limiter: (self.factory)(self.quota_for(key)),
-            full_at: now,
             generation: gen,
         };
-        match shard.map.raw_entry_mut_v1().from_hash(hash, |k| k == key) {
-            RawEntryMut::Vacant(v) => {
-                let (_, e) = v.insert_hashed_nocheck(hash, key.clone(), entry);
-                f(e)
-            }
-            // Unreachable (we hold the lock and saw no entry), but harmless.
-            RawEntryMut::Occupied(mut o) => f(o.get_mut()),
-        }
+        // The caller holds the lock and found no entry for `key`.
+        let hasher = &self.hasher;
+        let e = shard
+            .table
+            .insert_unique(hash, entry, |e| hasher.hash_one(&e.key))
+            .into_mut();
+        f(e, now)
     }
 }
 
@@ -1137,15 +1241,16 @@ mod tests {
         }
         assert_eq!(k.evictions(), 0);
         assert_eq!(k.len(), 50);
-        // From half the cap on, each insert expires rested keys again.
-        // (The sweep examines SWEEP_PER_INSERT entries; a dropped entry's
-        // place is taken by the last one, which may be a busy key.)
-        assert!(k.check_at(&50, 1, ms(10_000)).unwrap().allowed);
-        let first = k.evictions();
-        assert!((1..=SWEEP_PER_INSERT as u64).contains(&first), "{first}");
-        assert_eq!(k.len() as u64, 51 - first);
-        // `maintain` expires the rest at any size.
-        assert_eq!(k.maintain(ms(10_000), usize::MAX) as u64, 10 - first);
+        // From half the cap on, each insert expires rested keys again: at
+        // 20 s every key is rested, so the insert drops exactly the
+        // SWEEP_PER_INSERT entries it examines (whichever they are: the
+        // table's order is the hash's).
+        assert!(k.check_at(&50, 1, ms(20_000)).unwrap().allowed);
+        assert_eq!(k.evictions(), SWEEP_PER_INSERT as u64);
+        assert_eq!(k.len(), 51 - SWEEP_PER_INSERT);
+        // `maintain` expires the rest at any size; key 50 is busy and stays.
+        assert_eq!(k.maintain(ms(20_000), usize::MAX), 50 - SWEEP_PER_INSERT);
+        assert_eq!(k.len(), 1);
     }
 
     #[test]
@@ -1228,6 +1333,6 @@ mod tests {
     fn bytes_per_key_is_what_the_docs_say() {
         assert_eq!(std::mem::size_of::<GcraState>(), 40);
         assert_eq!(std::mem::size_of::<crate::Gcra<NoClock>>(), 384);
-        assert_eq!(KeyedLimiter::<u64>::estimated_bytes_per_key(), 82);
+        assert_eq!(KeyedLimiter::<u64>::estimated_bytes_per_key(), 75);
     }
 }
