@@ -1,5 +1,5 @@
-//! Keyed limiters head to head: ratewise's `KeyedLimiter` (sharded
-//! `Mutex<IndexMap>`, GCRA per key, key cap with eviction) against
+//! Keyed limiters head to head: ratewise's `KeyedLimiter` (sharded hash
+//! tables behind spin locks, GCRA per key, key cap with eviction) against
 //! `governor`'s keyed limiter on its `DashMapStateStore`, in the same run.
 //!
 //! 10 000 hot keys, visited in a scattered order; one request per check; the
