@@ -45,7 +45,7 @@
 //!   collide or share a shard. It makes no cryptographic claim: pass
 //!   `std::collections::hash_map::RandomState` to [`KeyedBuilder::hasher`]
 //!   for SipHash.
-//! * **Only rested keys are evicted.** A key may be dropped only when its
+//! * **Only rested keys are evicted** (by default). A key may be dropped only when its
 //!   limiter is back at full capacity: `peek_at(1, now)` reports
 //!   `reset_after == 0`. A key created afresh later starts at full capacity
 //!   too, so forgetting it changes nothing: **eviction never lets a key
@@ -76,6 +76,14 @@
 //!   key out of the table and reset its allowance. Size `max_keys` so that
 //!   `arrival rate of new keys × refill time` fits, with some headroom for
 //!   the uneven fill of shards.
+//! * **Or, if you choose, "forget someone who owes little".** With
+//!   [`KeyedBuilder::lenient_eviction`]`(max_debt)`, a full shard evicts
+//!   the examined key nearest to rested, if it owes at most `max_debt`;
+//!   each such eviction forgives at most `max_debt` of one key's debt
+//!   (a property test checks the bound against a model that forgets
+//!   exactly the keys the limiter dropped). Keys that use their quota owe
+//!   more than a small `max_debt` and are never pushed out; keys that came
+//!   once (a flood) or come back rarely are served instead of refused.
 //!
 //! # Quotas
 //!
@@ -444,6 +452,15 @@ struct Entry<K, L> {
     generation: u32,
 }
 
+/// What one sweep did.
+struct Swept {
+    dropped: usize,
+    /// The soonest time an examined, kept entry will be rested.
+    soonest: Timestamp,
+    /// The bucket of that entry.
+    soonest_bucket: Option<usize>,
+}
+
 struct Shard<K, L> {
     table: HashTable<Entry<K, L>>,
     /// Next bucket index the sweep examines.
@@ -467,6 +484,9 @@ pub struct KeyedLimiter<K, L = GcraState, C = MonotonicClock, S = DefaultHashBui
     has_overrides: AtomicBool,
     evictions: AtomicU64,
     refusals: AtomicU64,
+    lenient_evictions: AtomicU64,
+    /// `Some(d)`: lenient eviction, forgiving at most `d` of a key's debt.
+    leniency: Option<Duration>,
     clock: C,
 }
 
@@ -478,6 +498,7 @@ pub struct KeyedBuilder<K, L, C, S> {
     /// `None`: the default, chosen at build from the CPU count and the cap.
     shards: Option<usize>,
     preallocate: bool,
+    leniency: Option<Duration>,
     factory: Factory<L>,
     clock: C,
     hasher: S,
@@ -496,6 +517,7 @@ impl<K> KeyedLimiter<K> {
             max_keys: 100_000,
             shards: None,
             preallocate: false,
+            leniency: None,
             factory: Box::new(GcraState::new),
             clock: MonotonicClock::new(),
             hasher: DefaultHashBuilder::default(),
@@ -530,6 +552,30 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
         self
     }
 
+    /// Lenient eviction: when a new key finds its shard full and none of
+    /// the examined keys is rested, evict the examined key nearest to
+    /// rested instead of refusing, provided it is at most `max_debt` away
+    /// from full capacity.
+    ///
+    /// The default (strict) never forgets a key that still owes capacity,
+    /// so a flood can only get *new* keys refused ([`KeyedError::Full`]),
+    /// including legitimate keys returning after their entry was evicted.
+    /// Lenient mode trades a bounded allowance for serving them: **each
+    /// lenient eviction forgives at most `max_debt` of one key's debt**,
+    /// so a key re-created afterwards can admit at most
+    /// `⌈max_debt / emission interval⌉` units (for GCRA; the state's own
+    /// arithmetic for others) more than its quota allows, once per time
+    /// it is evicted. A key that keeps using its quota stays far from rested
+    /// and is not evicted: pick `max_debt` below the debt your legitimate
+    /// heavy users carry (for example, one or two emission intervals, the
+    /// debt of a key that made one request). New keys are still refused
+    /// when no examined key is within `max_debt`.
+    /// [`KeyedLimiter::lenient_evictions`] counts these evictions.
+    pub fn lenient_eviction(mut self, max_debt: Duration) -> Self {
+        self.leniency = Some(max_debt);
+        self
+    }
+
     /// Builds per-key limiters with `factory` (called with the key's quota
     /// whenever a key is first seen or seen again after eviction). The
     /// limiters must start at full capacity for eviction to be exact; a
@@ -544,6 +590,7 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
             max_keys: self.max_keys,
             shards: self.shards,
             preallocate: self.preallocate,
+            leniency: self.leniency,
             factory: Box::new(factory),
             clock: self.clock,
             hasher: self.hasher,
@@ -558,6 +605,7 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
             max_keys: self.max_keys,
             shards: self.shards,
             preallocate: self.preallocate,
+            leniency: self.leniency,
             factory: self.factory,
             clock,
             hasher: self.hasher,
@@ -574,6 +622,7 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
             max_keys: self.max_keys,
             shards: self.shards,
             preallocate: self.preallocate,
+            leniency: self.leniency,
             factory: self.factory,
             clock: self.clock,
             hasher,
@@ -635,6 +684,8 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
             has_overrides: AtomicBool::new(false),
             evictions: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
+            lenient_evictions: AtomicU64::new(0),
+            leniency: self.leniency,
             clock: self.clock,
         }
     }
@@ -796,9 +847,16 @@ where
         for shard in self.shards.iter() {
             let mut s = shard.lock();
             let budget = budget.min(s.table.len());
-            dropped += self.sweep(&mut s, now, budget, gen, false).0;
+            dropped += self.sweep(&mut s, now, budget, gen, false).dropped;
         }
         dropped
+    }
+
+    /// Whether `key` is tracked now (it has been seen and not evicted).
+    pub fn contains(&self, key: &K) -> bool {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock_shard(hash);
+        Self::find(&mut shard, hash, key).is_some()
     }
 
     /// Keys currently tracked (takes each shard's lock in turn).
@@ -819,6 +877,12 @@ where
     /// Keys dropped so far because they were rested.
     pub fn evictions(&self) -> u64 {
         self.evictions.load(Ordering::Relaxed)
+    }
+
+    /// Keys evicted so far by lenient eviction (see
+    /// [`KeyedBuilder::lenient_eviction`]) while not yet rested.
+    pub fn lenient_evictions(&self) -> u64 {
+        self.lenient_evictions.load(Ordering::Relaxed)
     }
 
     /// New keys refused so far with [`KeyedError::Full`].
@@ -931,8 +995,7 @@ where
     /// the cursor (at most one full circle, and at most
     /// `SWEEP_BUCKETS_PER_ENTRY` buckets per entry of budget, so that a
     /// sparse table costs no more than a dense one), and drops rested
-    /// entries. Returns (dropped, the soonest time a kept entry will be
-    /// rested).
+    /// entries.
     fn sweep(
         &self,
         shard: &mut Shard<K, L>,
@@ -940,10 +1003,11 @@ where
         budget: usize,
         gen: u32,
         stop_at_first: bool,
-    ) -> (usize, Timestamp) {
+    ) -> Swept {
         let mut dropped = 0;
         let mut examined = 0;
         let mut soonest = Timestamp::MAX;
+        let mut soonest_bucket = None;
         let buckets = shard.table.num_buckets();
         let walk = buckets.min(budget.saturating_mul(SWEEP_BUCKETS_PER_ENTRY));
         for _ in 0..walk {
@@ -972,14 +1036,19 @@ where
                 if stop_at_first {
                     break;
                 }
-            } else {
-                soonest = soonest.min(full_at);
+            } else if full_at < soonest {
+                soonest = full_at;
+                soonest_bucket = Some(idx);
             }
         }
         if dropped > 0 {
             self.evictions.fetch_add(dropped as u64, Ordering::Relaxed);
         }
-        (dropped, soonest)
+        Swept {
+            dropped,
+            soonest,
+            soonest_bucket,
+        }
     }
 
     #[inline]
@@ -1023,6 +1092,28 @@ where
         shard.table.find_mut(hash, |e| e.key == *key)
     }
 
+    /// Lenient eviction (if configured): drops the examined entry nearest to
+    /// rested if it owes at most the configured debt. Returns whether it
+    /// made room. Runs right after a sweep that dropped nothing, so the
+    /// sweep's bucket index still holds that entry.
+    fn evict_leniently(&self, shard: &mut Shard<K, L>, swept: &Swept, now: Timestamp) -> bool {
+        let (Some(max_debt), Some(idx)) = (self.leniency, swept.soonest_bucket) else {
+            return false;
+        };
+        if swept.soonest > now.saturating_add(max_debt) {
+            return false;
+        }
+        match shard.table.get_bucket_entry(idx) {
+            Ok(occupied) => {
+                let _ = occupied.remove();
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+                self.lenient_evictions.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     #[cold]
     fn insert_slow<R>(
         &self,
@@ -1039,8 +1130,9 @@ where
         }
         if shard.table.len() >= self.per_shard_cap {
             let budget = SCAN_WHEN_FULL.min(shard.table.len());
-            let (dropped, soonest) = self.sweep(shard, now, budget, gen, true);
-            if dropped == 0 {
+            let swept = self.sweep(shard, now, budget, gen, true);
+            if swept.dropped == 0 && !self.evict_leniently(shard, &swept, now) {
+                let soonest = swept.soonest;
                 self.refusals.fetch_add(1, Ordering::Relaxed);
                 let retry = if soonest == Timestamp::MAX {
                     self.default_quota.load().window()
@@ -1148,6 +1240,42 @@ mod tests {
         assert!(k.check_at(&9, 1, ms(500)).unwrap().allowed);
         assert!(k.evictions() >= 1);
         assert!(k.len() <= 4);
+    }
+
+    #[test]
+    fn lenient_eviction_drops_only_keys_within_its_debt() {
+        // 10/s: one request owes 100 ms, five owe 500 ms.
+        let k = KeyedLimiter::<u64>::builder(Quota::per_second(10).unwrap())
+            .max_keys(2)
+            .shards(1)
+            .lenient_eviction(std::time::Duration::from_millis(150))
+            .build();
+        assert!(k.check_at(&1, 1, ms(0)).unwrap().allowed);
+        assert!(k.check_at(&2, 5, ms(0)).unwrap().allowed);
+        // Full: key 1 owes 100 ms <= 150 ms, so it makes room for key 3.
+        assert!(k.check_at(&3, 1, ms(0)).unwrap().allowed);
+        assert!(!k.contains(&1) && k.contains(&2) && k.contains(&3));
+        // Then key 3 (100 ms) for key 4; key 2 (500 ms) always stays.
+        assert!(k.check_at(&4, 1, ms(0)).unwrap().allowed);
+        assert!(k.contains(&2) && !k.contains(&3));
+        assert_eq!(k.lenient_evictions(), 2);
+        // With both remaining keys owing more than 150 ms, new keys wait.
+        assert!(k.check_at(&4, 4, ms(0)).unwrap().allowed); // key 4 owes 500 ms
+        assert!(matches!(
+            k.check_at(&5, 1, ms(0)),
+            Err(KeyedError::Full { .. })
+        ));
+        assert_eq!(k.lenient_evictions(), 2);
+        assert_eq!(k.refusals(), 1);
+        // Strict (the default) refuses where lenient made room.
+        let strict = small(2, 1);
+        assert!(strict.check_at(&1, 1, ms(0)).unwrap().allowed);
+        assert!(strict.check_at(&2, 5, ms(0)).unwrap().allowed);
+        assert!(matches!(
+            strict.check_at(&3, 1, ms(0)),
+            Err(KeyedError::Full { .. })
+        ));
+        assert_eq!(strict.lenient_evictions(), 0);
     }
 
     #[test]

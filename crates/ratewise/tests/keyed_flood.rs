@@ -7,7 +7,7 @@ mod flood;
 
 #[test]
 fn a_million_keys_stay_bounded_and_legitimate_keys_stay_exact() {
-    let r = flood::run(1_000_000, 10_000);
+    let r = flood::run(1_000_000, 10_000, None);
     // Never more keys than the cap.
     assert!(r.max_tracked <= 10_000, "{r:?}");
     assert!(
@@ -36,5 +36,29 @@ fn a_million_keys_stay_bounded_and_legitimate_keys_stay_exact() {
     if let Some(g) = r.rss_growth() {
         assert!(g <= r.memory_bound(), "grew {g} bytes: {r:?}");
         println!("resident growth: {g} bytes for a cap of 10 000 keys");
+    }
+}
+
+/// The same flood with lenient eviction forgiving at most one emission
+/// interval (100 ms): flood keys, each a single request, are within reach,
+/// so nobody is refused, returning keys included; legitimate keys, which
+/// owe more, are never evicted and stay exact.
+#[test]
+fn lenient_eviction_serves_returning_keys_and_keeps_heavy_keys_exact() {
+    let max_debt = std::time::Duration::from_millis(100);
+    let r = flood::run(1_000_000, 10_000, Some(max_debt));
+    assert!(r.max_tracked <= 10_000, "{r:?}");
+    assert_eq!(r.refused_a + r.refused_b, 0, "{r:?}");
+    assert_eq!(r.returning_refused, 0, "{r:?}");
+    assert!(r.returning_checks > 0, "{r:?}");
+    assert!(r.lenient_evictions > 100_000, "{r:?}");
+    assert_eq!(r.legit_mismatches, 0, "{r:?}");
+    assert_eq!(r.legit_refused, 0, "{r:?}");
+    assert!(
+        r.legit_admitted > 0 && r.legit_admitted < r.legit_checks,
+        "{r:?}"
+    );
+    if let Some(g) = r.rss_growth() {
+        assert!(g <= r.memory_bound(), "grew {g} bytes: {r:?}");
     }
 }

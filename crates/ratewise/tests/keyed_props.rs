@@ -63,6 +63,62 @@ proptest! {
         prop_assert!(answered > 0);
     }
 
+    /// Lenient eviction forgives at most its bound: the keyed limiter
+    /// answers exactly as per-key models that forget a key only when the
+    /// keyed limiter dropped it, and every dropped key was at most
+    /// `max_debt` from full capacity at that moment (0 with strict
+    /// eviction). Evictions of keys that still owed capacity are all
+    /// counted as lenient.
+    #[test]
+    fn lenient_eviction_forgives_at_most_its_bound(
+        max_keys in 1usize..6,
+        max_debt_ms in prop_oneof![Just(0u64), Just(50), Just(150), Just(400)],
+        ops in proptest::collection::vec((0u64..8, 1u64..4, 0u64..120, any::<bool>()), 1..300),
+    ) {
+        let quota = Quota::per_second(10).unwrap().with_burst(3).unwrap();
+        let max_debt = Duration::from_millis(max_debt_ms);
+        let keyed = KeyedLimiter::<u64>::builder(quota)
+            .max_keys(max_keys)
+            .shards(1)
+            .lenient_eviction(max_debt)
+            .build();
+        let mut model: HashMap<u64, Gcra<NoClock>> = HashMap::new();
+        let mut now = 0;
+        let mut forgiven = 0u64;
+        for (key, n, dt, maintain) in ops {
+            now += dt;
+            let t = ms(now);
+            if maintain {
+                keyed.maintain(t, 3);
+            }
+            match keyed.check_at(&key, n, t) {
+                Ok(d) => {
+                    let m = model.entry(key).or_insert_with(|| Gcra::with_clock(quota, NoClock));
+                    let md = m.check_at(n, t).unwrap();
+                    prop_assert_eq!(d, md, "key {} at {} ms", key, now);
+                }
+                Err(KeyedError::Full { .. }) => {
+                    // Nobody within reach of the leniency: nothing dropped.
+                    prop_assert_eq!(keyed.len(), keyed.max_keys());
+                }
+                Err(e) => prop_assert!(false, "unexpected error {}", e),
+            }
+            // Keys the limiter dropped during this step: each owed at most
+            // `max_debt`; their models forget them too.
+            let dropped: Vec<u64> = model.keys().copied().filter(|k| !keyed.contains(k)).collect();
+            for k in dropped {
+                let debt = model[&k].peek_at(1, t).unwrap().reset_after;
+                prop_assert!(debt <= max_debt, "key {} dropped owing {:?}", k, debt);
+                if !debt.is_zero() {
+                    forgiven += 1;
+                }
+                model.remove(&k);
+            }
+            prop_assert!(keyed.len() <= keyed.max_keys());
+        }
+        prop_assert_eq!(forgiven, keyed.lenient_evictions());
+    }
+
     /// A hierarchy admits a request only if every level's model admits it,
     /// and denies only if some level's model denies it; denied requests are
     /// never shown to the models. Since every answer matches, no level was
