@@ -493,15 +493,22 @@ pub struct KeyedLimiter<K, L = GcraState, C = MonotonicClock, S = DefaultHashBui
 /// Configures a [`KeyedLimiter`]; from [`KeyedLimiter::builder`].
 pub struct KeyedBuilder<K, L, C, S> {
     key: std::marker::PhantomData<fn() -> K>,
+    settings: Settings,
+    factory: Factory<L>,
+    clock: C,
+    hasher: S,
+}
+
+/// The builder's settings that do not depend on its type parameters, so
+/// that the methods changing a type parameter carry them over in one move.
+#[derive(Clone, Copy)]
+struct Settings {
     quota: Quota,
     max_keys: usize,
     /// `None`: the default, chosen at build from the CPU count and the cap.
     shards: Option<usize>,
     preallocate: bool,
     leniency: Option<Duration>,
-    factory: Factory<L>,
-    clock: C,
-    hasher: S,
 }
 
 impl<K> KeyedLimiter<K> {
@@ -513,11 +520,13 @@ impl<K> KeyedLimiter<K> {
     pub fn builder(quota: Quota) -> KeyedBuilder<K, GcraState, MonotonicClock, DefaultHashBuilder> {
         KeyedBuilder {
             key: std::marker::PhantomData,
-            quota,
-            max_keys: 100_000,
-            shards: None,
-            preallocate: false,
-            leniency: None,
+            settings: Settings {
+                quota,
+                max_keys: 100_000,
+                shards: None,
+                preallocate: false,
+                leniency: None,
+            },
             factory: Box::new(GcraState::new),
             clock: MonotonicClock::new(),
             hasher: DefaultHashBuilder::default(),
@@ -529,7 +538,7 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
     /// The most keys tracked at once (at least 1). The shard count is
     /// lowered if needed so that every shard can hold at least one key.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys.max(1);
+        self.settings.max_keys = max_keys.max(1);
         self
     }
 
@@ -538,7 +547,7 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
     /// want the same lock at once; each shard holds `max_keys / shards`
     /// keys, so fewer, larger shards fill more evenly.
     pub fn shards(mut self, shards: usize) -> Self {
-        self.shards = Some(shards);
+        self.settings.shards = Some(shards);
         self
     }
 
@@ -548,7 +557,7 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
     /// pause to clear the tombstones evictions leave, in place: work
     /// bounded by the shard's size, once per many evictions.)
     pub fn preallocate(mut self, yes: bool) -> Self {
-        self.preallocate = yes;
+        self.settings.preallocate = yes;
         self
     }
 
@@ -572,7 +581,7 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
     /// when no examined key is within `max_debt`.
     /// [`KeyedLimiter::lenient_evictions`] counts these evictions.
     pub fn lenient_eviction(mut self, max_debt: Duration) -> Self {
-        self.leniency = Some(max_debt);
+        self.settings.leniency = Some(max_debt);
         self
     }
 
@@ -586,11 +595,7 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
     ) -> KeyedBuilder<K, L2, C, S> {
         KeyedBuilder {
             key: std::marker::PhantomData,
-            quota: self.quota,
-            max_keys: self.max_keys,
-            shards: self.shards,
-            preallocate: self.preallocate,
-            leniency: self.leniency,
+            settings: self.settings,
             factory: Box::new(factory),
             clock: self.clock,
             hasher: self.hasher,
@@ -601,11 +606,7 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
     pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<K, L, C2, S> {
         KeyedBuilder {
             key: std::marker::PhantomData,
-            quota: self.quota,
-            max_keys: self.max_keys,
-            shards: self.shards,
-            preallocate: self.preallocate,
-            leniency: self.leniency,
+            settings: self.settings,
             factory: self.factory,
             clock,
             hasher: self.hasher,
@@ -618,11 +619,7 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
     pub fn hasher<S2: BuildHasher + Clone>(self, hasher: S2) -> KeyedBuilder<K, L, C, S2> {
         KeyedBuilder {
             key: std::marker::PhantomData,
-            quota: self.quota,
-            max_keys: self.max_keys,
-            shards: self.shards,
-            preallocate: self.preallocate,
-            leniency: self.leniency,
+            settings: self.settings,
             factory: self.factory,
             clock: self.clock,
             hasher,
@@ -637,7 +634,8 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
         C: Clock,
         S: BuildHasher + Clone,
     {
-        let mut shards = match self.shards {
+        let settings = self.settings;
+        let mut shards = match settings.shards {
             Some(n) => n.clamp(1, 1 << 16).next_power_of_two(),
             None => {
                 let cpus = std::thread::available_parallelism().map_or(4, usize::from);
@@ -645,23 +643,23 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
                     .saturating_mul(DEFAULT_SHARDS_PER_CPU)
                     .clamp(1, 1 << 16)
                     .next_power_of_two();
-                while n > 1 && self.max_keys / n < MIN_KEYS_PER_SHARD {
+                while n > 1 && settings.max_keys / n < MIN_KEYS_PER_SHARD {
                     n /= 2;
                 }
                 n
             }
         };
         // A power of two no larger than max_keys, so each shard holds >= 1.
-        while shards > self.max_keys {
+        while shards > settings.max_keys {
             shards /= 2;
         }
-        let per_shard_cap = self.max_keys / shards;
+        let per_shard_cap = settings.max_keys / shards;
         let shard_vec = (0..shards)
             .map(|_| {
                 // Twice the cap: room for the tombstones evictions leave, so
                 // that the table never has to double later (see
                 // `max_table_bytes`).
-                let cap = if self.preallocate {
+                let cap = if settings.preallocate {
                     per_shard_cap.saturating_mul(2)
                 } else {
                     0
@@ -679,13 +677,13 @@ impl<K, L, C, S> KeyedBuilder<K, L, C, S> {
             overrides: RwLock::new(HashMap::with_hasher(self.hasher.clone())),
             hasher: self.hasher,
             factory: self.factory,
-            default_quota: QuotaCell::new(self.quota),
+            default_quota: QuotaCell::new(settings.quota),
             generation: AtomicU64::new(0),
             has_overrides: AtomicBool::new(false),
             evictions: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
             lenient_evictions: AtomicU64::new(0),
-            leniency: self.leniency,
+            leniency: settings.leniency,
             clock: self.clock,
         }
     }
