@@ -20,11 +20,12 @@
 //!   short spin (see `ShardLock` in the source): taking it is one
 //!   compare-exchange and releasing it a plain store, where a
 //!   `std::sync::Mutex` costs a second atomic read-modify-write to release
-//!   and two poison checks. And the convenience methods read the clock
+//!   and two poison checks. And [`KeyedLimiter::check`] reads the clock
 //!   *after* taking the lock: an atomic read-modify-write waits for every
 //!   instruction before it, including a clock read that is slow but
 //!   independent of the lookup; read afterwards, it overlaps the lookup.
-//!   (A side effect: within a shard, times are applied in lock order.)
+//!   (A side effect: within a shard, `check` applies times in lock order.
+//!   The colder `peek` reads the clock first, as usual.)
 //!   Measured on two cores (`benches/keyed_ab.rs`): the std mutex ran at
 //!   1.3 times governor's `DashMap`-based store on one thread, this lock
 //!   at 2.0 times. A lock-free table (`papaya`, with a per-key atomic GCRA
