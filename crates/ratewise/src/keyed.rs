@@ -778,7 +778,8 @@ where
 
     /// Hands back a reservation made on `key`; see
     /// [`RateLimiter::cancel_at`]. Returns the units given back (0 if the
-    /// key is no longer tracked: it was evicted, so it was rested already).
+    /// key is no longer tracked: it was evicted, so it was rested already,
+    /// or, with lenient eviction, its remaining debt was forgiven).
     pub fn cancel_at(&self, key: &K, reservation: Reservation, now: Timestamp) -> u64 {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.lock_shard(hash);
