@@ -44,6 +44,23 @@ pub(crate) type JitterRng = rand_chacha::ChaCha8Rng;
 
 use crate::time::Timestamp;
 
+/// The gauges of a wrapper strategy (a strategy around an `inner` one, such
+/// as `WithBudget`, `WithHints`, `WithSre`): a wrapper changes when and
+/// whether to send, never the inner strategy's base delay or target rate, so
+/// it reports the inner strategy's. Expands to the two [`Strategy`] methods;
+/// defined before the modules so that they can use it.
+macro_rules! forward_gauges_to_inner {
+    () => {
+        fn current_delay(&self) -> std::time::Duration {
+            self.inner.current_delay()
+        }
+
+        fn current_rate(&self) -> Option<f64> {
+            self.inner.current_rate()
+        }
+    };
+}
+
 pub mod aimd;
 pub mod auto_sleeper;
 pub mod backoff;
