@@ -310,7 +310,7 @@ impl Strategy for AimdStrategy {
             return Next::GiveUp;
         }
         self.call_retries += 1;
-        let wait = honouring_retry_after(self.backoff.on_throttle(), outcome);
+        let wait = honouring_retry_after(self.backoff.on_throttle(), outcome.hints.retry_after);
         self.last = self.pacer.acquire_at(now, now.saturating_add(wait));
         Next::Retry(self.last)
     }

@@ -330,10 +330,25 @@ impl BackoffStrategy {
     }
 }
 
-/// A backoff delay lengthened to the server's `Retry-After`, if longer: the
-/// server knows better.
-pub(crate) fn honouring_retry_after(delay: Duration, outcome: &Outcome) -> Duration {
-    outcome.hints.retry_after.map_or(delay, |ra| ra.max(delay))
+/// A backoff delay lengthened to the server's wait (its `Retry-After`), if
+/// longer: the server knows better. The server's word never shortens a delay.
+pub(crate) fn honouring_retry_after(delay: Duration, server_wait: Option<Duration>) -> Duration {
+    server_wait.map_or(delay, |ra| ra.max(delay))
+}
+
+/// The retry decision of a strategy that follows one per-call backoff: a
+/// signal not worth retrying ends the call ([`Next::Done`]); otherwise the
+/// backoff's next delay, lengthened to the server's `Retry-After`, or
+/// [`Next::GiveUp`] once the backoff's retry limit is reached. The caller may
+/// still lengthen a [`Next::Retry`] wait (a pacer slot, a flood guard).
+pub(crate) fn backoff_next(backoff: &mut Backoff, outcome: &Outcome) -> Next {
+    if !retryable(outcome.signal) {
+        return Next::Done;
+    }
+    match backoff.next_delay() {
+        Some(d) => Next::Retry(honouring_retry_after(d, outcome.hints.retry_after)),
+        None => Next::GiveUp,
+    }
 }
 
 /// Whether a signal is worth retrying by default.
@@ -356,18 +371,13 @@ impl Strategy for BackoffStrategy {
     }
 
     fn after_attempt(&mut self, _now: Timestamp, outcome: &Outcome) -> Next {
-        if !retryable(outcome.signal) {
-            self.last = Duration::ZERO;
-            return Next::Done;
+        let next = backoff_next(&mut self.backoff, outcome);
+        match next {
+            Next::Retry(d) => self.last = d,
+            Next::Done => self.last = Duration::ZERO,
+            Next::GiveUp => {}
         }
-        match self.backoff.next_delay() {
-            Some(d) => {
-                let d = honouring_retry_after(d, outcome);
-                self.last = d;
-                Next::Retry(d)
-            }
-            None => Next::GiveUp,
-        }
+        next
     }
 
     fn current_delay(&self) -> Duration {

@@ -50,7 +50,7 @@ use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::aimd::{Aimd, AimdConfig};
-use super::backoff::{retryable, Backoff, BackoffConfig};
+use super::backoff::{honouring_retry_after, retryable, Backoff, BackoffConfig};
 use super::budget::{RetryBudget, RetryBudgetConfig};
 use super::config::{at_least_one, within, ConfigError};
 use super::cubic::{Cubic, CubicConfig};
@@ -715,7 +715,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         let delay = call
             .backoff
             .next_delay()
-            .map(|b| retry_after.map_or(b, |r| b.max(r)));
+            .map(|b| honouring_retry_after(b, retry_after));
 
         // 4. A throttle pauses the whole partition, with jitter on the resume.
         if outcome.signal == Signal::Throttled {
