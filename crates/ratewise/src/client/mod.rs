@@ -113,8 +113,11 @@ pub struct ServerHints {
     /// Time until the server's window or bucket resets.
     pub reset_after: Option<Duration>,
     /// The server asked the client not to retry this request at all (gRPC: a
-    /// negative or unparseable `grpc-retry-pushback-ms`). A [`Throttle`]
-    /// ends the call with [`StopReason::RetryForbidden`].
+    /// negative or unparseable `grpc-retry-pushback-ms`). The retrying
+    /// strategies then give up ([`Next::GiveUp`]) instead of retrying, and a
+    /// [`Throttle`] ends the call with [`StopReason::RetryForbidden`]. Only
+    /// the strategies that reproduce a published client exactly
+    /// ([`heroku`], [`auto_sleeper`]) ignore it, as their sources do.
     pub no_retry: bool,
 }
 

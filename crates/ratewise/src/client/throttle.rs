@@ -50,14 +50,14 @@ use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::aimd::{Aimd, AimdConfig};
-use super::backoff::{honouring_retry_after, retryable, Backoff, BackoffConfig};
+use super::backoff::{call_end, honouring_retry_after, Backoff, BackoffConfig};
 use super::budget::{RetryBudget, RetryBudgetConfig};
 use super::config::{at_least_one, within, ConfigError};
 use super::cubic::{Cubic, CubicConfig};
 use super::hints::{HintCap, ResetMeaning};
 use super::pacer::{Pacer, RateController};
 use super::sre::{SreConfig, SreThrottler};
-use super::{Outcome, Signal};
+use super::{Next, Outcome, Signal};
 use crate::time::{duration_to_nanos_saturating, Timestamp};
 
 /// How a partition's pacing rate adapts.
@@ -700,7 +700,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             }
             _ => {}
         }
-        if !retryable(outcome.signal) {
+        let end = call_end(outcome);
+        if end == Some(Next::Done) {
             return Step::Done;
         }
 
@@ -725,8 +726,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             st.paused_until = st.paused_until.max(now.saturating_add(pause));
         }
 
-        // 5. May we retry at all? The server's refusal comes first.
-        if outcome.hints.no_retry {
+        // 5. May we retry at all? The server's refusal (`call_end`'s give-up)
+        //    comes first.
+        if end == Some(Next::GiveUp) {
             return self.give_up(StopReason::RetryForbidden);
         }
         let Some(delay) = delay else {
