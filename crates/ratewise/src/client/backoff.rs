@@ -545,10 +545,7 @@ mod tests {
         );
         assert_eq!(s.after_attempt(t, &Outcome::throttled()), Next::GiveUp);
         s.before_call(t);
-        let failure = Outcome {
-            signal: Signal::Failure,
-            hints: ServerHints::default(),
-        };
+        let failure = Outcome::new(Signal::Failure);
         assert_eq!(s.after_attempt(t, &failure), Next::Done);
     }
 

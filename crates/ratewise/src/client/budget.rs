@@ -161,7 +161,6 @@ impl<S: Strategy> Strategy for WithBudget<S> {
 mod tests {
     use super::*;
     use crate::client::backoff::{BackoffConfig, BackoffStrategy};
-    use crate::client::ServerHints;
 
     #[test]
     fn aws_standard_costs_and_refunds() {
@@ -208,10 +207,7 @@ mod tests {
         assert_eq!(s.after_attempt(t, &Outcome::throttled()), Next::GiveUp);
         assert_eq!(s.budget().available(), 0);
         s.before_call(t);
-        let timeout = Outcome {
-            signal: Signal::Timeout,
-            hints: ServerHints::default(),
-        };
+        let timeout = Outcome::new(Signal::Timeout);
         assert_eq!(
             s.after_attempt(t, &timeout),
             Next::GiveUp,

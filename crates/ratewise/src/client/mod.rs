@@ -140,20 +140,22 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// A success with no hints.
-    pub const fn success() -> Self {
+    /// An attempt that produced `signal`, with no hints.
+    pub const fn new(signal: Signal) -> Self {
         Outcome {
-            signal: Signal::Success,
+            signal,
             hints: NO_HINTS,
         }
     }
 
+    /// A success with no hints.
+    pub const fn success() -> Self {
+        Outcome::new(Signal::Success)
+    }
+
     /// A throttled response with no hints.
     pub const fn throttled() -> Self {
-        Outcome {
-            signal: Signal::Throttled,
-            hints: NO_HINTS,
-        }
+        Outcome::new(Signal::Throttled)
     }
 
     /// The same outcome with `hints`.

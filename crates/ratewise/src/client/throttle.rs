@@ -1232,15 +1232,7 @@ mod tests {
             let mut call = th.begin(t);
             match th.acquire_at(&0, &mut call, t, t) {
                 Ok(_) => {
-                    th.record_at(
-                        &0,
-                        &mut call,
-                        t,
-                        &Outcome {
-                            signal: Signal::ServerError,
-                            hints: ServerHints::default(),
-                        },
-                    );
+                    th.record_at(&0, &mut call, t, &Outcome::new(Signal::ServerError));
                 }
                 Err(StopReason::RejectedLocally) => rejected += 1,
                 Err(other) => panic!("{other:?}"),
