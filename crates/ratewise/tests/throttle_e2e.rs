@@ -34,7 +34,7 @@ use ratewise::client::backoff::BackoffConfig;
 use ratewise::client::classify;
 use ratewise::client::hints::ResetMeaning;
 use ratewise::client::throttle::{Adaptation, Throttle, ThrottleConfig};
-use ratewise::client::{Outcome, ServerHints, Signal};
+use ratewise::client::{Outcome, Signal};
 use ratewise::{Quota, RateLimiter, TokenBucket};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -146,14 +146,8 @@ fn classify_response(r: &io::Result<Response>) -> Outcome {
             None,
             SystemTime::now(),
         ),
-        Err(e) if e.kind() == io::ErrorKind::TimedOut => Outcome {
-            signal: Signal::Timeout,
-            hints: ServerHints::default(),
-        },
-        Err(_) => Outcome {
-            signal: Signal::Failure,
-            hints: ServerHints::default(),
-        },
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => Outcome::new(Signal::Timeout),
+        Err(_) => Outcome::new(Signal::Failure),
     }
 }
 

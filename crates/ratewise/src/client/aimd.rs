@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use super::backoff::{honouring_retry_after, retryable, Backoff, BackoffConfig};
+use super::backoff::{call_end, honouring_retry_after, Backoff, BackoffConfig};
 use super::config::{at_least, at_least_one, positive, within, ConfigError};
 use super::pacer::{Pacer, RateController};
 use super::{Next, Outcome, Signal, Strategy};
@@ -299,8 +299,8 @@ impl Strategy for AimdStrategy {
         if outcome.signal == Signal::Success {
             self.backoff.on_success();
         }
-        if !retryable(outcome.signal) {
-            return Next::Done;
+        if let Some(end) = call_end(outcome) {
+            return end;
         }
         if self
             .backoff
@@ -310,7 +310,7 @@ impl Strategy for AimdStrategy {
             return Next::GiveUp;
         }
         self.call_retries += 1;
-        let wait = honouring_retry_after(self.backoff.on_throttle(), outcome);
+        let wait = honouring_retry_after(self.backoff.on_throttle(), outcome.hints.retry_after);
         self.last = self.pacer.acquire_at(now, now.saturating_add(wait));
         Next::Retry(self.last)
     }
@@ -426,6 +426,20 @@ mod tests {
         assert!(s.after_attempt(t, &Outcome::throttled()) != Next::GiveUp);
         assert_eq!(s.after_attempt(t, &Outcome::throttled()), Next::GiveUp);
         assert_eq!(s.retry_level(), 3);
+    }
+
+    #[test]
+    fn strategy_gives_up_when_the_server_forbids_a_retry() {
+        let mut s = AimdStrategy::with_defaults(0).unwrap();
+        s.before_call(T);
+        let forbidden = Outcome::throttled().with_hints(crate::client::ServerHints {
+            no_retry: true,
+            ..crate::client::ServerHints::default()
+        });
+        assert_eq!(s.after_attempt(T, &forbidden), Next::GiveUp);
+        // Still a throttle: the rate was cut; no retry, so no backoff level.
+        assert_eq!(s.current_rate(), Some(5.0));
+        assert_eq!(s.retry_level(), 0);
     }
 
     #[test]

@@ -309,8 +309,10 @@ impl Backoff {
 /// A plain retry strategy: no pacing, the backoff policy between attempts.
 ///
 /// Retries throttled responses, server errors and timeouts; a success or any
-/// other failure ends the call. A `Retry-After` hint longer than the backoff
-/// wins (the server knows better); the driver caps it.
+/// other failure ends the call, and a server's refusal to be retried
+/// ([`ServerHints::no_retry`](super::ServerHints::no_retry)) gives up. A
+/// `Retry-After` hint longer than the backoff wins (the server knows better);
+/// the driver caps it.
 #[derive(Clone, Debug)]
 pub struct BackoffStrategy {
     backoff: Backoff,
@@ -330,18 +332,52 @@ impl BackoffStrategy {
     }
 }
 
-/// A backoff delay lengthened to the server's `Retry-After`, if longer: the
-/// server knows better.
-pub(crate) fn honouring_retry_after(delay: Duration, outcome: &Outcome) -> Duration {
-    outcome.hints.retry_after.map_or(delay, |ra| ra.max(delay))
+/// A backoff delay lengthened to the server's wait (its `Retry-After`), if
+/// longer: the server knows better. The server's word never shortens a delay.
+pub(crate) fn honouring_retry_after(delay: Duration, server_wait: Option<Duration>) -> Duration {
+    server_wait.map_or(delay, |ra| ra.max(delay))
+}
+
+/// The retry decision of a strategy that follows one per-call backoff:
+/// [`call_end`] first; otherwise the
+/// backoff's next delay, lengthened to the server's `Retry-After`, or
+/// [`Next::GiveUp`] once the backoff's retry limit is reached. The caller may
+/// still lengthen a [`Next::Retry`] wait (a pacer slot, a flood guard).
+pub(crate) fn backoff_next(backoff: &mut Backoff, outcome: &Outcome) -> Next {
+    if let Some(end) = call_end(outcome) {
+        return end;
+    }
+    match backoff.next_delay() {
+        Some(d) => Next::Retry(honouring_retry_after(d, outcome.hints.retry_after)),
+        None => Next::GiveUp,
+    }
 }
 
 /// Whether a signal is worth retrying by default.
-pub(crate) fn retryable(signal: Signal) -> bool {
+fn retryable(signal: Signal) -> bool {
     matches!(
         signal,
         Signal::Throttled | Signal::ServerError | Signal::Timeout
     )
+}
+
+/// How an attempt's outcome ends the call before any retry policy is asked,
+/// if it does: [`Next::Done`] for a signal not worth retrying (a success, a
+/// client failure), [`Next::GiveUp`] for a retryable one the server forbade
+/// retrying ([`ServerHints::no_retry`](super::ServerHints::no_retry), e.g. a
+/// negative gRPC pushback). `None` leaves the decision to the policy.
+///
+/// Every strategy that retries on the server's signals asks this first, the
+/// [`Throttle`](super::throttle::Throttle) included, so the rule is the same
+/// everywhere.
+pub(crate) fn call_end(outcome: &Outcome) -> Option<Next> {
+    if !retryable(outcome.signal) {
+        Some(Next::Done)
+    } else if outcome.hints.no_retry {
+        Some(Next::GiveUp)
+    } else {
+        None
+    }
 }
 
 impl Strategy for BackoffStrategy {
@@ -356,18 +392,13 @@ impl Strategy for BackoffStrategy {
     }
 
     fn after_attempt(&mut self, _now: Timestamp, outcome: &Outcome) -> Next {
-        if !retryable(outcome.signal) {
-            self.last = Duration::ZERO;
-            return Next::Done;
+        let next = backoff_next(&mut self.backoff, outcome);
+        match next {
+            Next::Retry(d) => self.last = d,
+            Next::Done => self.last = Duration::ZERO,
+            Next::GiveUp => {}
         }
-        match self.backoff.next_delay() {
-            Some(d) => {
-                let d = honouring_retry_after(d, outcome);
-                self.last = d;
-                Next::Retry(d)
-            }
-            None => Next::GiveUp,
-        }
+        next
     }
 
     fn current_delay(&self) -> Duration {
@@ -514,11 +545,30 @@ mod tests {
         );
         assert_eq!(s.after_attempt(t, &Outcome::throttled()), Next::GiveUp);
         s.before_call(t);
-        let failure = Outcome {
-            signal: Signal::Failure,
-            hints: ServerHints::default(),
-        };
+        let failure = Outcome::new(Signal::Failure);
         assert_eq!(s.after_attempt(t, &failure), Next::Done);
+    }
+
+    #[test]
+    fn strategy_gives_up_when_the_server_forbids_a_retry() {
+        let cfg = BackoffConfig::constant(Duration::from_secs(1)).with_max_retries(2);
+        let mut s = BackoffStrategy::new(cfg, 0).unwrap();
+        let t = Timestamp::ZERO;
+        s.before_call(t);
+        let forbid = ServerHints {
+            no_retry: true,
+            ..ServerHints::default()
+        };
+        assert_eq!(
+            s.after_attempt(t, &Outcome::throttled().with_hints(forbid)),
+            Next::GiveUp
+        );
+        // A success that carries the refusal is still a success.
+        s.before_call(t);
+        assert_eq!(
+            s.after_attempt(t, &Outcome::success().with_hints(forbid)),
+            Next::Done
+        );
     }
 
     proptest! {

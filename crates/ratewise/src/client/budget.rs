@@ -154,20 +154,13 @@ impl<S: Strategy> Strategy for WithBudget<S> {
         }
     }
 
-    fn current_delay(&self) -> Duration {
-        self.inner.current_delay()
-    }
-
-    fn current_rate(&self) -> Option<f64> {
-        self.inner.current_rate()
-    }
+    forward_gauges_to_inner!();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::client::backoff::{BackoffConfig, BackoffStrategy};
-    use crate::client::ServerHints;
 
     #[test]
     fn aws_standard_costs_and_refunds() {
@@ -214,10 +207,7 @@ mod tests {
         assert_eq!(s.after_attempt(t, &Outcome::throttled()), Next::GiveUp);
         assert_eq!(s.budget().available(), 0);
         s.before_call(t);
-        let timeout = Outcome {
-            signal: Signal::Timeout,
-            hints: ServerHints::default(),
-        };
+        let timeout = Outcome::new(Signal::Timeout);
         assert_eq!(
             s.after_attempt(t, &timeout),
             Next::GiveUp,

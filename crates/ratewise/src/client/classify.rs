@@ -612,17 +612,18 @@ mod scan {
         })
     }
 
-    /// Index just past `<name>` (or `</name>`) in `hay`.
+    /// Index just past `<name>` (or `</name>`) in `hay`. The tag is matched
+    /// piecewise in place, so scanning a body allocates nothing.
     fn find_tag(hay: &[u8], lead: &[u8], name: &[u8]) -> Option<usize> {
-        let needle: Vec<u8> = [lead, name, b">"].concat();
-        find(hay, &needle).map(|i| i.saturating_add(needle.len()))
-    }
-
-    fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-        if needle.is_empty() {
-            return Some(0);
-        }
-        hay.windows(needle.len()).position(|w| w == needle)
+        // At least one byte (the `>`), so `windows` gets a non-zero size.
+        let len = lead.len().saturating_add(name.len()).saturating_add(1);
+        hay.windows(len)
+            .position(|w| {
+                w.strip_prefix(lead)
+                    .and_then(|rest| rest.strip_prefix(name))
+                    .is_some_and(|rest| rest == b">")
+            })
+            .map(|i| i.saturating_add(len))
     }
 
     /// Whether `hay` contains `needle`, ignoring ASCII case.

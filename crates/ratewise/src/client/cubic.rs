@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use super::backoff::{honouring_retry_after, retryable, Backoff, BackoffConfig};
+use super::backoff::{backoff_next, Backoff, BackoffConfig};
 use super::config::{positive, within, ConfigError};
 use super::pacer::{Pacer, RateController};
 use super::{Next, Outcome, Signal, Strategy};
@@ -261,15 +261,9 @@ impl Strategy for CubicStrategy {
         if let Some(rate) = self.cubic.on_outcome(now, outcome) {
             self.pacer.set_rate_at(rate, now);
         }
-        if !retryable(outcome.signal) {
-            return Next::Done;
-        }
-        match self.backoff.next_delay() {
-            Some(d) => {
-                let d = honouring_retry_after(d, outcome);
-                Next::Retry(self.wait(now, d))
-            }
-            None => Next::GiveUp,
+        match backoff_next(&mut self.backoff, outcome) {
+            Next::Retry(d) => Next::Retry(self.wait(now, d)),
+            end => end,
         }
     }
 

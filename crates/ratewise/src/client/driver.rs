@@ -17,7 +17,7 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use super::throttle::{Step, StopReason, Throttle};
-use super::{Outcome, ServerHints, Signal};
+use super::{Outcome, Signal};
 use crate::time::{Clock, Timestamp};
 
 /// How a response is turned into an [`Outcome`] when no classifier is given.
@@ -40,10 +40,7 @@ impl<T: Classify, E> Classify for Result<T, E> {
     fn classify(&self) -> Outcome {
         match self {
             Ok(t) => t.classify(),
-            Err(_) => Outcome {
-                signal: Signal::Failure,
-                hints: ServerHints::default(),
-            },
+            Err(_) => Outcome::new(Signal::Failure),
         }
     }
 }
@@ -220,6 +217,7 @@ mod tests {
     use super::*;
     use crate::client::backoff::{BackoffConfig, Jitter};
     use crate::client::throttle::{Adaptation, ThrottleConfig};
+    use crate::client::ServerHints;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
 
@@ -359,10 +357,7 @@ mod tests {
         let n = AtomicU32::new(0);
         let a = th.run(&(), || async {
             if n.fetch_add(1, Ordering::SeqCst) == 0 {
-                Outcome {
-                    signal: Signal::ServerError,
-                    hints: ServerHints::default(),
-                }
+                Outcome::new(Signal::ServerError)
             } else {
                 Outcome::success()
             }

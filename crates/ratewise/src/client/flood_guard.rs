@@ -24,7 +24,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::backoff::{honouring_retry_after, retryable, Backoff, BackoffConfig};
+use super::backoff::{backoff_next, Backoff, BackoffConfig};
 use super::config::ConfigError;
 use super::{Next, Outcome, Strategy};
 use crate::time::Timestamp;
@@ -166,16 +166,12 @@ impl Strategy for FloodGuardStrategy {
     }
 
     fn after_attempt(&mut self, now: Timestamp, outcome: &Outcome) -> Next {
-        if !retryable(outcome.signal) {
-            return Next::Done;
-        }
-        match self.backoff.next_delay() {
-            Some(d) => {
-                let d = honouring_retry_after(d, outcome);
+        match backoff_next(&mut self.backoff, outcome) {
+            Next::Retry(d) => {
                 self.last = self.guard.acquire_at(now, now.saturating_add(d));
                 Next::Retry(self.last)
             }
-            None => Next::GiveUp,
+            end => end,
         }
     }
 

@@ -754,10 +754,7 @@ mod tests {
         };
         let mut s = ExponentialIncreaseGradualDecrease::new(cfg, 1).unwrap();
         s.before_call(T);
-        let server_error = Outcome {
-            signal: Signal::ServerError,
-            hints: ServerHints::default(),
-        };
+        let server_error = Outcome::new(Signal::ServerError);
         assert_eq!(s.after_attempt(T, &server_error), Next::Done);
         assert!((s.stored_sleep() - 1.2).abs() < EPS);
     }

@@ -208,13 +208,7 @@ impl<S: Strategy> Strategy for WithHints<S> {
         }
     }
 
-    fn current_delay(&self) -> Duration {
-        self.inner.current_delay()
-    }
-
-    fn current_rate(&self) -> Option<f64> {
-        self.inner.current_rate()
-    }
+    forward_gauges_to_inner!();
 }
 
 #[cfg(test)]

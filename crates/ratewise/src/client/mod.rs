@@ -44,6 +44,23 @@ pub(crate) type JitterRng = rand_chacha::ChaCha8Rng;
 
 use crate::time::Timestamp;
 
+/// The gauges of a wrapper strategy (a strategy around an `inner` one, such
+/// as `WithBudget`, `WithHints`, `WithSre`): a wrapper changes when and
+/// whether to send, never the inner strategy's base delay or target rate, so
+/// it reports the inner strategy's. Expands to the two [`Strategy`] methods;
+/// defined before the modules so that they can use it.
+macro_rules! forward_gauges_to_inner {
+    () => {
+        fn current_delay(&self) -> std::time::Duration {
+            self.inner.current_delay()
+        }
+
+        fn current_rate(&self) -> Option<f64> {
+            self.inner.current_rate()
+        }
+    };
+}
+
 pub mod aimd;
 pub mod auto_sleeper;
 pub mod backoff;
@@ -96,8 +113,11 @@ pub struct ServerHints {
     /// Time until the server's window or bucket resets.
     pub reset_after: Option<Duration>,
     /// The server asked the client not to retry this request at all (gRPC: a
-    /// negative or unparseable `grpc-retry-pushback-ms`). A [`Throttle`]
-    /// ends the call with [`StopReason::RetryForbidden`].
+    /// negative or unparseable `grpc-retry-pushback-ms`). The retrying
+    /// strategies then give up ([`Next::GiveUp`]) instead of retrying, and a
+    /// [`Throttle`] ends the call with [`StopReason::RetryForbidden`]. Only
+    /// the strategies that reproduce a published client exactly
+    /// ([`heroku`], [`auto_sleeper`]) ignore it, as their sources do.
     pub no_retry: bool,
 }
 
@@ -120,20 +140,22 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// A success with no hints.
-    pub const fn success() -> Self {
+    /// An attempt that produced `signal`, with no hints.
+    pub const fn new(signal: Signal) -> Self {
         Outcome {
-            signal: Signal::Success,
+            signal,
             hints: NO_HINTS,
         }
     }
 
+    /// A success with no hints.
+    pub const fn success() -> Self {
+        Outcome::new(Signal::Success)
+    }
+
     /// A throttled response with no hints.
     pub const fn throttled() -> Self {
-        Outcome {
-            signal: Signal::Throttled,
-            hints: NO_HINTS,
-        }
+        Outcome::new(Signal::Throttled)
     }
 
     /// The same outcome with `hints`.

@@ -50,14 +50,14 @@ use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::aimd::{Aimd, AimdConfig};
-use super::backoff::{retryable, Backoff, BackoffConfig};
+use super::backoff::{call_end, honouring_retry_after, Backoff, BackoffConfig};
 use super::budget::{RetryBudget, RetryBudgetConfig};
 use super::config::{at_least_one, within, ConfigError};
 use super::cubic::{Cubic, CubicConfig};
 use super::hints::{HintCap, ResetMeaning};
 use super::pacer::{Pacer, RateController};
 use super::sre::{SreConfig, SreThrottler};
-use super::{Outcome, Signal};
+use super::{Next, Outcome, Signal};
 use crate::time::{duration_to_nanos_saturating, Timestamp};
 
 /// How a partition's pacing rate adapts.
@@ -700,7 +700,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             }
             _ => {}
         }
-        if !retryable(outcome.signal) {
+        let end = call_end(outcome);
+        if end == Some(Next::Done) {
             return Step::Done;
         }
 
@@ -715,7 +716,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         let delay = call
             .backoff
             .next_delay()
-            .map(|b| retry_after.map_or(b, |r| b.max(r)));
+            .map(|b| honouring_retry_after(b, retry_after));
 
         // 4. A throttle pauses the whole partition, with jitter on the resume.
         if outcome.signal == Signal::Throttled {
@@ -725,8 +726,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             st.paused_until = st.paused_until.max(now.saturating_add(pause));
         }
 
-        // 5. May we retry at all? The server's refusal comes first.
-        if outcome.hints.no_retry {
+        // 5. May we retry at all? The server's refusal (`call_end`'s give-up)
+        //    comes first.
+        if end == Some(Next::GiveUp) {
             return self.give_up(StopReason::RetryForbidden);
         }
         let Some(delay) = delay else {
@@ -1230,15 +1232,7 @@ mod tests {
             let mut call = th.begin(t);
             match th.acquire_at(&0, &mut call, t, t) {
                 Ok(_) => {
-                    th.record_at(
-                        &0,
-                        &mut call,
-                        t,
-                        &Outcome {
-                            signal: Signal::ServerError,
-                            hints: ServerHints::default(),
-                        },
-                    );
+                    th.record_at(&0, &mut call, t, &Outcome::new(Signal::ServerError));
                 }
                 Err(StopReason::RejectedLocally) => rejected += 1,
                 Err(other) => panic!("{other:?}"),

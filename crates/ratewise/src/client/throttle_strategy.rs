@@ -213,10 +213,7 @@ mod tests {
             }
             sent += 1;
             // A server error: refused by the backend, but no pause.
-            let failed = Outcome {
-                signal: crate::client::Signal::ServerError,
-                hints: ServerHints::default(),
-            };
+            let failed = Outcome::new(crate::client::Signal::ServerError);
             let next = s.after_attempt(t, &failed);
             assert_eq!(next, Next::GiveUp, "max_attempts = 1");
         }
