@@ -263,12 +263,6 @@ impl Backoff {
         self.previous = self.config.initial;
     }
 
-    /// Sets the retry counter directly (used by strategies whose retry count
-    /// persists across calls and decays after successes).
-    pub fn set_retries(&mut self, retries: u32) {
-        self.retries = retries;
-    }
-
     /// The delay before the next retry, jitter included, counting it; `None`
     /// when the retry limit is reached.
     pub fn next_delay(&mut self) -> Option<Duration> {
