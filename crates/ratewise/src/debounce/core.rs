@@ -595,19 +595,18 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
     ) {
         let weight = weight.max(1);
         let cap = self.config.max_batch;
-        if let Some(b) = self.open.get(&key) {
-            if b.weight.saturating_add(weight) > cap {
-                self.close_full(&key, out);
-            }
-        }
         if let Some(b) = self.open.get_mut(&key) {
-            b.items.push(value);
-            b.weight += weight;
-            b.last = now;
-            if b.weight >= cap {
-                self.close_full(&key, out);
+            if b.weight.saturating_add(weight) <= cap {
+                b.items.push(value);
+                b.weight += weight;
+                b.last = now;
+                if b.weight >= cap {
+                    self.close_full(&key, out);
+                }
+                return;
             }
-            return;
+            // The item would overflow the batch: close it and open a new one.
+            self.close_full(&key, out);
         }
         if weight >= cap {
             out.extend(Some(Batch {
