@@ -17,16 +17,41 @@ const TASKS: u32 = 8;
 type KeyedBatch = (u32, Vec<(u32, u32)>);
 const CALLS: u32 = 2_000;
 
+/// A runtime on four worker threads: real threads, real contention.
+fn threaded_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_time()
+        .build()
+        .expect("runtime")
+}
+
+/// Runs `call(task, i)` for every `i` below `CALLS` on each of `TASKS`
+/// spawned tasks (yielding now and then), and waits for them all.
+async fn on_every_task(call: impl Fn(u32, u32) + Clone + Send + 'static) {
+    let handles: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let call = call.clone();
+            tokio::spawn(async move {
+                for i in 0..CALLS {
+                    call(task, i);
+                    if i % 64 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.expect("caller task");
+    }
+}
+
 /// Real threads, real contention. The wait is an hour, so no timer fires
 /// during the test and nothing sleeps: the flush delivers the value.
 #[test]
 fn concurrent_callers_lose_no_final_value() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_time()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    threaded_runtime().block_on(async {
         let got = Arc::new(Mutex::new(Vec::new()));
         let g = Arc::clone(&got);
         let d = Debouncer::new(
@@ -37,22 +62,8 @@ fn concurrent_callers_lose_no_final_value() {
             },
         )
         .expect("inside a runtime");
-        let handles: Vec<_> = (0..TASKS)
-            .map(|task| {
-                let d = d.clone();
-                tokio::spawn(async move {
-                    for i in 0..CALLS {
-                        d.call((task, i)).expect("not stopped");
-                        if i % 64 == 0 {
-                            tokio::task::yield_now().await;
-                        }
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            h.await.expect("caller task");
-        }
+        let caller = d.clone();
+        on_every_task(move |task, i| caller.call((task, i)).expect("not stopped")).await;
         assert!(d.is_pending());
         assert_eq!(d.flush().await, FlushOutcome::Delivered);
         let got = got.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -108,12 +119,7 @@ async fn interleaved_tasks_deliver_the_last_value_at_the_exact_time() {
 /// task's items stay in order within their key.
 #[test]
 fn concurrent_pushes_lose_no_item() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_time()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    threaded_runtime().block_on(async {
         let got: Arc<Mutex<Vec<KeyedBatch>>> = Arc::new(Mutex::new(Vec::new()));
         let g = Arc::clone(&got);
         let c = Coalescer::new(
@@ -126,22 +132,8 @@ fn concurrent_pushes_lose_no_item() {
             },
         )
         .expect("inside a runtime");
-        let handles: Vec<_> = (0..TASKS)
-            .map(|task| {
-                let c = c.clone();
-                tokio::spawn(async move {
-                    for i in 0..CALLS {
-                        c.push(i % 5, (task, i)).expect("not stopped");
-                        if i % 64 == 0 {
-                            tokio::task::yield_now().await;
-                        }
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            h.await.expect("pusher task");
-        }
+        let pusher = c.clone();
+        on_every_task(move |task, i| pusher.push(i % 5, (task, i)).expect("not stopped")).await;
         assert_eq!(
             c.stop(StopMode::Drain, Duration::from_secs(10)).await,
             Ok(StopOutcome::Completed)

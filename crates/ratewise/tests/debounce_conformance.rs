@@ -75,52 +75,62 @@ fn throttle(config: EventThrottleConfig, log: &Log<u64>, start: Instant) -> Even
     EventThrottle::new(config, recorder(log, start)).expect("inside a runtime")
 }
 
-/// Calls `d` with value = time at each time in `times`.
-async fn drive_debouncer(d: &Debouncer<u64>, start: Instant, times: impl IntoIterator<Item = u64>) {
-    for t in times {
-        at(start, t).await;
-        d.call(t).expect("not stopped");
+/// The two value handles, so one helper drives either.
+trait Call {
+    fn call_ok(&self, v: u64);
+}
+
+impl Call for Debouncer<u64> {
+    fn call_ok(&self, v: u64) {
+        self.call(v).expect("not stopped");
     }
 }
 
-async fn drive_throttle(
-    d: &EventThrottle<u64>,
-    start: Instant,
+impl Call for EventThrottle<u64> {
+    fn call_ok(&self, v: u64) {
+        self.call(v).expect("not stopped");
+    }
+}
+
+/// Calls `h` with value = time at each time in `times`.
+async fn drive(h: &impl Call, start: Instant, times: impl IntoIterator<Item = u64>) {
+    for t in times {
+        at(start, t).await;
+        h.call_ok(t);
+    }
+}
+
+/// Builds a handle with `make` on a fresh log, calls it with value = time at
+/// each time in `times`, then waits until `until` and returns what it fired.
+async fn script<H: Call>(
+    make: impl FnOnce(&Log<u64>, Instant) -> H,
     times: impl IntoIterator<Item = u64>,
-) {
-    for t in times {
-        at(start, t).await;
-        d.call(t).expect("not stopped");
-    }
+    until: u64,
+) -> Vec<(u64, u64)> {
+    let start = Instant::now();
+    let log = new_log();
+    let h = make(&log, start);
+    drive(&h, start, times).await;
+    at(start, until).await;
+    snapshot(&log)
 }
 
-/// Calls a fresh debouncer with value = time at each time in `times`, then
-/// waits until `until` and returns what it fired.
+/// [`script`] on a fresh debouncer.
 async fn debounce_script(
     config: DebounceConfig,
     times: impl IntoIterator<Item = u64>,
     until: u64,
 ) -> Vec<(u64, u64)> {
-    let start = Instant::now();
-    let log = new_log();
-    let d = debouncer(config, &log, start);
-    drive_debouncer(&d, start, times).await;
-    at(start, until).await;
-    snapshot(&log)
+    script(|log, start| debouncer(config, log, start), times, until).await
 }
 
-/// As [`debounce_script`], for a fresh event throttle.
+/// [`script`] on a fresh event throttle.
 async fn throttle_script(
     config: EventThrottleConfig,
     times: impl IntoIterator<Item = u64>,
     until: u64,
 ) -> Vec<(u64, u64)> {
-    let start = Instant::now();
-    let log = new_log();
-    let t = throttle(config, &log, start);
-    drive_throttle(&t, start, times).await;
-    at(start, until).await;
-    snapshot(&log)
+    script(|log, start| throttle(config, log, start), times, until).await
 }
 
 fn wait100() -> DebounceConfig {
@@ -215,12 +225,7 @@ async fn c07_both_edges_disabled_never_fires_even_with_max_wait() {
 
 #[tokio::test(start_paused = true)]
 async fn c08_max_wait_under_continuous_stream() {
-    let start = Instant::now();
-    let log = new_log();
-    let d = debouncer(wait100().max_wait(ms(250)), &log, start);
-    drive_debouncer(&d, start, (0..=1000).step_by(50)).await;
-    at(start, 3000).await;
-    let fires = snapshot(&log);
+    let fires = debounce_script(wait100().max_wait(ms(250)), (0..=1000).step_by(50), 3000).await;
     assert_eq!(
         fires,
         vec![
@@ -274,7 +279,7 @@ async fn c11_isolated_call_after_max_wait_burst_does_not_fire_at_once() {
     let start = Instant::now();
     let log = new_log();
     let d = debouncer(wait100().max_wait(ms(200)), &log, start);
-    drive_debouncer(&d, start, (0..=500).step_by(50)).await;
+    drive(&d, start, (0..=500).step_by(50)).await;
     at(start, 1500).await;
     let burst = snapshot(&log);
     assert_eq!(burst, vec![(150, 200), (350, 400), (500, 600)]);
@@ -354,20 +359,20 @@ async fn c15_cancel_drops_pending_and_resets() {
     let start = Instant::now();
     let log = new_log();
     let d = debouncer(wait100().leading(true), &log, start);
-    drive_debouncer(&d, start, [0, 10]).await;
+    drive(&d, start, [0, 10]).await;
     at(start, 20).await;
     d.cancel();
     assert!(!d.is_pending());
-    drive_debouncer(&d, start, [30]).await; // like a first call: leading
+    drive(&d, start, [30]).await; // like a first call: leading
     at(start, 1000).await;
     assert_eq!(snapshot(&log), vec![(0, 0), (30, 30)]);
 
     let tlog = new_log();
     let t = throttle(throttle100(), &tlog, start);
-    drive_throttle(&t, start, [1000, 1010]).await;
+    drive(&t, start, [1000, 1010]).await;
     at(start, 1020).await;
     t.cancel();
-    drive_throttle(&t, start, [1030]).await;
+    drive(&t, start, [1030]).await;
     at(start, 2000).await;
     assert_eq!(snapshot(&tlog), vec![(1000, 1000), (1030, 1030)]);
 }
@@ -377,7 +382,7 @@ async fn c16_flush_runs_now_and_no_trailing_follows() {
     let start = Instant::now();
     let log = new_log();
     let d = debouncer(wait100(), &log, start);
-    drive_debouncer(&d, start, [0, 10]).await;
+    drive(&d, start, [0, 10]).await;
     at(start, 50).await;
     assert_eq!(d.flush().await, FlushOutcome::Delivered);
     // The action has finished when flush returns.
@@ -388,7 +393,7 @@ async fn c16_flush_runs_now_and_no_trailing_follows() {
 
     let tlog = new_log();
     let t = throttle(throttle100(), &tlog, start);
-    drive_throttle(&t, start, [1000, 1010]).await;
+    drive(&t, start, [1000, 1010]).await;
     at(start, 1020).await;
     assert_eq!(t.flush().await, FlushOutcome::Delivered);
     at(start, 2000).await;
@@ -402,7 +407,7 @@ async fn c17_flush_when_idle_or_leading_only_is_a_no_op() {
     let d = debouncer(wait100(), &log, start);
     assert_eq!(d.flush().await, FlushOutcome::Idle);
     let lead = debouncer(wait100().leading(true).trailing(false), &log, start);
-    drive_debouncer(&lead, start, [0]).await;
+    drive(&lead, start, [0]).await;
     at(start, 10).await;
     assert_eq!(lead.flush().await, FlushOutcome::Idle);
     at(start, 1000).await;
@@ -519,13 +524,11 @@ async fn c22_throttle_continuous_stream_one_per_wait_with_latest() {
 
 #[tokio::test(start_paused = true)]
 async fn c23_throttle_without_leading_fires_latest_at_first_plus_wait() {
-    let start = Instant::now();
-    let log = new_log();
-    let t = throttle(throttle100().leading(false), &log, start);
-    drive_throttle(&t, start, [0, 30, 60]).await;
-    drive_throttle(&t, start, [1000]).await; // a lone call
-    at(start, 2000).await;
-    assert_eq!(snapshot(&log), vec![(60, 100), (1000, 1100)]);
+    // 1000 is a lone call.
+    assert_eq!(
+        throttle_script(throttle100().leading(false), [0, 30, 60, 1000], 2000).await,
+        vec![(60, 100), (1000, 1100)]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -546,7 +549,7 @@ async fn c25_throttle_with_both_edges_disabled_never_fires() {
     let start = Instant::now();
     let log = new_log();
     let t = throttle(throttle100().leading(false).trailing(false), &log, start);
-    drive_throttle(&t, start, (0..=500).step_by(25)).await;
+    drive(&t, start, (0..=500).step_by(25)).await;
     assert!(!t.is_pending());
     at(start, 2000).await;
     assert!(snapshot(&log).is_empty());
@@ -554,14 +557,9 @@ async fn c25_throttle_with_both_edges_disabled_never_fires() {
 
 #[tokio::test(start_paused = true)]
 async fn c26_throttle_actions_never_closer_than_wait() {
-    let start = Instant::now();
-    let log = new_log();
-    let t = throttle(throttle100(), &log, start);
     // The trailing fire at 100 opens a window: 110 waits until 200
     // (lodash would fire it at once, 10 ms after the trailing one).
-    drive_throttle(&t, start, [0, 50, 110]).await;
-    at(start, 1000).await;
-    let fires = snapshot(&log);
+    let fires = throttle_script(throttle100(), [0, 50, 110], 1000).await;
     assert_eq!(fires, vec![(0, 0), (50, 100), (110, 200)]);
     for w in fires.windows(2) {
         assert!(w[1].1 - w[0].1 >= 100);
@@ -580,7 +578,7 @@ async fn c26_spacing_holds_between_action_starts_after_a_slow_action() {
         sleep(ms(if v == 0 { 190 } else { 0 }))
     })
     .expect("inside a runtime");
-    drive_throttle(&t, start, [0, 50, 100, 150, 200]).await;
+    drive(&t, start, [0, 50, 100, 150, 200]).await;
     at(start, 2000).await;
     let fires = snapshot(&log);
     assert_eq!(fires, vec![(0, 0), (50, 190), (150, 290), (200, 390)]);
@@ -594,7 +592,7 @@ async fn c27_throttle_zero_wait_runs_every_call() {
     t.call(1).expect("not stopped");
     t.call(2).expect("not stopped");
     t.call(3).expect("not stopped");
-    drive_throttle(&t, start, [10]).await;
+    drive(&t, start, [10]).await;
     at(start, 100).await;
     assert_eq!(snapshot(&log), vec![(1, 0), (2, 0), (3, 0), (10, 10)]);
 }
@@ -606,7 +604,7 @@ async fn c28_stop_with_drain_delivers_pending_now() {
     let start = Instant::now();
     let log = new_log();
     let d = debouncer(wait100(), &log, start);
-    drive_debouncer(&d, start, [0, 10]).await;
+    drive(&d, start, [0, 10]).await;
     at(start, 50).await;
     assert_eq!(
         d.stop(StopMode::Drain, ms(1000)).await,
@@ -624,8 +622,8 @@ async fn c29_stop_with_abort_drops_pending() {
     let log = new_log();
     let d = debouncer(wait100(), &log, start);
     let t = throttle(throttle100(), &log, start);
-    drive_debouncer(&d, start, [0, 10]).await;
-    drive_throttle(&t, start, [20, 30]).await; // 20 fires, 30 is held
+    drive(&d, start, [0, 10]).await;
+    drive(&t, start, [20, 30]).await; // 20 fires, 30 is held
     at(start, 50).await;
     assert_eq!(
         d.stop(StopMode::Abort, ms(1000)).await,
@@ -779,7 +777,7 @@ async fn c33_panic_in_action_is_caught_and_reported() {
         },
     )
     .expect("inside a runtime");
-    drive_debouncer(&d, start, [0]).await;
+    drive(&d, start, [0]).await;
     d.call(1).expect("not stopped"); // the panicking value, at 0
     at(start, 200).await;
     d.call(2).expect("not stopped");
@@ -818,14 +816,34 @@ async fn push_at(c: &Coalescer<char, u32>, start: Instant, script: &[(u64, char,
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn c34_window_starts_at_first_item_and_is_not_extended() {
+/// A fresh coalescer on a fresh log, fed `script`; returns the start, the
+/// log and the coalescer.
+async fn coalesce_fed(
+    config: CoalesceConfig,
+    script: &[(u64, char, u32)],
+) -> (Instant, BatchLog, Coalescer<char, u32>) {
     let start = Instant::now();
     let log = new_log();
-    let c = coalescer(coalesce100(), &log, start);
-    push_at(
-        &c,
-        start,
+    let c = coalescer(config, &log, start);
+    push_at(&c, start, script).await;
+    (start, log, c)
+}
+
+/// [`coalesce_fed`], then waits until `until` and returns what it delivered.
+async fn coalesce_script(
+    config: CoalesceConfig,
+    script: &[(u64, char, u32)],
+    until: u64,
+) -> Vec<((char, Vec<u32>), u64)> {
+    let (start, log, _c) = coalesce_fed(config, script).await;
+    at(start, until).await;
+    snapshot(&log)
+}
+
+#[tokio::test(start_paused = true)]
+async fn c34_window_starts_at_first_item_and_is_not_extended() {
+    let (start, log, _c) = coalesce_fed(
+        coalesce100(),
         &[(0, 'a', 1), (50, 'a', 2), (90, 'a', 3), (150, 'a', 4)],
     )
     .await;
@@ -864,18 +882,13 @@ async fn c34_window_starts_at_first_item_and_is_not_extended() {
 
 #[tokio::test(start_paused = true)]
 async fn c35_reaching_max_batch_flushes_at_once_and_next_item_opens_fresh_window() {
-    let start = Instant::now();
-    let log = new_log();
-    let c = coalescer(CoalesceConfig::new(ms(100), 3).expect("valid"), &log, start);
-    push_at(
-        &c,
-        start,
-        &[(0, 'a', 1), (10, 'a', 2), (20, 'a', 3), (30, 'a', 4)],
-    )
-    .await;
-    at(start, 1000).await;
     assert_eq!(
-        snapshot(&log),
+        coalesce_script(
+            CoalesceConfig::new(ms(100), 3).expect("valid"),
+            &[(0, 'a', 1), (10, 'a', 2), (20, 'a', 3), (30, 'a', 4)],
+            1000
+        )
+        .await,
         vec![(('a', vec![1, 2, 3]), 20), (('a', vec![4]), 130)]
     );
 }
@@ -936,15 +949,15 @@ async fn c37_no_empty_and_no_oversized_batch() {
 
 #[tokio::test(start_paused = true)]
 async fn c38_keys_batch_independently() {
-    let start = Instant::now();
-    let log = new_log();
-    let c = coalescer(CoalesceConfig::new(ms(100), 5).expect("valid"), &log, start);
     let mut script: Vec<(u64, char, u32)> = (0..30).map(|i| (10 * u64::from(i), 'h', i)).collect();
     script.push((5, 'b', 100));
     script.sort_by_key(|s| s.0);
-    push_at(&c, start, &script).await;
-    at(start, 1000).await;
-    let all = snapshot(&log);
+    let all = coalesce_script(
+        CoalesceConfig::new(ms(100), 5).expect("valid"),
+        &script,
+        1000,
+    )
+    .await;
     let cold: Vec<_> = all
         .iter()
         .filter(|((k, _), _)| *k == 'b')
@@ -1001,12 +1014,8 @@ async fn c39_flush_makes_everything_due_and_waits_for_actions() {
 
 #[tokio::test(start_paused = true)]
 async fn c40_stop_with_drain_flushes_every_key() {
-    let start = Instant::now();
-    let log = new_log();
-    let c = coalescer(coalesce100(), &log, start);
-    push_at(
-        &c,
-        start,
+    let (start, log, c) = coalesce_fed(
+        coalesce100(),
         &[(0, 'a', 1), (5, 'b', 2), (10, 'c', 3), (15, 'a', 4)],
     )
     .await;
@@ -1029,21 +1038,22 @@ async fn c40_stop_with_drain_flushes_every_key() {
 
 #[tokio::test(start_paused = true)]
 async fn c41_items_keep_arrival_order_within_a_key() {
-    let start = Instant::now();
-    let log = new_log();
-    let c = coalescer(CoalesceConfig::new(ms(100), 3).expect("valid"), &log, start);
     let script: Vec<(u64, char, u32)> = (1..=7)
         .flat_map(|i| [(u64::from(i), 'a', i), (u64::from(i), 'b', 100 + i)])
         .collect();
-    push_at(&c, start, &script).await;
-    at(start, 1000).await;
-    let a: Vec<Vec<u32>> = snapshot(&log)
-        .into_iter()
+    let all = coalesce_script(
+        CoalesceConfig::new(ms(100), 3).expect("valid"),
+        &script,
+        1000,
+    )
+    .await;
+    let a: Vec<Vec<u32>> = all
+        .iter()
         .filter(|((k, _), _)| *k == 'a')
-        .map(|((_, items), _)| items)
+        .map(|((_, items), _)| items.clone())
         .collect();
     assert_eq!(a, vec![vec![1, 2, 3], vec![4, 5, 6], vec![7]]);
-    let b: Vec<u32> = snapshot(&log)
+    let b: Vec<u32> = all
         .into_iter()
         .filter(|((k, _), _)| *k == 'b')
         .flat_map(|((_, items), _)| items)

@@ -530,6 +530,10 @@ pub struct CoalesceCore<K, V> {
     /// A lower bound on the earliest due time (never later than the truth).
     earliest: Option<Timestamp>,
     seq: u64,
+    /// Scratch space for [`on_timer`](Self::on_timer): the batches due,
+    /// sorted oldest first. Empty between calls; kept only so that its
+    /// capacity is reused and a timer fire does not allocate.
+    due_scratch: Vec<(Timestamp, u64, K)>,
 }
 
 impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
@@ -540,6 +544,7 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
             open: HashMap::new(),
             earliest: None,
             seq: 0,
+            due_scratch: Vec::new(),
         }
     }
 
@@ -590,19 +595,18 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
     ) {
         let weight = weight.max(1);
         let cap = self.config.max_batch;
-        if let Some(b) = self.open.get(&key) {
-            if b.weight.saturating_add(weight) > cap {
-                self.close_full(&key, out);
-            }
-        }
         if let Some(b) = self.open.get_mut(&key) {
-            b.items.push(value);
-            b.weight += weight;
-            b.last = now;
-            if b.weight >= cap {
-                self.close_full(&key, out);
+            if b.weight.saturating_add(weight) <= cap {
+                b.items.push(value);
+                b.weight += weight;
+                b.last = now;
+                if b.weight >= cap {
+                    self.close_full(&key, out);
+                }
+                return;
             }
-            return;
+            // The item would overflow the batch: close it and open a new one.
+            self.close_full(&key, out);
         }
         if weight >= cap {
             out.extend(Some(Batch {
@@ -641,7 +645,7 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
     /// The timer fired at `now`: closes every batch due by then, oldest
     /// first, and recomputes the deadline.
     pub fn on_timer(&mut self, now: Timestamp, out: &mut impl Extend<Batch<K, V>>) {
-        let mut due: Vec<(Timestamp, u64, K)> = Vec::new();
+        let mut due = std::mem::take(&mut self.due_scratch);
         let mut earliest: Option<Timestamp> = None;
         for (k, b) in &self.open {
             let d = self.due(b);
@@ -652,12 +656,15 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
             }
         }
         self.earliest = earliest;
-        due.sort_by_key(|(d, s, _)| (*d, *s));
-        for (_, _, k) in due {
+        // `seq` is unique, so the order is total and an unstable sort is
+        // exact (and, unlike the stable one, never allocates).
+        due.sort_unstable_by_key(|(d, s, _)| (*d, *s));
+        for (_, _, k) in due.drain(..) {
             if let Some((k, b)) = self.open.remove_entry(&k) {
                 out.extend(Some(Self::close(k, b)));
             }
         }
+        self.due_scratch = due;
     }
 
     /// When the driver's timer must fire next. It may be early (after a

@@ -60,43 +60,33 @@ pub(crate) trait Machine: Send + 'static {
     fn clear(&mut self);
 }
 
-impl<T: Send + 'static> Machine for DebounceCore<T> {
-    type Out = T;
-    fn settle(&mut self, now: Timestamp, out: &mut Ready<T>) {
-        out.extend(DebounceCore::settle(self, now));
-    }
-    fn on_timer(&mut self, now: Timestamp, out: &mut Ready<T>) {
-        out.extend(DebounceCore::on_timer(self, now));
-    }
-    fn deadline(&self) -> Option<Timestamp> {
-        DebounceCore::deadline(self)
-    }
-    fn flush(&mut self, now: Timestamp, out: &mut Ready<T>) {
-        out.extend(DebounceCore::flush(self, now));
-    }
-    fn clear(&mut self) {
-        self.cancel();
-    }
+/// [`DebounceCore`] and [`EventThrottleCore`] have the same shape (each
+/// input yields at most one value), so one forwarding impl serves both.
+macro_rules! value_machine {
+    ($core:ident) => {
+        impl<T: Send + 'static> Machine for $core<T> {
+            type Out = T;
+            fn settle(&mut self, now: Timestamp, out: &mut Ready<T>) {
+                out.extend($core::settle(self, now));
+            }
+            fn on_timer(&mut self, now: Timestamp, out: &mut Ready<T>) {
+                out.extend($core::on_timer(self, now));
+            }
+            fn deadline(&self) -> Option<Timestamp> {
+                $core::deadline(self)
+            }
+            fn flush(&mut self, now: Timestamp, out: &mut Ready<T>) {
+                out.extend($core::flush(self, now));
+            }
+            fn clear(&mut self) {
+                self.cancel();
+            }
+        }
+    };
 }
 
-impl<T: Send + 'static> Machine for EventThrottleCore<T> {
-    type Out = T;
-    fn settle(&mut self, now: Timestamp, out: &mut Ready<T>) {
-        out.extend(EventThrottleCore::settle(self, now));
-    }
-    fn on_timer(&mut self, now: Timestamp, out: &mut Ready<T>) {
-        out.extend(EventThrottleCore::on_timer(self, now));
-    }
-    fn deadline(&self) -> Option<Timestamp> {
-        EventThrottleCore::deadline(self)
-    }
-    fn flush(&mut self, now: Timestamp, out: &mut Ready<T>) {
-        out.extend(EventThrottleCore::flush(self, now));
-    }
-    fn clear(&mut self) {
-        self.cancel();
-    }
-}
+value_machine!(DebounceCore);
+value_machine!(EventThrottleCore);
 
 impl<K, V> Machine for CoalesceCore<K, V>
 where
