@@ -62,6 +62,15 @@ fn quota(rate: f64, burst: u64, field: &str) -> Result<Quota, SimError> {
         .map_err(|e| SimError::invalid(field, e.to_string()))
 }
 
+/// Builds a quota of `limit` requests per window of `window_s` seconds,
+/// mapping the core error into a scenario error on `server.window_s`.
+fn window_quota(limit: u64, window_s: f64) -> Result<Quota, SimError> {
+    Duration::try_from_secs_f64(window_s)
+        .map_err(|e| e.to_string())
+        .and_then(|window| Quota::per(limit, window).map_err(|e| e.to_string()))
+        .map_err(|message| SimError::invalid("server.window_s", message))
+}
+
 /// Takes one request's worth from a float stock when at least one is
 /// there; returns `true` (throttled) when not, leaving the stock as it was.
 fn take_one(stock: &mut f64) -> bool {
@@ -273,7 +282,7 @@ impl ServerConfig {
                 if *limit == 0 {
                     return Err(SimError::invalid("server.limit", "must be at least 1"));
                 }
-                Ok(())
+                window_quota(*limit, *window_s).map(|_| ())
             }
             ServerConfig::Shared {
                 rate_per_s,
@@ -465,7 +474,7 @@ impl ServerConfig {
                 Box::new(LimiterServer::new(limiter, start_full))
             }
             ServerConfig::FixedWindow { limit, window_s } => {
-                Box::new(FixedWindowServer::new(limit, window_s))
+                Box::new(FixedWindowServer::new(window_quota(limit, window_s)?))
             }
             ServerConfig::Shared {
                 rate_per_s,
@@ -644,63 +653,39 @@ impl ServerModel for LimiterServer {
     }
 }
 
-/// "`limit` per `window_s`" counted in fixed windows aligned to time zero.
-#[derive(Clone, Debug)]
+/// "`limit` per `window_s`" counted in fixed windows aligned to time zero:
+/// the core [`FixedWindow`] limiter answering through [`LimiterServer`]. Only
+/// the capacity offered differs from a `limiter` server: here it counts
+/// whole windows (every window that has begun grants its full limit), not
+/// `burst + rate × time`.
 pub struct FixedWindowServer {
-    limit: u64,
-    window: f64,
-    current: u64,
-    used: u64,
+    server: LimiterServer,
+    quota: Quota,
 }
 
 impl FixedWindowServer {
-    /// A quota of `limit` requests per window of `window_s` seconds.
-    pub fn new(limit: u64, window_s: f64) -> Self {
+    /// A quota of `quota.burst()` requests per window of `quota.window()`.
+    pub fn new(quota: Quota) -> Self {
+        let limiter = FixedWindow::with_clock(quota, ManualClock::new());
         FixedWindowServer {
-            limit,
-            window: window_s,
-            current: 0,
-            used: 0,
+            server: LimiterServer::new(Box::new(limiter), true),
+            quota,
         }
-    }
-
-    fn window_of(&self, now: Timestamp) -> u64 {
-        (now.as_secs_f64() / self.window).floor() as u64
     }
 }
 
 impl ServerModel for FixedWindowServer {
     fn handle(&mut self, now: Timestamp) -> Response {
-        let w = self.window_of(now);
-        if w != self.current {
-            self.current = w;
-            self.used = 0;
-        }
-        let throttled = self.used >= self.limit;
-        if !throttled {
-            self.used += 1;
-        }
-        let reset = secs_to_duration((w + 1) as f64 * self.window - now.as_secs_f64());
-        Response {
-            throttled,
-            remaining: Some(self.limit - self.used),
-            limit: Some(self.limit),
-            retry_after: throttled.then_some(reset),
-            reset_after: Some(reset),
-            delay: Duration::ZERO,
-        }
+        self.server.handle(now)
     }
 
     fn remaining(&mut self, now: Timestamp) -> f64 {
-        if self.window_of(now) == self.current {
-            (self.limit - self.used) as f64
-        } else {
-            self.limit as f64
-        }
+        self.server.remaining(now)
     }
 
     fn offered(&mut self, end: Timestamp) -> f64 {
-        (self.window_of(end) + 1) as f64 * self.limit as f64
+        let windows = end.as_nanos() / self.quota.window_nanos() + 1;
+        windows as f64 * self.quota.burst() as f64
     }
 }
 
@@ -1010,7 +995,8 @@ mod tests {
 
     #[test]
     fn fixed_window_resets_on_boundaries_and_says_when() {
-        let mut s = FixedWindowServer::new(2, 100.0);
+        let quota = window_quota(2, 100.0).unwrap_or_else(|e| panic!("{e}"));
+        let mut s = FixedWindowServer::new(quota);
         assert!(!s.handle(t(10.0)).throttled);
         assert!(!s.handle(t(20.0)).throttled);
         let r = s.handle(t(30.0));
@@ -1018,6 +1004,13 @@ mod tests {
         assert_eq!(r.retry_after, Some(Duration::from_secs(70)));
         assert!(!s.handle(t(100.0)).throttled);
         assert_eq!(s.offered(t(150.0)), 4.0);
+        // A window the core quota cannot represent is an error, not a panic.
+        let huge = ServerConfig::FixedWindow {
+            limit: 1,
+            window_s: 1.0e30,
+        };
+        assert!(huge.validate().is_err());
+        assert!(huge.build().is_err());
     }
 
     #[test]
