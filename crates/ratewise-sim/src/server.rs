@@ -92,6 +92,43 @@ fn remaining_only(throttled: bool, left: f64) -> Response {
     }
 }
 
+/// A float token bucket integrated exactly over spans of constant net flow:
+/// the arithmetic shared by the shared-capacity and autoscaling servers,
+/// whose refill rates change over time (and, when shared, may turn
+/// negative), which the core token bucket's fixed quota cannot express.
+#[derive(Clone, Debug)]
+struct Fluid {
+    /// Tokens in the bucket.
+    tokens: f64,
+    /// Simulated seconds up to which the bucket has been integrated.
+    at: f64,
+    /// Tokens that flowed in since the start: the capacity offered.
+    offered: f64,
+}
+
+impl Fluid {
+    /// A bucket holding `tokens` at time zero.
+    fn new(tokens: f64) -> Self {
+        Fluid {
+            tokens,
+            at: 0.0,
+            offered: tokens,
+        }
+    }
+
+    /// Integrates from `self.at` to `to` (nothing when `to` is not later)
+    /// at `net` tokens per second, holding the stock within `[0, cap]`;
+    /// only inflow counts as offered.
+    fn flow_to(&mut self, to: f64, net: f64, cap: f64) {
+        let dt = to - self.at;
+        if dt > 0.0 {
+            self.offered += net.max(0.0) * dt;
+            self.tokens = (self.tokens + net * dt).clamp(0.0, cap);
+            self.at = to;
+        }
+    }
+}
+
 /// The server section of a scenario file: which model and its parameters.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -697,9 +734,7 @@ pub struct SharedServer {
     rate: f64,
     burst: f64,
     background: Vec<BackgroundLoad>,
-    tokens: f64,
-    at: f64,
-    offered: f64,
+    bucket: Fluid,
 }
 
 impl SharedServer {
@@ -709,9 +744,7 @@ impl SharedServer {
             rate,
             burst,
             background,
-            tokens: burst,
-            at: 0.0,
-            offered: burst,
+            bucket: Fluid::new(burst),
         }
     }
 
@@ -724,19 +757,17 @@ impl SharedServer {
     }
 
     fn advance(&mut self, t: f64) {
-        while self.at < t {
+        while self.bucket.at < t {
+            let at = self.bucket.at;
             let next_change = self
                 .background
                 .iter()
                 .map(|b| b.at_s)
-                .find(|&a| a > self.at)
+                .find(|&a| a > at)
                 .unwrap_or(f64::INFINITY)
                 .min(t);
-            let net = self.rate - self.load_at(self.at);
-            let dt = next_change - self.at;
-            self.offered += net.max(0.0) * dt;
-            self.tokens = (self.tokens + net * dt).clamp(0.0, self.burst);
-            self.at = next_change;
+            let net = self.rate - self.load_at(at);
+            self.bucket.flow_to(next_change, net, self.burst);
         }
     }
 }
@@ -744,10 +775,10 @@ impl SharedServer {
 impl ServerModel for SharedServer {
     fn handle(&mut self, now: Timestamp) -> Response {
         self.advance(now.as_secs_f64());
-        let throttled = take_one(&mut self.tokens);
-        let net = self.rate - self.load_at(self.at);
+        let throttled = take_one(&mut self.bucket.tokens);
+        let net = self.rate - self.load_at(self.bucket.at);
         let retry_after =
-            (throttled && net > 0.0).then(|| secs_to_duration((1.0 - self.tokens) / net));
+            (throttled && net > 0.0).then(|| secs_to_duration((1.0 - self.bucket.tokens) / net));
         Response {
             throttled,
             retry_after,
@@ -757,12 +788,12 @@ impl ServerModel for SharedServer {
 
     fn remaining(&mut self, now: Timestamp) -> f64 {
         self.advance(now.as_secs_f64());
-        self.tokens
+        self.bucket.tokens
     }
 
     fn offered(&mut self, end: Timestamp) -> f64 {
         self.advance(end.as_secs_f64());
-        self.offered
+        self.bucket.offered
     }
 }
 
@@ -782,13 +813,11 @@ pub struct AutoscalingServer {
     period: f64,
     sustained: u32,
     delay: f64,
-    tokens: f64,
-    at: f64,
+    bucket: Fluid,
     period_start: f64,
     consumed_in_period: f64,
     hot_periods: u32,
     pending: Option<(f64, f64)>,
-    offered: f64,
 }
 
 impl AutoscalingServer {
@@ -811,13 +840,11 @@ impl AutoscalingServer {
             period,
             sustained: sustained.max(1),
             delay,
-            tokens: 0.0,
-            at: 0.0,
+            bucket: Fluid::new(0.0),
             period_start: 0.0,
             consumed_in_period: 0.0,
             hot_periods: 0,
             pending: None,
-            offered: 0.0,
         }
     }
 
@@ -827,12 +854,8 @@ impl AutoscalingServer {
     }
 
     fn refill(&mut self, to: f64) {
-        let dt = to - self.at;
-        if dt > 0.0 {
-            self.offered += dt * self.rate;
-            self.tokens = (self.tokens + dt * self.rate).min((self.rate * self.burst_s).max(1.0));
-            self.at = to;
-        }
+        let cap = (self.rate * self.burst_s).max(1.0);
+        self.bucket.flow_to(to, self.rate, cap);
     }
 
     fn advance(&mut self, t: f64) {
@@ -876,7 +899,7 @@ impl AutoscalingServer {
 impl ServerModel for AutoscalingServer {
     fn handle(&mut self, now: Timestamp) -> Response {
         self.advance(now.as_secs_f64());
-        let throttled = take_one(&mut self.tokens);
+        let throttled = take_one(&mut self.bucket.tokens);
         if !throttled {
             self.consumed_in_period += 1.0;
         }
@@ -889,12 +912,12 @@ impl ServerModel for AutoscalingServer {
 
     fn remaining(&mut self, now: Timestamp) -> f64 {
         self.advance(now.as_secs_f64());
-        self.tokens
+        self.bucket.tokens
     }
 
     fn offered(&mut self, end: Timestamp) -> f64 {
         self.advance(end.as_secs_f64());
-        self.offered
+        self.bucket.offered
     }
 }
 
