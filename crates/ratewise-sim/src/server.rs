@@ -65,10 +65,8 @@ fn quota(rate: f64, burst: u64, field: &str) -> Result<Quota, SimError> {
 /// Builds a quota of `limit` requests per window of `window_s` seconds,
 /// mapping the core error into a scenario error on `server.window_s`.
 fn window_quota(limit: u64, window_s: f64) -> Result<Quota, SimError> {
-    Duration::try_from_secs_f64(window_s)
-        .map_err(|e| e.to_string())
-        .and_then(|window| Quota::per(limit, window).map_err(|e| e.to_string()))
-        .map_err(|message| SimError::invalid("server.window_s", message))
+    Quota::per(limit, secs_to_duration(window_s))
+        .map_err(|e| SimError::invalid("server.window_s", e.to_string()))
 }
 
 /// Takes one request's worth from a float stock when at least one is
