@@ -29,7 +29,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ratewise::client::hints::ResetMeaning;
-use ratewise::client::{secs_to_duration, Next, Outcome, ServerHints, Signal, Strategy};
+use ratewise::client::{secs_to_duration, Next, Outcome, Signal, Strategy};
 use ratewise::Timestamp;
 
 use crate::error::SimError;
@@ -232,13 +232,7 @@ impl Engine<'_> {
             } else {
                 Signal::Success
             },
-            hints: ServerHints {
-                retry_after: resp.retry_after,
-                remaining: resp.remaining,
-                limit: resp.limit,
-                reset_after: resp.reset_after,
-                ..ServerHints::default()
-            },
+            hints: resp.hints,
         };
         let si = self.threads[t].strategy;
         match self.strategies[si].after_attempt(now, &outcome) {
@@ -259,7 +253,7 @@ impl Engine<'_> {
                 }
                 th.phase = Phase::Ready;
                 let stop = matches!(
-                    (th.stop_at_remaining, resp.remaining),
+                    (th.stop_at_remaining, resp.hints.remaining),
                     (Some(k), Some(r)) if r <= k
                 );
                 if stop {

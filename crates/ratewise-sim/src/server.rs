@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use ratewise::client::secs_to_duration;
+use ratewise::client::{secs_to_duration, ServerHints};
 use ratewise::{
     FixedWindow, Gcra, LeakyMeter, LeakyQueue, ManualClock, Quota, RateLimiter,
     SlidingWindowCounter, SlidingWindowLog, Timestamp, TokenBucket,
@@ -29,15 +29,10 @@ use crate::error::{non_negative, positive, SimError};
 pub struct Response {
     /// `true` for a 429 (or the API's equivalent).
     pub throttled: bool,
-    /// `RateLimit-Remaining`, when the server sends it.
-    pub remaining: Option<u64>,
-    /// `RateLimit-Limit`, when the server sends it.
-    pub limit: Option<u64>,
-    /// `Retry-After`, when the server sends it.
-    pub retry_after: Option<Duration>,
-    /// `RateLimit-Reset` (time until the window or bucket resets), when the
-    /// server sends it.
-    pub reset_after: Option<Duration>,
+    /// The headers the server sends (`RateLimit-Remaining`,
+    /// `RateLimit-Limit`, `Retry-After`, `RateLimit-Reset`), already in the
+    /// form the strategies read them.
+    pub hints: ServerHints,
     /// Extra time the server holds an admitted request before answering
     /// (a leaky-bucket queue's scheduled departure); added to the latency.
     pub delay: Duration,
@@ -84,8 +79,11 @@ fn take_one(stock: &mut f64) -> bool {
 fn remaining_only(throttled: bool, left: f64) -> Response {
     Response {
         throttled,
-        // floor of a non-negative finite float; saturating cast by definition.
-        remaining: Some(left.max(0.0).floor() as u64),
+        hints: ServerHints {
+            // floor of a non-negative finite float; saturating cast by definition.
+            remaining: Some(left.max(0.0).floor() as u64),
+            ..ServerHints::default()
+        },
         ..Response::default()
     }
 }
@@ -656,10 +654,13 @@ impl ServerModel for LimiterServer {
         match self.limiter.check_at(1, now) {
             Ok(d) => Response {
                 throttled: !d.allowed,
-                remaining: Some(d.remaining),
-                limit: Some(d.limit),
-                retry_after: d.retry_after,
-                reset_after: Some(d.reset_after),
+                hints: ServerHints {
+                    remaining: Some(d.remaining),
+                    limit: Some(d.limit),
+                    retry_after: d.retry_after,
+                    reset_after: Some(d.reset_after),
+                    ..ServerHints::default()
+                },
                 delay: d.delay,
             },
             // Weight 1 never exceeds a burst of at least 1; treat the
@@ -779,7 +780,10 @@ impl ServerModel for SharedServer {
             (throttled && net > 0.0).then(|| secs_to_duration((1.0 - self.bucket.tokens) / net));
         Response {
             throttled,
-            retry_after,
+            hints: ServerHints {
+                retry_after,
+                ..ServerHints::default()
+            },
             ..Response::default()
         }
     }
@@ -959,10 +963,16 @@ mod tests {
     fn heroku_family_sends_remaining_only() {
         let mut bucket = HerokuBucket::new(4500.0, 1.25, 0.0);
         let r = bucket.handle(t(0.0));
-        assert_eq!((r.remaining, r.limit, r.reset_after), (Some(0), None, None));
+        assert_eq!(
+            (r.hints.remaining, r.hints.limit, r.hints.reset_after),
+            (Some(0), None, None)
+        );
         let mut stock = DecreaseOnly::new(10.0);
         let r = stock.handle(t(0.0));
-        assert_eq!((r.remaining, r.limit, r.reset_after), (Some(9), None, None));
+        assert_eq!(
+            (r.hints.remaining, r.hints.limit, r.hints.reset_after),
+            (Some(9), None, None)
+        );
     }
 
     #[test]
@@ -971,17 +981,17 @@ mod tests {
         // The clock starts at the first request, however late it is.
         let r = b.handle(t(100.0));
         assert!(r.throttled);
-        assert_eq!(r.remaining, Some(0));
+        assert_eq!(r.hints.remaining, Some(0));
         // 0.8 s later exactly one token has accrued.
         let r = b.handle(t(100.8));
         assert!(!r.throttled);
-        assert_eq!(r.remaining, Some(0));
+        assert_eq!(r.hints.remaining, Some(0));
         let r = b.handle(t(100.8));
         assert!(r.throttled);
         // 8 s later: 10 tokens; remaining is floor after the decrement.
         let r = b.handle(t(108.8));
         assert!(!r.throttled);
-        assert_eq!(r.remaining, Some(9));
+        assert_eq!(r.hints.remaining, Some(9));
     }
 
     #[test]
@@ -989,10 +999,10 @@ mod tests {
         let mut b = HerokuBucket::new(10.0, 1.0, 10.0);
         // Full: last_request is set at the first request but not advanced.
         let r = b.handle(t(0.0));
-        assert_eq!(r.remaining, Some(9));
+        assert_eq!(r.hints.remaining, Some(9));
         let r = b.handle(t(5.0));
         // refilled 5 s (capped at 10), then decremented.
-        assert_eq!(r.remaining, Some(9));
+        assert_eq!(r.hints.remaining, Some(9));
     }
 
     #[test]
@@ -1000,7 +1010,7 @@ mod tests {
         let mut s = DecreaseOnly::new(3.0);
         let got: Vec<_> = (0..5)
             .map(|i| s.handle(t(f64::from(i) * 1000.0)))
-            .map(|r| (r.throttled, r.remaining))
+            .map(|r| (r.throttled, r.hints.remaining))
             .collect();
         assert_eq!(
             got,
@@ -1022,7 +1032,7 @@ mod tests {
         assert!(!s.handle(t(20.0)).throttled);
         let r = s.handle(t(30.0));
         assert!(r.throttled);
-        assert_eq!(r.retry_after, Some(Duration::from_secs(70)));
+        assert_eq!(r.hints.retry_after, Some(Duration::from_secs(70)));
         assert!(!s.handle(t(100.0)).throttled);
         assert_eq!(s.offered(t(150.0)), 4.0);
         // A window the core quota cannot represent is an error, not a panic.
@@ -1085,8 +1095,8 @@ mod tests {
         assert!(!s.handle(t(0.0)).throttled);
         let r = s.handle(t(0.0));
         assert!(r.throttled);
-        assert_eq!(r.retry_after, Some(Duration::from_secs(1)));
-        assert_eq!(r.remaining, Some(0));
+        assert_eq!(r.hints.retry_after, Some(Duration::from_secs(1)));
+        assert_eq!(r.hints.remaining, Some(0));
     }
 
     #[test]
