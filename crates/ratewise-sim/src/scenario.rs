@@ -512,20 +512,13 @@ fn key_at(src: &str, offset: usize) -> Option<String> {
 /// table, or the table header itself.
 fn locate_field(src: &str, field: &str) -> Option<usize> {
     // `clients[2].threads`: the third `[[clients]]` group.
-    let (group, plain);
-    match field
+    let (group, plain) = match field
         .strip_prefix("clients[")
         .and_then(|r| r.split_once(']'))
     {
-        Some((n, rest)) => {
-            group = n.parse::<usize>().ok();
-            plain = format!("clients{rest}");
-        }
-        None => {
-            group = None;
-            plain = field.to_owned();
-        }
-    }
+        Some((n, rest)) => (n.parse::<usize>().ok(), format!("clients{rest}")),
+        None => (None, field.to_owned()),
+    };
     let field = plain.as_str();
     let mut seen_groups = 0usize;
     let (table, key) = match field.rsplit_once('.') {
@@ -555,7 +548,7 @@ fn locate_field(src: &str, field: &str) -> Option<usize> {
         if !right_group {
             continue;
         }
-        let in_table = current == table || (table.is_empty() && current.is_empty());
+        let in_table = current == table;
         if let Some((k, v)) = line.split_once('=') {
             let k = k.trim();
             if in_table && k == key {
