@@ -102,26 +102,31 @@ fn main() -> ExitCode {
     }
 }
 
+/// One `name  description` line per row, names padded to the longest.
+fn list(out: &mut impl Write, rows: &[(&str, &str)]) -> io::Result<()> {
+    let w = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+    for (name, description) in rows {
+        writeln!(out, "{name:w$}  {description}")?;
+    }
+    Ok(())
+}
+
 fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
     match cli.command {
         Command::Strategies => {
-            let w = strategies::ALL
+            let rows: Vec<(&str, &str)> = strategies::ALL
                 .iter()
-                .map(|s| s.name.len())
-                .max()
-                .unwrap_or(0);
-            for s in strategies::ALL {
-                writeln!(out, "{:w$}  {}", s.name, s.description)?;
-            }
-            Ok(())
+                .map(|s| (s.name, s.description))
+                .collect();
+            list(out, &rows).map_err(CliError::from)
         }
         Command::Scenarios => {
             let all = Scenario::built_in()?;
-            let w = all.iter().map(|s| s.name.len()).max().unwrap_or(0);
-            for s in all {
-                writeln!(out, "{:w$}  {}", s.name, s.description)?;
-            }
-            Ok(())
+            let rows: Vec<(&str, &str)> = all
+                .iter()
+                .map(|s| (s.name.as_str(), s.description.as_str()))
+                .collect();
+            list(out, &rows).map_err(CliError::from)
         }
         Command::Simulate {
             scenario,

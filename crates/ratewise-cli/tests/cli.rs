@@ -3,10 +3,15 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// The binary with `args`, outside CI whatever the test's environment.
+fn command(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ratewise"));
+    c.args(args).env_remove("CI");
+    c
+}
+
 fn ratewise(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ratewise"))
-        .args(args)
-        .env_remove("CI")
+    command(args)
         .output()
         .unwrap_or_else(|e| panic!("running ratewise: {e}"))
 }
@@ -138,19 +143,17 @@ fn closed_stdout_is_a_clean_exit() {
 
     let dir = scratch_dir("pipe");
     let report = dir.join("r.html");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ratewise"))
-        .args([
-            "simulate",
-            "--runs",
-            "2",
-            "--report",
-            report.to_str().unwrap_or_default(),
-        ])
-        .env_remove("CI")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running ratewise: {e}"));
+    let mut child = command(&[
+        "simulate",
+        "--runs",
+        "2",
+        "--report",
+        report.to_str().unwrap_or_default(),
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap_or_else(|e| panic!("running ratewise: {e}"));
     // Close the read end at once: the simulation runs for far longer than
     // this takes, so every write to stdout meets a closed pipe.
     drop(child.stdout.take());

@@ -29,7 +29,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ratewise::client::hints::ResetMeaning;
-use ratewise::client::{secs_to_duration, Next, Outcome, ServerHints, Signal, Strategy};
+use ratewise::client::{secs_to_duration, Next, Outcome, Signal, Strategy};
 use ratewise::Timestamp;
 
 use crate::error::SimError;
@@ -193,7 +193,7 @@ impl Engine<'_> {
             let since = now.saturating_duration_since(th.join).as_secs_f64();
             let pos = since % (busy + idle);
             if pos >= busy {
-                let resume = now.saturating_add(Duration::from_secs_f64(busy + idle - pos));
+                let resume = now.saturating_add(secs_to_duration(busy + idle - pos));
                 self.threads[t].phase = Phase::Ready;
                 self.wake(t, resume);
                 return;
@@ -232,13 +232,7 @@ impl Engine<'_> {
             } else {
                 Signal::Success
             },
-            hints: ServerHints {
-                retry_after: resp.retry_after,
-                remaining: resp.remaining,
-                limit: resp.limit,
-                reset_after: resp.reset_after,
-                ..ServerHints::default()
-            },
+            hints: resp.hints,
         };
         let si = self.threads[t].strategy;
         match self.strategies[si].after_attempt(now, &outcome) {
@@ -259,7 +253,7 @@ impl Engine<'_> {
                 }
                 th.phase = Phase::Ready;
                 let stop = matches!(
-                    (th.stop_at_remaining, resp.remaining),
+                    (th.stop_at_remaining, resp.hints.remaining),
                     (Some(k), Some(r)) if r <= k
                 );
                 if stop {
@@ -334,7 +328,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         .strategy
         .quota_count
         .zip(scenario.strategy.quota_window_s)
-        .map(|(c, w)| (c, Duration::from_secs_f64(w)))
+        .map(|(c, w)| (c, secs_to_duration(w)))
         .or_else(|| scenario.server.fair_share(scenario.client_count()));
     let reset_meaning: ResetMeaning = scenario
         .strategy
@@ -414,7 +408,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     }
     engine.push(Timestamp::from_nanos(0), Kind::Sample);
     let limit = Timestamp::from_secs_f64(scenario.max_time_s);
-    let mut interval = Duration::from_secs_f64(scenario.sample_interval_s);
+    let mut interval = secs_to_duration(scenario.sample_interval_s);
     while let Some(Reverse((now, _, kind))) = engine.queue.pop() {
         if engine.active == 0 {
             break;
@@ -538,6 +532,25 @@ starting = 1000000
                 assert_eq!(*ok, 0, "request sent while idle at {time}");
             }
         }
+    }
+
+    #[test]
+    fn huge_durations_saturate_instead_of_panicking() {
+        let src = "name = \"t\"\ndescription = \"t\"\nsample_interval_s = 1e30\n\
+                   [strategy]\nquota_count = 1\nquota_window_s = 1e30\n\
+                   [server]\nkind = \"decrease_only\"\nstarting = 3\n\
+                   [[clients]]\nworkload = { requests = 3, busy_s = 1e30, idle_s = 1e30 }\n";
+        let scenario = Scenario::parse(src, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        // A strategy may reject a quota that large (a typed error); none
+        // may panic, and those that run clear the job.
+        let mut ran = 0;
+        for info in crate::strategies::ALL {
+            if let Ok(out) = run(&scenario, info, 1) {
+                assert_eq!(out.metrics.successes, 3, "{}", info.name);
+                ran += 1;
+            }
+        }
+        assert!(ran > 0);
     }
 
     #[test]

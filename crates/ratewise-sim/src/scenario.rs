@@ -512,20 +512,13 @@ fn key_at(src: &str, offset: usize) -> Option<String> {
 /// table, or the table header itself.
 fn locate_field(src: &str, field: &str) -> Option<usize> {
     // `clients[2].threads`: the third `[[clients]]` group.
-    let (group, plain);
-    match field
+    let (group, plain) = match field
         .strip_prefix("clients[")
         .and_then(|r| r.split_once(']'))
     {
-        Some((n, rest)) => {
-            group = n.parse::<usize>().ok();
-            plain = format!("clients{rest}");
-        }
-        None => {
-            group = None;
-            plain = field.to_owned();
-        }
-    }
+        Some((n, rest)) => (n.parse::<usize>().ok(), format!("clients{rest}")),
+        None => (None, field.to_owned()),
+    };
     let field = plain.as_str();
     let mut seen_groups = 0usize;
     let (table, key) = match field.rsplit_once('.') {
@@ -555,7 +548,7 @@ fn locate_field(src: &str, field: &str) -> Option<usize> {
         if !right_group {
             continue;
         }
-        let in_table = current == table || (table.is_empty() && current.is_empty());
+        let in_table = current == table;
         if let Some((k, v)) = line.split_once('=') {
             let k = k.trim();
             if in_table && k == key {
@@ -627,32 +620,32 @@ workload = { requests = 5 }
         assert!(msg.contains("capacty"), "{msg}");
     }
 
+    /// Checks that `src` is rejected with an error naming `at` (file and
+    /// line) and `field`.
+    fn assert_located(src: &str, at: &str, field: &str) {
+        let msg = err_of(src);
+        assert!(msg.contains(at), "{msg}");
+        assert!(msg.contains(field), "{msg}");
+    }
+
     #[test]
     fn wrong_type_names_line_and_field() {
         let src = OK.replace("threads = 2", "threads = \"two\"");
-        let msg = err_of(&src);
-        assert!(msg.contains("my.toml:9"), "{msg}");
-        assert!(msg.contains("threads"), "{msg}");
+        assert_located(&src, "my.toml:9", "threads");
     }
 
     #[test]
     fn out_of_range_value_names_line_and_field() {
         let src = OK.replace("threads = 2", "threads = 0");
-        let msg = err_of(&src);
-        assert!(msg.contains("my.toml:9"), "{msg}");
-        assert!(msg.contains("clients[0].threads"), "{msg}");
+        assert_located(&src, "my.toml:9", "clients[0].threads");
         let src = OK.replace("starting = 10", "starting = -1");
-        let msg = err_of(&src);
-        assert!(msg.contains("my.toml:6"), "{msg}");
-        assert!(msg.contains("server.starting"), "{msg}");
+        assert_located(&src, "my.toml:6", "server.starting");
     }
 
     #[test]
     fn unbounded_workload_is_rejected() {
         let src = OK.replace("workload = { requests = 5 }", "workload = {}");
-        let msg = err_of(&src);
-        assert!(msg.contains("clients[0].workload"), "{msg}");
-        assert!(msg.contains("my.toml:10"), "{msg}");
+        assert_located(&src, "my.toml:10", "clients[0].workload");
     }
 
     #[test]
@@ -672,8 +665,6 @@ workload = { requests = 5 }
     #[test]
     fn errors_in_a_later_client_group_point_at_that_group() {
         let src = format!("{OK}\n[[clients]]\nthreads = 0\nworkload = {{ requests = 5 }}\n");
-        let msg = err_of(&src);
-        assert!(msg.contains("my.toml:13"), "{msg}");
-        assert!(msg.contains("clients[1].threads"), "{msg}");
+        assert_located(&src, "my.toml:13", "clients[1].threads");
     }
 }

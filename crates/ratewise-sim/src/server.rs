@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use ratewise::client::secs_to_duration;
+use ratewise::client::{secs_to_duration, ServerHints};
 use ratewise::{
     FixedWindow, Gcra, LeakyMeter, LeakyQueue, ManualClock, Quota, RateLimiter,
     SlidingWindowCounter, SlidingWindowLog, Timestamp, TokenBucket,
@@ -29,15 +29,10 @@ use crate::error::{non_negative, positive, SimError};
 pub struct Response {
     /// `true` for a 429 (or the API's equivalent).
     pub throttled: bool,
-    /// `RateLimit-Remaining`, when the server sends it.
-    pub remaining: Option<u64>,
-    /// `RateLimit-Limit`, when the server sends it.
-    pub limit: Option<u64>,
-    /// `Retry-After`, when the server sends it.
-    pub retry_after: Option<Duration>,
-    /// `RateLimit-Reset` (time until the window or bucket resets), when the
-    /// server sends it.
-    pub reset_after: Option<Duration>,
+    /// The headers the server sends (`RateLimit-Remaining`,
+    /// `RateLimit-Limit`, `Retry-After`, `RateLimit-Reset`), already in the
+    /// form the strategies read them.
+    pub hints: ServerHints,
     /// Extra time the server holds an admitted request before answering
     /// (a leaky-bucket queue's scheduled departure); added to the latency.
     pub delay: Duration,
@@ -62,6 +57,13 @@ fn quota(rate: f64, burst: u64, field: &str) -> Result<Quota, SimError> {
         .map_err(|e| SimError::invalid(field, e.to_string()))
 }
 
+/// Builds a quota of `limit` requests per window of `window_s` seconds,
+/// mapping the core error into a scenario error on `server.window_s`.
+fn window_quota(limit: u64, window_s: f64) -> Result<Quota, SimError> {
+    Quota::per(limit, secs_to_duration(window_s))
+        .map_err(|e| SimError::invalid("server.window_s", e.to_string()))
+}
+
 /// Takes one request's worth from a float stock when at least one is
 /// there; returns `true` (throttled) when not, leaving the stock as it was.
 fn take_one(stock: &mut f64) -> bool {
@@ -77,9 +79,49 @@ fn take_one(stock: &mut f64) -> bool {
 fn remaining_only(throttled: bool, left: f64) -> Response {
     Response {
         throttled,
-        // floor of a non-negative finite float; saturating cast by definition.
-        remaining: Some(left.max(0.0).floor() as u64),
+        hints: ServerHints {
+            // floor of a non-negative finite float; saturating cast by definition.
+            remaining: Some(left.max(0.0).floor() as u64),
+            ..ServerHints::default()
+        },
         ..Response::default()
+    }
+}
+
+/// A float token bucket integrated exactly over spans of constant net flow:
+/// the arithmetic shared by the shared-capacity and autoscaling servers,
+/// whose refill rates change over time (and, when shared, may turn
+/// negative), which the core token bucket's fixed quota cannot express.
+#[derive(Clone, Debug)]
+struct Fluid {
+    /// Tokens in the bucket.
+    tokens: f64,
+    /// Simulated seconds up to which the bucket has been integrated.
+    at: f64,
+    /// Tokens that flowed in since the start: the capacity offered.
+    offered: f64,
+}
+
+impl Fluid {
+    /// A bucket holding `tokens` at time zero.
+    fn new(tokens: f64) -> Self {
+        Fluid {
+            tokens,
+            at: 0.0,
+            offered: tokens,
+        }
+    }
+
+    /// Integrates from `self.at` to `to` (nothing when `to` is not later)
+    /// at `net` tokens per second, holding the stock within `[0, cap]`;
+    /// only inflow counts as offered.
+    fn flow_to(&mut self, to: f64, net: f64, cap: f64) {
+        let dt = to - self.at;
+        if dt > 0.0 {
+            self.offered += net.max(0.0) * dt;
+            self.tokens = (self.tokens + net * dt).clamp(0.0, cap);
+            self.at = to;
+        }
     }
 }
 
@@ -273,7 +315,7 @@ impl ServerConfig {
                 if *limit == 0 {
                     return Err(SimError::invalid("server.limit", "must be at least 1"));
                 }
-                Ok(())
+                window_quota(*limit, *window_s).map(|_| ())
             }
             ServerConfig::Shared {
                 rate_per_s,
@@ -465,7 +507,7 @@ impl ServerConfig {
                 Box::new(LimiterServer::new(limiter, start_full))
             }
             ServerConfig::FixedWindow { limit, window_s } => {
-                Box::new(FixedWindowServer::new(limit, window_s))
+                Box::new(FixedWindowServer::new(window_quota(limit, window_s)?))
             }
             ServerConfig::Shared {
                 rate_per_s,
@@ -612,10 +654,13 @@ impl ServerModel for LimiterServer {
         match self.limiter.check_at(1, now) {
             Ok(d) => Response {
                 throttled: !d.allowed,
-                remaining: Some(d.remaining),
-                limit: Some(d.limit),
-                retry_after: d.retry_after,
-                reset_after: Some(d.reset_after),
+                hints: ServerHints {
+                    remaining: Some(d.remaining),
+                    limit: Some(d.limit),
+                    retry_after: d.retry_after,
+                    reset_after: Some(d.reset_after),
+                    ..ServerHints::default()
+                },
                 delay: d.delay,
             },
             // Weight 1 never exceeds a burst of at least 1; treat the
@@ -644,63 +689,39 @@ impl ServerModel for LimiterServer {
     }
 }
 
-/// "`limit` per `window_s`" counted in fixed windows aligned to time zero.
-#[derive(Clone, Debug)]
+/// "`limit` per `window_s`" counted in fixed windows aligned to time zero:
+/// the core [`FixedWindow`] limiter answering through [`LimiterServer`]. Only
+/// the capacity offered differs from a `limiter` server: here it counts
+/// whole windows (every window that has begun grants its full limit), not
+/// `burst + rate × time`.
 pub struct FixedWindowServer {
-    limit: u64,
-    window: f64,
-    current: u64,
-    used: u64,
+    server: LimiterServer,
+    quota: Quota,
 }
 
 impl FixedWindowServer {
-    /// A quota of `limit` requests per window of `window_s` seconds.
-    pub fn new(limit: u64, window_s: f64) -> Self {
+    /// A quota of `quota.burst()` requests per window of `quota.window()`.
+    pub fn new(quota: Quota) -> Self {
+        let limiter = FixedWindow::with_clock(quota, ManualClock::new());
         FixedWindowServer {
-            limit,
-            window: window_s,
-            current: 0,
-            used: 0,
+            server: LimiterServer::new(Box::new(limiter), true),
+            quota,
         }
-    }
-
-    fn window_of(&self, now: Timestamp) -> u64 {
-        (now.as_secs_f64() / self.window).floor() as u64
     }
 }
 
 impl ServerModel for FixedWindowServer {
     fn handle(&mut self, now: Timestamp) -> Response {
-        let w = self.window_of(now);
-        if w != self.current {
-            self.current = w;
-            self.used = 0;
-        }
-        let throttled = self.used >= self.limit;
-        if !throttled {
-            self.used += 1;
-        }
-        let reset = secs_to_duration((w + 1) as f64 * self.window - now.as_secs_f64());
-        Response {
-            throttled,
-            remaining: Some(self.limit - self.used),
-            limit: Some(self.limit),
-            retry_after: throttled.then_some(reset),
-            reset_after: Some(reset),
-            delay: Duration::ZERO,
-        }
+        self.server.handle(now)
     }
 
     fn remaining(&mut self, now: Timestamp) -> f64 {
-        if self.window_of(now) == self.current {
-            (self.limit - self.used) as f64
-        } else {
-            self.limit as f64
-        }
+        self.server.remaining(now)
     }
 
     fn offered(&mut self, end: Timestamp) -> f64 {
-        (self.window_of(end) + 1) as f64 * self.limit as f64
+        let windows = end.as_nanos() / self.quota.window_nanos() + 1;
+        windows as f64 * self.quota.burst() as f64
     }
 }
 
@@ -712,9 +733,7 @@ pub struct SharedServer {
     rate: f64,
     burst: f64,
     background: Vec<BackgroundLoad>,
-    tokens: f64,
-    at: f64,
-    offered: f64,
+    bucket: Fluid,
 }
 
 impl SharedServer {
@@ -724,9 +743,7 @@ impl SharedServer {
             rate,
             burst,
             background,
-            tokens: burst,
-            at: 0.0,
-            offered: burst,
+            bucket: Fluid::new(burst),
         }
     }
 
@@ -739,19 +756,17 @@ impl SharedServer {
     }
 
     fn advance(&mut self, t: f64) {
-        while self.at < t {
+        while self.bucket.at < t {
+            let at = self.bucket.at;
             let next_change = self
                 .background
                 .iter()
                 .map(|b| b.at_s)
-                .find(|&a| a > self.at)
+                .find(|&a| a > at)
                 .unwrap_or(f64::INFINITY)
                 .min(t);
-            let net = self.rate - self.load_at(self.at);
-            let dt = next_change - self.at;
-            self.offered += net.max(0.0) * dt;
-            self.tokens = (self.tokens + net * dt).clamp(0.0, self.burst);
-            self.at = next_change;
+            let net = self.rate - self.load_at(at);
+            self.bucket.flow_to(next_change, net, self.burst);
         }
     }
 }
@@ -759,25 +774,28 @@ impl SharedServer {
 impl ServerModel for SharedServer {
     fn handle(&mut self, now: Timestamp) -> Response {
         self.advance(now.as_secs_f64());
-        let throttled = take_one(&mut self.tokens);
-        let net = self.rate - self.load_at(self.at);
+        let throttled = take_one(&mut self.bucket.tokens);
+        let net = self.rate - self.load_at(self.bucket.at);
         let retry_after =
-            (throttled && net > 0.0).then(|| secs_to_duration((1.0 - self.tokens) / net));
+            (throttled && net > 0.0).then(|| secs_to_duration((1.0 - self.bucket.tokens) / net));
         Response {
             throttled,
-            retry_after,
+            hints: ServerHints {
+                retry_after,
+                ..ServerHints::default()
+            },
             ..Response::default()
         }
     }
 
     fn remaining(&mut self, now: Timestamp) -> f64 {
         self.advance(now.as_secs_f64());
-        self.tokens
+        self.bucket.tokens
     }
 
     fn offered(&mut self, end: Timestamp) -> f64 {
         self.advance(end.as_secs_f64());
-        self.offered
+        self.bucket.offered
     }
 }
 
@@ -797,13 +815,11 @@ pub struct AutoscalingServer {
     period: f64,
     sustained: u32,
     delay: f64,
-    tokens: f64,
-    at: f64,
+    bucket: Fluid,
     period_start: f64,
     consumed_in_period: f64,
     hot_periods: u32,
     pending: Option<(f64, f64)>,
-    offered: f64,
 }
 
 impl AutoscalingServer {
@@ -826,13 +842,11 @@ impl AutoscalingServer {
             period,
             sustained: sustained.max(1),
             delay,
-            tokens: 0.0,
-            at: 0.0,
+            bucket: Fluid::new(0.0),
             period_start: 0.0,
             consumed_in_period: 0.0,
             hot_periods: 0,
             pending: None,
-            offered: 0.0,
         }
     }
 
@@ -842,12 +856,8 @@ impl AutoscalingServer {
     }
 
     fn refill(&mut self, to: f64) {
-        let dt = to - self.at;
-        if dt > 0.0 {
-            self.offered += dt * self.rate;
-            self.tokens = (self.tokens + dt * self.rate).min((self.rate * self.burst_s).max(1.0));
-            self.at = to;
-        }
+        let cap = (self.rate * self.burst_s).max(1.0);
+        self.bucket.flow_to(to, self.rate, cap);
     }
 
     fn advance(&mut self, t: f64) {
@@ -891,7 +901,7 @@ impl AutoscalingServer {
 impl ServerModel for AutoscalingServer {
     fn handle(&mut self, now: Timestamp) -> Response {
         self.advance(now.as_secs_f64());
-        let throttled = take_one(&mut self.tokens);
+        let throttled = take_one(&mut self.bucket.tokens);
         if !throttled {
             self.consumed_in_period += 1.0;
         }
@@ -904,12 +914,12 @@ impl ServerModel for AutoscalingServer {
 
     fn remaining(&mut self, now: Timestamp) -> f64 {
         self.advance(now.as_secs_f64());
-        self.tokens
+        self.bucket.tokens
     }
 
     fn offered(&mut self, end: Timestamp) -> f64 {
         self.advance(end.as_secs_f64());
-        self.offered
+        self.bucket.offered
     }
 }
 
@@ -953,10 +963,16 @@ mod tests {
     fn heroku_family_sends_remaining_only() {
         let mut bucket = HerokuBucket::new(4500.0, 1.25, 0.0);
         let r = bucket.handle(t(0.0));
-        assert_eq!((r.remaining, r.limit, r.reset_after), (Some(0), None, None));
+        assert_eq!(
+            (r.hints.remaining, r.hints.limit, r.hints.reset_after),
+            (Some(0), None, None)
+        );
         let mut stock = DecreaseOnly::new(10.0);
         let r = stock.handle(t(0.0));
-        assert_eq!((r.remaining, r.limit, r.reset_after), (Some(9), None, None));
+        assert_eq!(
+            (r.hints.remaining, r.hints.limit, r.hints.reset_after),
+            (Some(9), None, None)
+        );
     }
 
     #[test]
@@ -965,17 +981,17 @@ mod tests {
         // The clock starts at the first request, however late it is.
         let r = b.handle(t(100.0));
         assert!(r.throttled);
-        assert_eq!(r.remaining, Some(0));
+        assert_eq!(r.hints.remaining, Some(0));
         // 0.8 s later exactly one token has accrued.
         let r = b.handle(t(100.8));
         assert!(!r.throttled);
-        assert_eq!(r.remaining, Some(0));
+        assert_eq!(r.hints.remaining, Some(0));
         let r = b.handle(t(100.8));
         assert!(r.throttled);
         // 8 s later: 10 tokens; remaining is floor after the decrement.
         let r = b.handle(t(108.8));
         assert!(!r.throttled);
-        assert_eq!(r.remaining, Some(9));
+        assert_eq!(r.hints.remaining, Some(9));
     }
 
     #[test]
@@ -983,10 +999,10 @@ mod tests {
         let mut b = HerokuBucket::new(10.0, 1.0, 10.0);
         // Full: last_request is set at the first request but not advanced.
         let r = b.handle(t(0.0));
-        assert_eq!(r.remaining, Some(9));
+        assert_eq!(r.hints.remaining, Some(9));
         let r = b.handle(t(5.0));
         // refilled 5 s (capped at 10), then decremented.
-        assert_eq!(r.remaining, Some(9));
+        assert_eq!(r.hints.remaining, Some(9));
     }
 
     #[test]
@@ -994,7 +1010,7 @@ mod tests {
         let mut s = DecreaseOnly::new(3.0);
         let got: Vec<_> = (0..5)
             .map(|i| s.handle(t(f64::from(i) * 1000.0)))
-            .map(|r| (r.throttled, r.remaining))
+            .map(|r| (r.throttled, r.hints.remaining))
             .collect();
         assert_eq!(
             got,
@@ -1010,14 +1026,22 @@ mod tests {
 
     #[test]
     fn fixed_window_resets_on_boundaries_and_says_when() {
-        let mut s = FixedWindowServer::new(2, 100.0);
+        let quota = window_quota(2, 100.0).unwrap_or_else(|e| panic!("{e}"));
+        let mut s = FixedWindowServer::new(quota);
         assert!(!s.handle(t(10.0)).throttled);
         assert!(!s.handle(t(20.0)).throttled);
         let r = s.handle(t(30.0));
         assert!(r.throttled);
-        assert_eq!(r.retry_after, Some(Duration::from_secs(70)));
+        assert_eq!(r.hints.retry_after, Some(Duration::from_secs(70)));
         assert!(!s.handle(t(100.0)).throttled);
         assert_eq!(s.offered(t(150.0)), 4.0);
+        // A window the core quota cannot represent is an error, not a panic.
+        let huge = ServerConfig::FixedWindow {
+            limit: 1,
+            window_s: 1.0e30,
+        };
+        assert!(huge.validate().is_err());
+        assert!(huge.build().is_err());
     }
 
     #[test]
@@ -1071,8 +1095,8 @@ mod tests {
         assert!(!s.handle(t(0.0)).throttled);
         let r = s.handle(t(0.0));
         assert!(r.throttled);
-        assert_eq!(r.retry_after, Some(Duration::from_secs(1)));
-        assert_eq!(r.remaining, Some(0));
+        assert_eq!(r.hints.retry_after, Some(Duration::from_secs(1)));
+        assert_eq!(r.hints.remaining, Some(0));
     }
 
     #[test]

@@ -22,20 +22,25 @@ use ratewise_sim::{report, Experiment, ExperimentResult, Scenario, Stat};
 const FIRST_SEED: u64 = 1;
 const RUNS: u32 = 20;
 
+/// `scenario` with the strategies `names` over the quoted seeds.
+fn sweep(scenario: Scenario, names: &[&str]) -> ExperimentResult {
+    let chosen = names
+        .iter()
+        .map(|n| strategies::find(n).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    Experiment::new(scenario)
+        .strategies(chosen)
+        .seed(FIRST_SEED)
+        .runs(RUNS)
+        .run(|| {})
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 fn experiment() -> &'static ExperimentResult {
     static E: OnceLock<ExperimentResult> = OnceLock::new();
     E.get_or_init(|| {
         let scenario = Scenario::load("heroku").unwrap_or_else(|e| panic!("{e}"));
-        let chosen = HEROKU_FIVE
-            .iter()
-            .map(|n| strategies::find(n).unwrap_or_else(|e| panic!("{e}")))
-            .collect();
-        Experiment::new(scenario)
-            .strategies(chosen)
-            .seed(FIRST_SEED)
-            .runs(RUNS)
-            .run(|| {})
-            .unwrap_or_else(|e| panic!("{e}"))
+        sweep(scenario, &HEROKU_FIVE)
     })
 }
 
@@ -247,16 +252,7 @@ fn state_sharing_block() -> String {
         group.state = StateSharing::PerProcess;
     }
     let names = ["eigd", "eipd", "eiprd"];
-    let chosen = names
-        .iter()
-        .map(|n| strategies::find(n).unwrap_or_else(|e| panic!("{e}")))
-        .collect();
-    let shared = Experiment::new(scenario)
-        .strategies(chosen)
-        .seed(FIRST_SEED)
-        .runs(RUNS)
-        .run(|| {})
-        .unwrap_or_else(|e| panic!("{e}"));
+    let shared = sweep(scenario, &names);
     let mut out = String::from(
         "| strategy | state | avg retry rate | stdev request count | utilization |\n\
          |---|---|---|---|---|\n",
