@@ -33,9 +33,9 @@ use std::sync::Mutex;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Cost, Fields};
+use crate::locked::{Adjust, Admission, Booking, Cost, Fields, Fresh};
 use crate::quota::Quota;
-use crate::time::{Clock, MonotonicClock, Timestamp};
+use crate::time::{MonotonicClock, Timestamp};
 
 /// A leaky bucket used as a meter. See the [module docs](self).
 ///
@@ -125,31 +125,14 @@ fn clamp_u64(v: u128) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)
 }
 
-impl LeakyMeter<MonotonicClock> {
-    /// An empty meter on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        LeakyMeter::with_clock(quota, MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> LeakyMeter<C> {
-    /// An empty meter on `clock`.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        LeakyMeter {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                level: 0,
-                last_act: 0,
-            }),
-            clock,
+impl Fresh for State {
+    fn fresh(quota: Quota, now: u64) -> Self {
+        State {
+            quota,
+            last: now,
+            level: 0,
+            last_act: 0,
         }
-    }
-
-    /// The meter's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }
 
@@ -196,7 +179,7 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(LeakyMeter);
+crate::locked::impl_rate_limiter!(LeakyMeter, "An empty meter");
 
 impl Fields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {

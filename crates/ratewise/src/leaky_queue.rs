@@ -67,9 +67,9 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Fields, Placement};
+use crate::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
 use crate::quota::Quota;
-use crate::time::{Clock, MonotonicClock, Timestamp};
+use crate::time::{MonotonicClock, Timestamp};
 
 /// A leaky bucket used as a queue (a scheduler). See the [module
 /// docs](self).
@@ -189,30 +189,13 @@ impl Admission for State {
     }
 }
 
-impl LeakyQueue<MonotonicClock> {
-    /// An empty queue on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        LeakyQueue::with_clock(quota, MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> LeakyQueue<C> {
-    /// An empty queue on `clock`.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        LeakyQueue {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                tail: now,
-            }),
-            clock,
+impl Fresh for State {
+    fn fresh(quota: Quota, now: u64) -> Self {
+        State {
+            quota,
+            last: now,
+            tail: now,
         }
-    }
-
-    /// The queue's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }
 
@@ -237,7 +220,7 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(LeakyQueue);
+crate::locked::impl_rate_limiter!(LeakyQueue, "An empty queue");
 
 impl Fields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {

@@ -7,12 +7,13 @@
 //! weight against the burst, bring the state up to `now` (never back in
 //! time), work out where the request would go, admit it or not, and describe
 //! the outcome. Those steps are written once here, and
-//! [`impl_rate_limiter!`] writes each type's whole `RateLimiter` and `Debug`
-//! impls around them. What really differs — how time is settled, when a
-//! request passes, what admitting it changes, what the decision reports —
-//! stays in each algorithm's module, in its state's [`Admission`] (or
-//! [`Earliest`]) impl; so do its cancellation and re-configuration rules
-//! ([`Adjust`]) and its `Debug` fields ([`Fields`]).
+//! [`impl_rate_limiter!`] writes each type's constructors (`new`,
+//! `with_clock`, `clock`) and its whole `RateLimiter` and `Debug` impls
+//! around them. What really differs — how time is settled, when a request
+//! passes, what admitting it changes, what the decision reports — stays in
+//! each algorithm's module, in its state's [`Admission`] (or [`Earliest`])
+//! impl; so do its starting state ([`Fresh`]), its cancellation and
+//! re-configuration rules ([`Adjust`]) and its `Debug` fields ([`Fields`]).
 //!
 //! # Invariants
 //!
@@ -331,6 +332,13 @@ pub(crate) trait Adjust {
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64;
 }
 
+/// How a mutex-protected limiter's state starts.
+pub(crate) trait Fresh {
+    /// The state of a limiter created at `now` under `quota`, before any
+    /// request.
+    fn fresh(quota: Quota, now: u64) -> Self;
+}
+
 /// The fields a mutex-protected limiter's `Debug` output shows after its
 /// quota.
 pub(crate) trait Fields {
@@ -338,14 +346,43 @@ pub(crate) trait Fields {
     fn fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>);
 }
 
-/// Implements [`RateLimiter`](crate::RateLimiter) and `Debug` for a mutex-protected
-/// limiter `$ty<C>`: a struct with the fields `state: Mutex<S>`, where `S:`
-/// [`Admission`] `+` [`Adjust`] `+` [`Fields`], and `clock: C`, where
-/// `C: Clock`. Every method locks the state once and hands it to the shared
-/// paths above or to the state's own [`Adjust`] rules. `Debug` shows the
-/// type's name, its quota and the state's [`Fields`].
+/// Implements the constructors, [`RateLimiter`](crate::RateLimiter) and
+/// `Debug` for a mutex-protected limiter `$ty<C>`: a struct with the fields
+/// `state: Mutex<S>`, where `S:` [`Fresh`] `+` [`Admission`] `+` [`Adjust`]
+/// `+` [`Fields`], and `clock: C`, where `C: Clock`.
+///
+/// * `new(quota)` (on the production clock) and `with_clock(quota, clock)`
+///   start from the state's [`Fresh::fresh`] at the clock's current time;
+///   `$what` is what they make (their docs are `"$what, on …"`). `clock()`
+///   returns the clock.
+/// * Every `RateLimiter` method locks the state once and hands it to the
+///   shared paths above or to the state's own [`Adjust`] rules.
+/// * `Debug` shows the type's name, its quota and the state's [`Fields`].
 macro_rules! impl_rate_limiter {
-    ($ty:ident) => {
+    ($ty:ident, $what:literal) => {
+        impl $ty<$crate::time::MonotonicClock> {
+            #[doc = concat!($what, ", on the production clock.")]
+            pub fn new(quota: $crate::quota::Quota) -> Self {
+                Self::with_clock(quota, $crate::time::MonotonicClock::new())
+            }
+        }
+
+        impl<C: $crate::time::Clock> $ty<C> {
+            #[doc = concat!($what, ", on `clock`.")]
+            pub fn with_clock(quota: $crate::quota::Quota, clock: C) -> Self {
+                let now = $crate::time::Clock::now(&clock).as_nanos();
+                $ty {
+                    state: ::std::sync::Mutex::new($crate::locked::Fresh::fresh(quota, now)),
+                    clock,
+                }
+            }
+
+            /// The limiter's clock.
+            pub fn clock(&self) -> &C {
+                &self.clock
+            }
+        }
+
         impl<C: $crate::time::Clock> $crate::limiter::RateLimiter for $ty<C> {
             fn quota(&self) -> $crate::quota::Quota {
                 $crate::locked::Admission::quota(&*$crate::locked::lock(&self.state))

@@ -50,9 +50,9 @@ use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Earliest, Fields};
+use crate::locked::{Adjust, Earliest, Fields, Fresh};
 use crate::quota::Quota;
-use crate::time::{Clock, MonotonicClock, Timestamp};
+use crate::time::{MonotonicClock, Timestamp};
 
 /// A sliding-window counter. See the [module docs](self).
 ///
@@ -203,32 +203,15 @@ impl Earliest for State {
     }
 }
 
-impl SlidingWindowCounter<MonotonicClock> {
-    /// A sliding-window counter on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        SlidingWindowCounter::with_clock(quota, MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> SlidingWindowCounter<C> {
-    /// A sliding-window counter on `clock`, with nothing counted yet.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        SlidingWindowCounter {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                index: now / quota.window_nanos(),
-                prev: 0,
-                cur: 0,
-            }),
-            clock,
+impl Fresh for State {
+    fn fresh(quota: Quota, now: u64) -> Self {
+        State {
+            quota,
+            last: now,
+            index: now / quota.window_nanos(),
+            prev: 0,
+            cur: 0,
         }
-    }
-
-    /// The limiter's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }
 
@@ -264,7 +247,10 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(SlidingWindowCounter);
+crate::locked::impl_rate_limiter!(
+    SlidingWindowCounter,
+    "A sliding-window counter with nothing counted yet"
+);
 
 impl Fields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {

@@ -52,9 +52,9 @@ use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Earliest, Fields};
+use crate::locked::{Adjust, Earliest, Fields, Fresh};
 use crate::quota::Quota;
-use crate::time::{Clock, MonotonicClock, Timestamp};
+use crate::time::{MonotonicClock, Timestamp};
 
 /// A sliding-window log. See the [module docs](self).
 ///
@@ -187,34 +187,19 @@ impl Earliest for State {
     }
 }
 
-impl SlidingWindowLog<MonotonicClock> {
-    /// A sliding-window log on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        SlidingWindowLog::with_clock(quota, MonotonicClock::new())
+impl Fresh for State {
+    fn fresh(quota: Quota, now: u64) -> Self {
+        State {
+            quota,
+            last: now,
+            floor: now,
+            log: VecDeque::new(),
+            total: 0,
+        }
     }
 }
 
-impl<C: Clock> SlidingWindowLog<C> {
-    /// A sliding-window log on `clock`, empty (it allocates on first use).
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        SlidingWindowLog {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                floor: now,
-                log: VecDeque::new(),
-                total: 0,
-            }),
-            clock,
-        }
-    }
-
-    /// The limiter's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-
+impl<C> SlidingWindowLog<C> {
     /// How many entries the log holds now (at most the burst).
     pub fn len(&self) -> usize {
         crate::locked::lock(&self.state).log.len()
@@ -253,7 +238,10 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(SlidingWindowLog);
+crate::locked::impl_rate_limiter!(
+    SlidingWindowLog,
+    "An empty sliding-window log (it allocates on first use)"
+);
 
 impl Fields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {

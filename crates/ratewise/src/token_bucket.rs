@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Cost, Fields};
+use crate::locked::{Adjust, Admission, Booking, Cost, Fields, Fresh};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -135,42 +135,34 @@ fn clamp_u64(v: i128) -> u64 {
     u64::try_from(v.max(0)).unwrap_or(u64::MAX)
 }
 
-impl TokenBucket<MonotonicClock> {
-    /// A full bucket on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        TokenBucket::with_clock(quota, MonotonicClock::new())
+impl State {
+    /// A bucket at `now` holding `tokens` (at most the burst).
+    fn with_tokens(quota: Quota, now: u64, tokens: u64) -> Self {
+        State {
+            quota,
+            last: now,
+            credit: i128::from(quota.cost_nanos(tokens)),
+            last_act: 0,
+        }
+    }
+}
+
+impl Fresh for State {
+    /// A full bucket.
+    fn fresh(quota: Quota, now: u64) -> Self {
+        State::with_tokens(quota, now, quota.burst())
     }
 }
 
 impl<C: Clock> TokenBucket<C> {
-    /// A full bucket on `clock`.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        TokenBucket::with_clock_and_tokens(quota, clock, quota.burst(), now)
-    }
-
     /// An empty bucket on `clock`: the first token arrives one interval after
     /// the clock's current time.
     pub fn empty_with_clock(quota: Quota, clock: C) -> Self {
         let now = clock.now().as_nanos();
-        TokenBucket::with_clock_and_tokens(quota, clock, 0, now)
-    }
-
-    fn with_clock_and_tokens(quota: Quota, clock: C, tokens: u64, now: u64) -> Self {
         TokenBucket {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                credit: i128::from(quota.cost_nanos(tokens.min(quota.burst()))),
-                last_act: 0,
-            }),
+            state: Mutex::new(State::with_tokens(quota, now, 0)),
             clock,
         }
-    }
-
-    /// The bucket's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }
 
@@ -208,7 +200,7 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(TokenBucket);
+crate::locked::impl_rate_limiter!(TokenBucket, "A full bucket");
 
 impl Fields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
