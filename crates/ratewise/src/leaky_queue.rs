@@ -403,43 +403,10 @@ mod tests {
         fn prop_output_never_bursts((i, b, ops) in crate::test_support::mixed_workload()) {
             let l = LeakyQueue::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
             // For the queue, a request acts at its departure.
-            let mut departures = Vec::new();
-            let mut t = 0u64;
-            let mut reservations = Vec::new();
-            for &(dt, kind, n) in &ops {
-                t += dt;
-                let now = Timestamp::from_nanos(t);
-                match kind {
-                    0 => {
-                        let d = l.check_at(n, now).unwrap();
-                        if d.allowed {
-                            departures.push(Some((t + u64::try_from(d.delay.as_nanos()).unwrap(), n)));
-                        }
-                    }
-                    1 | 2 => {
-                        let max_wait = if kind == 1 { Duration::MAX } else { Duration::from_nanos(n * 3) };
-                        if let Ok(r) = l.reserve_within_at(n, now, max_wait) {
-                            let act = r.act_at().as_nanos();
-                            reservations.push((departures.len(), r));
-                            departures.push(Some((act, n)));
-                        }
-                    }
-                    _ => {
-                        if reservations.is_empty() {
-                            continue;
-                        }
-                        let k = (n as usize) % reservations.len();
-                        let (slot, r) = reservations.swap_remove(k);
-                        let (act_at, weight) = (r.act_at(), r.weight());
-                        let back = l.cancel_at(r, now);
-                        if act_at >= now {
-                            proptest::prop_assert!(back == 0 || back == weight);
-                            departures[slot] = None;
-                        }
-                    }
-                }
+            let (mut departures, returned) = crate::test_support::run_mixed(&l, &ops);
+            for (weight, back) in returned {
+                proptest::prop_assert!(back == 0 || back == weight);
             }
-            let mut departures: Vec<_> = departures.into_iter().flatten().collect();
             departures.sort_unstable();
             for w in departures.windows(2) {
                 proptest::prop_assert!(w[1].0 >= w[0].0 + w[0].1 * i, "{:?}", w);
