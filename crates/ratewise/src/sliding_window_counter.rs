@@ -344,12 +344,19 @@ mod tests {
         assert_eq!(admitted(&l, 10, 1, ms(6100)), 1);
     }
 
-    #[test]
-    fn reservations_and_cancel() {
+    /// A full window 0 and a reservation of 5 made at 100 ms, booked in
+    /// window 1.
+    fn booked() -> (SlidingWindowCounter<ManualClock>, Reservation) {
         let l = swc(10, 10);
         assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
         let r = l.reserve_at(5, ms(100)).unwrap();
         assert_eq!(r.act_at(), ms(1500));
+        (l, r)
+    }
+
+    #[test]
+    fn reservations_and_cancel() {
+        let (l, _) = booked();
         assert!(matches!(
             l.reserve_within_at(5, ms(100), Duration::from_millis(1899)),
             Err(ReserveError::WouldWaitTooLong { .. })
@@ -359,10 +366,7 @@ mod tests {
         assert_eq!(l.peek_at(1, ms(900)).unwrap().remaining, 0);
         assert_eq!(assert_retry_exact(&l, 1, ms(900)), ms(1600));
 
-        let l = swc(10, 10);
-        assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
-        let r = l.reserve_at(5, ms(100)).unwrap();
-        assert_eq!(r.act_at(), ms(1500));
+        let (l, r) = booked();
         // prev = 10, cur = 5: 4 more fit in window 1 once 10·(1 − f) ≤ 1.
         let soon = l.reserve_at(4, ms(1000)).unwrap();
         assert_eq!(soon.act_at(), ms(1900));

@@ -334,14 +334,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn reservations_and_cancel() {
+    /// A full log — 4 units at 0, 6 at 300 ms — and a reservation of 5 made
+    /// at 400 ms.
+    fn booked() -> (SlidingWindowLog<ManualClock>, Reservation) {
         let l = swl(10, 10);
         assert_eq!(admitted(&l, 4, 1, ms(0)), 4);
         assert_eq!(admitted(&l, 6, 1, ms(300)), 6);
         // Removing the 4 from t = 0 is not enough; the 6 at 300 ms must go.
         let r = l.reserve_at(5, ms(400)).unwrap();
         assert_eq!(r.act_at(), ms(1300));
+        (l, r)
+    }
+
+    #[test]
+    fn reservations_and_cancel() {
+        let (l, _) = booked();
         // Before the reservation's time checks are denied, and told when
         // they pass; at 1.3 s the window (0.3 s, 1.3 s] holds only `r`.
         let d = l.peek_at(1, ms(500)).unwrap();
@@ -349,19 +356,17 @@ mod tests {
         assert_eq!(assert_retry_exact(&l, 1, ms(500)), ms(1300));
         assert_eq!(l.peek_at(1, ms(1300)).unwrap().remaining, 4);
 
-        let l = swl(10, 10);
-        assert_eq!(admitted(&l, 4, 1, ms(0)), 4);
-        assert_eq!(admitted(&l, 6, 1, ms(300)), 6);
-        let r = l.reserve_at(5, ms(400)).unwrap();
+        let (l, r) = booked();
         assert!(matches!(
             l.reserve_within_at(6, ms(500), Duration::from_millis(1799)),
             Err(ReserveError::WouldWaitTooLong { .. })
         ));
         let later = l.reserve_at(5, ms(500)).unwrap();
         assert_eq!(later.act_at(), ms(1300));
-        assert_eq!(l.len(), 1); // one entry for both
-                                // Misuse (a forged twin of `r`, cancelled after `r` itself) takes
-                                // `later`'s entry; it never panics or returns more than its weight.
+        // One entry for both.
+        assert_eq!(l.len(), 1);
+        // Misuse (a forged twin of `r`, cancelled after `r` itself) takes
+        // `later`'s entry; it never panics or returns more than its weight.
         let twin = Reservation::new(r.weight(), r.made_at(), r.act_at(), r.mark(), r.cost());
         assert_eq!(l.cancel_at(r, ms(1000)), 5);
         assert_eq!(l.cancel_at(twin, ms(1000)), 5);
