@@ -207,10 +207,10 @@ impl<S: Earliest> Admission for S {
     }
 }
 
-/// Where a bucket-family state (the token bucket, the leaky meter) places a
-/// request: what it costs and how long until that fits. Both states keep the
-/// act time of their latest grant (Go `x/time/rate`'s `lastEvent`) for
-/// cancellation.
+/// Where the bucket-family state (the token bucket's, which the leaky meter
+/// shares) places a request: what it costs and how long until that fits.
+/// The state keeps the act time of its latest grant (Go `x/time/rate`'s
+/// `lastEvent`) for cancellation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Cost {
     /// The caller's `now`.

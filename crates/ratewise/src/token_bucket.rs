@@ -12,6 +12,7 @@
 //! queue behind), as in Go's `x/time/rate`.
 
 use std::fmt::DebugStruct;
+use std::marker::PhantomData;
 use std::sync::Mutex;
 
 use crate::decision::Decision;
@@ -34,12 +35,15 @@ use crate::time::{Clock, MonotonicClock, Timestamp};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct TokenBucket<C = MonotonicClock> {
-    state: Mutex<State>,
+    state: Mutex<Bucket<Tokens>>,
     clock: C,
 }
 
-#[derive(Debug)]
-struct State {
+/// The state of the bucket family: the token bucket, and the
+/// [leaky meter](crate::LeakyMeter), which is the same bucket seen upside
+/// down (its level is `window − credit`). `V` only chooses what `Debug`
+/// shows: [`Tokens`] here, the meter's level there.
+pub(crate) struct Bucket<V> {
     quota: Quota,
     /// Latest time seen; refill is computed from here.
     last: u64,
@@ -51,20 +55,51 @@ struct State {
     /// the capacity no later grant was promised: its cost minus the time
     /// from its act time to this one.
     last_act: u64,
+    view: PhantomData<fn() -> V>,
 }
 
-impl State {
+/// The token bucket's view of a [`Bucket`]: its credit.
+pub(crate) enum Tokens {}
+
+impl<V> Bucket<V> {
+    /// A bucket at `now` holding `tokens` (at most the burst).
+    fn with_tokens(quota: Quota, now: u64, tokens: u64) -> Self {
+        Bucket {
+            quota,
+            last: now,
+            credit: i128::from(quota.cost_nanos(tokens)),
+            last_act: 0,
+            view: PhantomData,
+        }
+    }
+
+    fn tau(&self) -> i128 {
+        i128::from(self.quota.window_nanos())
+    }
+
+    /// The bucket seen upside down: nanoseconds of refill missing until it
+    /// is full (the leaky meter's level; above the window while in debt).
+    pub(crate) fn level(&self) -> i128 {
+        self.tau() - self.credit
+    }
+
     fn refill(&mut self, now: u64) {
         // A `now` earlier than `last` refills nothing (time never runs back).
         if now > self.last {
-            let tau = i128::from(self.quota.window_nanos());
-            self.credit = (self.credit + i128::from(now - self.last)).min(tau);
+            self.credit = (self.credit + i128::from(now - self.last)).min(self.tau());
             self.last = now;
         }
     }
 }
 
-impl Admission for State {
+impl<V> Fresh for Bucket<V> {
+    /// A full bucket (an empty meter).
+    fn fresh(quota: Quota, now: u64) -> Self {
+        Bucket::with_tokens(quota, now, quota.burst())
+    }
+}
+
+impl<V> Admission for Bucket<V> {
     type Plan = Cost;
 
     fn quota(&self) -> Quota {
@@ -74,7 +109,7 @@ impl Admission for State {
     fn plan(&mut self, n: u64, now: u64) -> Cost {
         // Refilling is not consuming: peek may bring the balance up to date.
         self.refill(now);
-        let cost = n * self.quota.emission_nanos();
+        let cost = self.quota.cost_nanos(n);
         Cost::new(now, cost, clamp_u64(i128::from(cost) - self.credit))
     }
 
@@ -84,18 +119,55 @@ impl Admission for State {
     }
 
     fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
-        let tau = i128::from(self.quota.window_nanos());
         plan.decision(
             self.quota,
             allowed,
             clamp_u64(self.credit),
-            clamp_u64(tau - self.credit),
+            clamp_u64(self.tau() - self.credit),
         )
     }
 
     fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
         self.credit -= i128::from(plan.cost);
         plan.book(self.last, &mut self.last_act)
+    }
+}
+
+impl<V> Adjust for Bucket<V> {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.refill(now.as_nanos());
+        // Keep the number of tokens, re-scaled to the new interval rounding
+        // towards less room (a debt stays a debt), capped at the new burst.
+        let old_e = i128::from(self.quota.emission_nanos());
+        let new_e = i128::from(quota.emission_nanos());
+        self.credit = self
+            .credit
+            .saturating_mul(new_e)
+            .div_euclid(old_e)
+            .min(i128::from(quota.window_nanos()));
+        self.quota = quota;
+    }
+
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
+        if now > reservation.act_at {
+            return 0;
+        }
+        let now = now.as_nanos();
+        self.refill(now);
+        let Some((restore, new_last)) = give_back(
+            reservation.cost,
+            reservation.weight,
+            self.quota,
+            reservation.act_at.as_nanos(),
+            now,
+            self.last_act,
+        ) else {
+            return 0;
+        };
+        let before = self.credit;
+        self.credit = (self.credit + i128::from(restore)).min(self.tau());
+        self.last_act = new_last;
+        u64::try_from((self.credit - before) / i128::from(self.quota.emission_nanos())).unwrap_or(0)
     }
 }
 
@@ -135,74 +207,21 @@ fn clamp_u64(v: i128) -> u64 {
     u64::try_from(v.max(0)).unwrap_or(u64::MAX)
 }
 
-impl State {
-    /// A bucket at `now` holding `tokens` (at most the burst).
-    fn with_tokens(quota: Quota, now: u64, tokens: u64) -> Self {
-        State {
-            quota,
-            last: now,
-            credit: i128::from(quota.cost_nanos(tokens)),
-            last_act: 0,
-        }
-    }
-}
-
-impl Fresh for State {
-    /// A full bucket.
-    fn fresh(quota: Quota, now: u64) -> Self {
-        State::with_tokens(quota, now, quota.burst())
-    }
-}
-
 impl<C: Clock> TokenBucket<C> {
     /// An empty bucket on `clock`: the first token arrives one interval after
     /// the clock's current time.
     pub fn empty_with_clock(quota: Quota, clock: C) -> Self {
         let now = clock.now().as_nanos();
         TokenBucket {
-            state: Mutex::new(State::with_tokens(quota, now, 0)),
+            state: Mutex::new(Bucket::with_tokens(quota, now, 0)),
             clock,
         }
     }
 }
 
-impl Adjust for State {
-    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
-        self.refill(now.as_nanos());
-        // Keep the number of tokens, capped at the new burst.
-        let old_e = i128::from(self.quota.emission_nanos());
-        let new_e = i128::from(quota.emission_nanos());
-        self.credit = (self.credit * new_e / old_e).min(i128::from(quota.window_nanos()));
-        self.quota = quota;
-    }
-
-    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        if now > reservation.act_at {
-            return 0;
-        }
-        let now = now.as_nanos();
-        self.refill(now);
-        let Some((restore, new_last)) = give_back(
-            reservation.cost,
-            reservation.weight,
-            self.quota,
-            reservation.act_at.as_nanos(),
-            now,
-            self.last_act,
-        ) else {
-            return 0;
-        };
-        let tau = i128::from(self.quota.window_nanos());
-        let before = self.credit;
-        self.credit = (self.credit + i128::from(restore)).min(tau);
-        self.last_act = new_last;
-        u64::try_from((self.credit - before) / i128::from(self.quota.emission_nanos())).unwrap_or(0)
-    }
-}
-
 crate::locked::impl_rate_limiter!(TokenBucket, "A full bucket");
 
-impl Fields for State {
+impl Fields for Bucket<Tokens> {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
         d.field("credit_nanos", &self.credit);
     }
