@@ -154,19 +154,17 @@ impl<V> Adjust for Bucket<V> {
         }
         let now = now.as_nanos();
         self.refill(now);
-        let Some((restore, new_last)) = give_back(
+        let Some(restore) = give_back(
             reservation.cost,
             reservation.weight,
             self.quota,
             reservation.act_at.as_nanos(),
-            now,
             self.last_act,
         ) else {
             return 0;
         };
         let before = self.credit;
         self.credit = (self.credit + i128::from(restore)).min(self.tau());
-        self.last_act = new_last;
         u64::try_from((self.credit - before) / i128::from(self.quota.emission_nanos())).unwrap_or(0)
     }
 }
@@ -178,29 +176,18 @@ impl<V> Adjust for Bucket<V> {
 /// under `q`, so a forged reservation never returns more than its weight)
 /// minus the stretch from `act` to the latest grant's act time `last_act`,
 /// which later grants were promised. `None` if nothing comes back; otherwise
-/// the capacity given back and the new `last_act`: if it was the latest
-/// grant, the latest is now the one before it (unless that one has already
-/// acted at `now`).
-pub(crate) fn give_back(
-    cost: u64,
-    weight: u64,
-    q: Quota,
-    act: u64,
-    now: u64,
-    last_act: u64,
-) -> Option<(u64, u64)> {
+/// the capacity given back.
+///
+/// Unlike Go, `last_act` is never moved back when the latest grant is
+/// cancelled: "the grant before it acts at `act − cost`" is wrong once an
+/// earlier cancellation has let a later grant be booked at the same act
+/// time, and the stretch that grant was promised would then be given out
+/// again (an over-admission the mixed reservation property found). Keeping
+/// it only makes later cancellations give back less.
+pub(crate) fn give_back(cost: u64, weight: u64, q: Quota, act: u64, last_act: u64) -> Option<u64> {
     let cost = cost.min(q.cost_nanos(weight));
     let restore = cost.saturating_sub(last_act.saturating_sub(act));
-    if restore == 0 {
-        return None;
-    }
-    let previous = act.saturating_sub(cost);
-    let new_last = if act == last_act && previous >= now {
-        previous
-    } else {
-        last_act
-    };
-    Some((restore, new_last))
+    (restore > 0).then_some(restore)
 }
 
 fn clamp_u64(v: i128) -> u64 {
