@@ -207,67 +207,6 @@ impl<S: Earliest> Admission for S {
     }
 }
 
-/// Where the bucket-family state (the token bucket's, which the leaky meter
-/// shares) places a request: what it costs and how long until that fits.
-/// The state keeps the act time of its latest grant (Go `x/time/rate`'s
-/// `lastEvent`) for cancellation.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Cost {
-    /// The caller's `now`.
-    pub(crate) caller: u64,
-    /// The request's cost in nanoseconds of capacity.
-    pub(crate) cost: u64,
-    /// Nanoseconds from the state's latest time until the cost fits (zero if
-    /// it fits now): a denial's `retry_after` and a reservation's wait.
-    pub(crate) wait: u64,
-}
-
-impl Placement for Cost {
-    fn passes(&self) -> bool {
-        self.wait == 0
-    }
-
-    fn reserve_wait(&self) -> u64 {
-        self.wait
-    }
-}
-
-impl Cost {
-    /// A request from a caller at `caller` costing `cost`, which fits after
-    /// `wait`.
-    pub(crate) fn new(caller: u64, cost: u64, wait: u64) -> Self {
-        Cost { caller, cost, wait }
-    }
-
-    /// The decision for the request under `quota`, with `free` nanoseconds
-    /// of capacity available now and all of it available again in `full`
-    /// nanoseconds; a denial waits [`Cost::wait`].
-    pub(crate) fn decision(&self, quota: Quota, allowed: bool, free: u64, full: u64) -> Decision {
-        Decision {
-            allowed,
-            limit: quota.burst(),
-            remaining: quota.units_in(free),
-            reset_after: Duration::from_nanos(full),
-            retry_after: (!allowed).then(|| Duration::from_nanos(self.wait)),
-            delay: Duration::ZERO,
-        }
-    }
-
-    /// The booking of a reservation granted once the cost is taken: it acts
-    /// `wait` after the state's latest time `last` (which is the caller's
-    /// `now` unless the caller's clock ran backwards), and becomes the latest
-    /// grant if it acts last.
-    pub(crate) fn book(&self, last: u64, last_act: &mut u64) -> Booking {
-        let act = last.max(self.caller).saturating_add(self.wait);
-        *last_act = (*last_act).max(act);
-        Booking {
-            act,
-            mark: act,
-            cost: self.cost,
-        }
-    }
-}
-
 /// What [`RateLimiter::check_at`](crate::RateLimiter::check_at) and
 /// [`RateLimiter::peek_at`](crate::RateLimiter::peek_at) answer.
 pub(crate) type Checked = Result<Decision, CheckError>;

@@ -14,10 +14,11 @@
 use std::fmt::DebugStruct;
 use std::marker::PhantomData;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Cost, Fields, Fresh};
+use crate::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -92,6 +93,29 @@ impl<V> Bucket<V> {
     }
 }
 
+/// Where a [`Bucket`] places a request: what it costs and how long until
+/// that fits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cost {
+    /// The caller's `now`.
+    caller: u64,
+    /// The request's cost in nanoseconds of credit.
+    cost: u64,
+    /// Nanoseconds from the bucket's latest time until the cost fits (zero
+    /// if it fits now): a denial's `retry_after` and a reservation's wait.
+    wait: u64,
+}
+
+impl Placement for Cost {
+    fn passes(&self) -> bool {
+        self.wait == 0
+    }
+
+    fn reserve_wait(&self) -> u64 {
+        self.wait
+    }
+}
+
 impl<V> Fresh for Bucket<V> {
     /// A full bucket (an empty meter).
     fn fresh(quota: Quota, now: u64) -> Self {
@@ -110,7 +134,11 @@ impl<V> Admission for Bucket<V> {
         // Refilling is not consuming: peek may bring the balance up to date.
         self.refill(now);
         let cost = self.quota.cost_nanos(n);
-        Cost::new(now, cost, clamp_u64(i128::from(cost) - self.credit))
+        Cost {
+            caller: now,
+            cost,
+            wait: clamp_u64(i128::from(cost) - self.credit),
+        }
     }
 
     fn admit(&mut self, _n: u64, plan: &Cost) {
@@ -119,17 +147,28 @@ impl<V> Admission for Bucket<V> {
     }
 
     fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
-        plan.decision(
-            self.quota,
+        Decision {
             allowed,
-            clamp_u64(self.credit),
-            clamp_u64(self.tau() - self.credit),
-        )
+            limit: self.quota.burst(),
+            remaining: self.quota.units_in(clamp_u64(self.credit)),
+            reset_after: Duration::from_nanos(clamp_u64(self.tau() - self.credit)),
+            retry_after: (!allowed).then(|| Duration::from_nanos(plan.wait)),
+            delay: Duration::ZERO,
+        }
     }
 
+    /// The reservation acts `wait` after the bucket's latest time (the
+    /// caller's `now`, unless the caller's clock ran backwards), and becomes
+    /// the latest grant if it acts last.
     fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
         self.credit -= i128::from(plan.cost);
-        plan.book(self.last, &mut self.last_act)
+        let act = self.last.max(plan.caller).saturating_add(plan.wait);
+        self.last_act = self.last_act.max(act);
+        Booking {
+            act,
+            mark: act,
+            cost: plan.cost,
+        }
     }
 }
 
