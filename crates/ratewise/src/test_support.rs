@@ -17,10 +17,11 @@ pub(crate) fn quota(rate: u64, burst: u64) -> Quota {
     Quota::per_second(rate).unwrap().with_burst(burst).unwrap()
 }
 
-/// Checks `n` at `at` `count` times and returns how many were admitted.
+/// Checks `n` at `at` `count` times and returns how many were admitted
+/// (`n` must be a valid weight).
 pub(crate) fn admitted<L: RateLimiter>(l: &L, count: u64, n: u64, at: Timestamp) -> u64 {
     (0..count)
-        .filter(|_| l.check_at(n, at).map(|d| d.allowed).unwrap_or(false))
+        .filter(|_| l.check_at(n, at).unwrap().allowed)
         .count() as u64
 }
 

@@ -259,29 +259,23 @@ mod tests {
 
     use super::*;
     use crate::limiter::RateLimiter;
-    use crate::test_support::ms;
+    use crate::test_support::{admitted, ms};
     use crate::time::ManualClock;
-
-    fn admitted(b: &TokenBucket<ManualClock>, count: u64, at: Timestamp) -> u64 {
-        (0..count)
-            .filter(|_| b.check_at(1, at).unwrap().allowed)
-            .count() as u64
-    }
 
     /// 003, "Token Bucket — The Mathematics", worked example: r = 10/s, b = 20.
     #[test]
     fn worked_example_r10_b20() {
         let q = Quota::per_second(10).unwrap().with_burst(20).unwrap();
         let b = TokenBucket::with_clock(q, ManualClock::new());
-        assert_eq!(admitted(&b, 10, ms(0)), 10);
+        assert_eq!(admitted(&b, 10, 1, ms(0)), 10);
         assert_eq!(b.peek_at(1, ms(0)).unwrap().remaining, 10);
         // At t = 1 s the bucket is full again (10 + 10, capped at 20); of 30
         // arrivals, 20 pass.
         assert_eq!(b.peek_at(1, ms(1000)).unwrap().remaining, 20);
-        assert_eq!(admitted(&b, 30, ms(1000)), 20);
+        assert_eq!(admitted(&b, 30, 1, ms(1000)), 20);
         // 10 are still waiting; 5 tokens by t = 1.5 s, 5 more by t = 2 s.
-        assert_eq!(admitted(&b, 10, ms(1500)), 5);
-        assert_eq!(admitted(&b, 5, ms(2000)), 5);
+        assert_eq!(admitted(&b, 10, 1, ms(1500)), 5);
+        assert_eq!(admitted(&b, 5, 1, ms(2000)), 5);
         // 10 + 20 + 5 + 5 = 40 = r·2 + b: the bound is tight.
     }
 
@@ -301,16 +295,16 @@ mod tests {
     fn backwards_time_refills_nothing() {
         let q = Quota::per_second(10).unwrap();
         let b = TokenBucket::with_clock(q, ManualClock::new());
-        assert_eq!(admitted(&b, 10, ms(5000)), 10);
-        assert_eq!(admitted(&b, 10, ms(0)), 0);
-        assert_eq!(admitted(&b, 10, ms(5100)), 1);
+        assert_eq!(admitted(&b, 10, 1, ms(5000)), 10);
+        assert_eq!(admitted(&b, 10, 1, ms(0)), 0);
+        assert_eq!(admitted(&b, 10, 1, ms(5100)), 1);
     }
 
     #[test]
     fn reservation_debt_and_cancel() {
         let q = Quota::per_second(10).unwrap();
         let b = TokenBucket::with_clock(q, ManualClock::new());
-        assert_eq!(admitted(&b, 10, ms(0)), 10);
+        assert_eq!(admitted(&b, 10, 1, ms(0)), 10);
         let r = b.reserve_at(5, ms(0)).unwrap();
         assert_eq!(r.act_at(), ms(500));
         assert_eq!(b.cancel_at(r, ms(200)), 5);
@@ -321,10 +315,13 @@ mod tests {
     fn set_quota_keeps_tokens() {
         let q = Quota::per_second(10).unwrap();
         let b = TokenBucket::with_clock(q, ManualClock::new());
-        assert_eq!(admitted(&b, 6, ms(0)), 6);
+        assert_eq!(admitted(&b, 6, 1, ms(0)), 6);
         b.set_quota_at(Quota::per_second(1).unwrap().with_burst(10).unwrap(), ms(0));
         assert_eq!(b.peek_at(1, ms(0)).unwrap().remaining, 4);
         b.set_quota_at(Quota::per_second(1).unwrap().with_burst(2).unwrap(), ms(0));
         assert_eq!(b.peek_at(1, ms(0)).unwrap().remaining, 2);
     }
+
+    // At most `b + ⌊D/I⌋` units within any span of `D` ns.
+    crate::test_support::shared_limiter_tests!(TokenBucket, span_bound: |i, b, span| b + span / i);
 }
