@@ -707,4 +707,7 @@ mod tests {
         assert!(!g.check_at(1, ms(0)).unwrap().allowed);
         assert!(g.check_at(1, ms(100)).unwrap().allowed);
     }
+
+    // At most `b + ⌊D/I⌋` units within any span of `D` ns.
+    crate::test_support::shared_limiter_tests!(Gcra, span_bound: |i, b, span| b + span / i);
 }
