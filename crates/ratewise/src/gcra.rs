@@ -99,22 +99,20 @@ impl Gcra<MonotonicClock> {
 impl<C: Clock> Gcra<C> {
     /// A limiter on `clock`, starting with its full burst.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
-        Gcra {
-            tat: CacheAligned(AtomicU64::new(0)),
-            last_act: CacheAligned(AtomicU64::new(0)),
-            config: QuotaCell::new(quota),
-            clock,
-        }
+        Gcra::with_tat(quota, clock, 0)
     }
 
     /// A limiter on `clock` that starts empty: the first unit becomes
     /// available one interval after the clock's current time.
     pub fn empty_with_clock(quota: Quota, clock: C) -> Self {
         let now = clock.now().as_nanos();
+        let tat = now.saturating_add(quota.window_nanos()).min(TAT_MAX);
+        Gcra::with_tat(quota, clock, tat)
+    }
+
+    fn with_tat(quota: Quota, clock: C, tat: u64) -> Self {
         Gcra {
-            tat: CacheAligned(AtomicU64::new(
-                now.saturating_add(quota.window_nanos()).min(TAT_MAX),
-            )),
+            tat: CacheAligned(AtomicU64::new(tat)),
             last_act: CacheAligned(AtomicU64::new(0)),
             config: QuotaCell::new(quota),
             clock,
