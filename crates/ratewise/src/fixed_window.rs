@@ -44,9 +44,9 @@ use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Earliest, Fields};
+use crate::locked::{Adjust, Earliest, Fields, Fresh};
 use crate::quota::Quota;
-use crate::time::{Clock, MonotonicClock, Timestamp};
+use crate::time::{MonotonicClock, Timestamp};
 
 /// A fixed-window counter. See the [module docs](self).
 ///
@@ -148,31 +148,14 @@ impl Earliest for State {
     }
 }
 
-impl FixedWindow<MonotonicClock> {
-    /// A fixed-window counter on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        FixedWindow::with_clock(quota, MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> FixedWindow<C> {
-    /// A fixed-window counter on `clock`, with nothing counted yet.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        FixedWindow {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                index: now / quota.window_nanos(),
-                count: 0,
-            }),
-            clock,
+impl Fresh for State {
+    fn fresh(quota: Quota, now: u64) -> Self {
+        State {
+            quota,
+            last: now,
+            index: now / quota.window_nanos(),
+            count: 0,
         }
-    }
-
-    /// The limiter's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }
 
@@ -207,7 +190,10 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(FixedWindow);
+crate::locked::impl_rate_limiter!(
+    FixedWindow,
+    "A fixed-window counter with nothing counted yet"
+);
 
 impl Fields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {

@@ -59,9 +59,11 @@ pub struct Gcra<C = MonotonicClock> {
     /// The act time of the latest reservation (Go `x/time/rate`'s
     /// `lastEvent`), for cancellation. Raised *before* a reservation's CAS,
     /// so a cancel never misses a reservation that was promised room after
-    /// it (a stale, higher value only makes cancels return less). Checks do
-    /// not touch it: an admitted check acts at `now`, never after an
-    /// outstanding reservation.
+    /// it (a stale, higher value only makes cancels return less), and never
+    /// lowered, not even by cancelling the latest reservation (see
+    /// [`give_back`](crate::token_bucket::give_back)). Checks do not touch
+    /// it: an admitted check acts at `now`, never after an outstanding
+    /// reservation.
     last_act: CacheAligned<AtomicU64>,
     config: QuotaCell,
     clock: C,
@@ -97,22 +99,20 @@ impl Gcra<MonotonicClock> {
 impl<C: Clock> Gcra<C> {
     /// A limiter on `clock`, starting with its full burst.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
-        Gcra {
-            tat: CacheAligned(AtomicU64::new(0)),
-            last_act: CacheAligned(AtomicU64::new(0)),
-            config: QuotaCell::new(quota),
-            clock,
-        }
+        Gcra::with_tat(quota, clock, 0)
     }
 
     /// A limiter on `clock` that starts empty: the first unit becomes
     /// available one interval after the clock's current time.
     pub fn empty_with_clock(quota: Quota, clock: C) -> Self {
         let now = clock.now().as_nanos();
+        let tat = now.saturating_add(quota.window_nanos()).min(TAT_MAX);
+        Gcra::with_tat(quota, clock, tat)
+    }
+
+    fn with_tat(quota: Quota, clock: C, tat: u64) -> Self {
         Gcra {
-            tat: CacheAligned(AtomicU64::new(
-                now.saturating_add(quota.window_nanos()).min(TAT_MAX),
-            )),
+            tat: CacheAligned(AtomicU64::new(tat)),
             last_act: CacheAligned(AtomicU64::new(0)),
             config: QuotaCell::new(quota),
             clock,
@@ -296,7 +296,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             let (generation, tat) = split(word);
             let q = self.config.load();
             let last_act = self.last_act.load(Ordering::Acquire);
-            let Some((new_tat, new_last)) = math::cancel(
+            let Some((new_tat, _)) = math::cancel(
                 tat,
                 now,
                 act,
@@ -313,18 +313,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => {
-                    if new_last != last_act {
-                        // A reservation raced in? Then it keeps the higher value.
-                        let _ = self.last_act.compare_exchange(
-                            last_act,
-                            new_last,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        );
-                    }
-                    return (tat - new_tat) / q.emission_nanos();
-                }
+                Ok(_) => return (tat - new_tat) / q.emission_nanos(),
                 Err(actual) => word = actual,
             }
         }
@@ -444,10 +433,12 @@ pub(crate) mod math {
 
     /// Cancelling a reservation (act time `act`, `cost`, `weight`) at `now`
     /// when the latest reservation acts at `last_act`: Go `x/time/rate`'s
-    /// rule — later reservations were promised the stretch from `act` to
-    /// `last_act`; only the rest comes back, and a forged reservation never
-    /// returns more than its weight. `None` if nothing comes back; otherwise
-    /// the new TAT and the new `last_act`.
+    /// rule ([`give_back`](crate::token_bucket::give_back)) — later
+    /// reservations were promised the stretch from `act` to `last_act`; only
+    /// the rest comes back, and a forged reservation never returns more than
+    /// its weight. `None` if nothing comes back; otherwise the new TAT and
+    /// the `last_act` to keep, which is `last_act` itself (the latest act
+    /// time is never moved back; see `give_back`).
     #[inline]
     pub(crate) fn cancel(
         tat: u64,
@@ -458,10 +449,9 @@ pub(crate) mod math {
         q: Quota,
         last_act: u64,
     ) -> Option<(u64, u64)> {
-        let (restore, new_last) =
-            crate::token_bucket::give_back(cost, weight, q, act, now, last_act)?;
+        let restore = crate::token_bucket::give_back(cost, weight, q, act, last_act)?;
         let new_tat = tat.saturating_sub(restore).max(now.min(tat));
-        Some((new_tat, new_last))
+        Some((new_tat, last_act))
     }
 
     /// The TAT that keeps the number of available units when the quota
@@ -715,4 +705,7 @@ mod tests {
         assert!(!g.check_at(1, ms(0)).unwrap().allowed);
         assert!(g.check_at(1, ms(100)).unwrap().allowed);
     }
+
+    // At most `b + ⌊D/I⌋` units within any span of `D` ns.
+    crate::test_support::shared_limiter_tests!(Gcra, span_bound: |i, b, span| b + span / i);
 }

@@ -415,6 +415,10 @@ mod tests {
         endpoint: u8,
     }
 
+    fn req(user: u32, endpoint: u8) -> Req {
+        Req { user, endpoint }
+    }
+
     /// Units level `i` has left for `r` at time zero.
     fn left(h: &Hierarchy<Req>, i: usize, r: &Req) -> u64 {
         h.peek_level_at(i, r, 1, ms(0)).unwrap().unwrap().remaining
@@ -441,10 +445,7 @@ mod tests {
     #[test]
     fn denial_charges_no_level_and_names_the_largest_retry() {
         let h = three_levels(5, 4, 10);
-        let r = Req {
-            user: 1,
-            endpoint: 1,
-        };
+        let r = req(1, 1);
         assert!(h.check_at(&r, 4, ms(0)).unwrap().allowed);
         // User has 1 left, endpoint 0: both refuse; endpoint's wait is longer.
         let d = h.check_at(&r, 2, ms(0)).unwrap();
@@ -462,10 +463,7 @@ mod tests {
     #[test]
     fn errors_charge_nothing() {
         let h = three_levels(5, 4, 10);
-        let r = Req {
-            user: 1,
-            endpoint: 1,
-        };
+        let r = req(1, 1);
         let e = h.check_at(&r, 5, ms(0)).unwrap_err();
         assert_eq!(e.index, 1);
         assert_eq!(e.name, "endpoint");
@@ -503,10 +501,7 @@ mod tests {
             fn cancel_at(&self, _: &Req, _: Reservation, _: Timestamp) {}
         }
         let h = three_levels(5, 4, 10).level("flaky", Flaky);
-        let r = Req {
-            user: 1,
-            endpoint: 1,
-        };
+        let r = req(1, 1);
         let d = h.check_at(&r, 3, ms(0)).unwrap();
         assert_eq!(d.refused_by.as_deref(), Some("flaky"));
         assert_eq!(d.retry_after, Some(Duration::from_secs(3)));
@@ -525,7 +520,7 @@ mod tests {
                 KeyedLimiter::<u32>::builder(q).max_keys(1).build(),
                 |r: &Req| &r.user,
             );
-        let r = |user| Req { user, endpoint: 0 };
+        let r = |user| req(user, 0);
         assert!(h.check_at(&r(1), 3, ms(0)).unwrap().allowed);
         // User 2 looks fine when peeked, but there is no room to track it:
         // the commit refuses, and the global level gets its 3 units back.
@@ -540,16 +535,7 @@ mod tests {
     fn empty_hierarchy_admits() {
         let h = Hierarchy::<Req>::new();
         assert!(h.is_empty());
-        let d = h
-            .check_at(
-                &Req {
-                    user: 0,
-                    endpoint: 0,
-                },
-                1,
-                ms(0),
-            )
-            .unwrap();
+        let d = h.check_at(&req(0, 0), 1, ms(0)).unwrap();
         assert!(d.allowed);
     }
 
@@ -565,10 +551,7 @@ mod tests {
                 let h = &h;
                 s.spawn(move || {
                     for i in 0..400u32 {
-                        let r = Req {
-                            user: (i + t as u32) % 5,
-                            endpoint: (i % 3) as u8,
-                        };
+                        let r = req((i + t as u32) % 5, (i % 3) as u8);
                         let n = u64::from(i % 3) + 1;
                         if h.check_at(&r, n, ms(0)).unwrap().allowed {
                             log.lock().unwrap().push((r.user, r.endpoint, n));
@@ -583,17 +566,16 @@ mod tests {
             .collect();
         let total: u64 = all.iter().map(|a| a.2).sum();
         assert!(total <= 100);
-        let probe = |user, endpoint| Req { user, endpoint };
-        assert_eq!(left(&h, 2, &probe(0, 0)), 100 - total);
+        assert_eq!(left(&h, 2, &req(0, 0)), 100 - total);
         for u in 0..5 {
             let used: u64 = all.iter().filter(|a| a.0 == u).map(|a| a.2).sum();
             assert!(used <= 40);
-            assert_eq!(left(&h, 0, &probe(u, 0)), 40 - used);
+            assert_eq!(left(&h, 0, &req(u, 0)), 40 - used);
         }
         for e in 0..3 {
             let used: u64 = all.iter().filter(|a| a.1 == e).map(|a| a.2).sum();
             assert!(used <= 60);
-            assert_eq!(left(&h, 1, &probe(0, e)), 60 - used);
+            assert_eq!(left(&h, 1, &req(0, e)), 60 - used);
         }
         // The global level was the binding one: it is (nearly) used up.
         assert!(total >= 98, "{total}");

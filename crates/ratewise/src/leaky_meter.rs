@@ -7,16 +7,19 @@
 //! [queue variant](crate::LeakyQueue)'s job.
 //!
 //! The meter is the [token bucket](crate::TokenBucket) seen upside down
-//! (`level = capacity − tokens`), so it admits the same sequences as a token
-//! bucket that starts full. It exists as its own type because it **starts
+//! (`level = capacity − tokens`), and is built as exactly that: it keeps the
+//! token bucket's state and runs its arithmetic, reading the missing tokens
+//! as the level. So it admits the same sequences as a token bucket that
+//! starts full, and follows the same reservation, cancellation and
+//! re-configuration rules. It exists as its own type because it **starts
 //! empty** by default, and because "level" is the vocabulary of the
 //! leaky-bucket literature and of its `reset_after` (time to drain).
 //!
 //! # Invariants
 //!
 //! * The level is kept in nanoseconds of drain time (one unit = one emission
-//!   interval), so the arithmetic is exact integers: no float drift over any
-//!   run length.
+//!   interval; the bucket's missing credit), so the arithmetic is exact
+//!   integers: no float drift over any run length.
 //! * Without reservations `0 ≤ level ≤ burst·interval`. A reservation may
 //!   pour past the brim (a debt later requests queue behind, as in Go's
 //!   `x/time/rate`); the level then drains back below the brim before anyone
@@ -31,11 +34,9 @@
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
-use crate::decision::Decision;
-use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Cost, Fields};
-use crate::quota::Quota;
-use crate::time::{Clock, MonotonicClock, Timestamp};
+use crate::locked::Fields;
+use crate::time::MonotonicClock;
+use crate::token_bucket::Bucket;
 
 /// A leaky bucket used as a meter. See the [module docs](self).
 ///
@@ -52,155 +53,18 @@ use crate::time::{Clock, MonotonicClock, Timestamp};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct LeakyMeter<C = MonotonicClock> {
-    state: Mutex<State>,
+    state: Mutex<Bucket<Level>>,
     clock: C,
 }
 
-#[derive(Debug)]
-struct State {
-    quota: Quota,
-    /// Latest time seen; draining is computed from here.
-    last: u64,
-    /// Level in nanoseconds of drain time. Above `quota.window_nanos()` only
-    /// after reservations.
-    level: u128,
-    /// The act time of the latest grant: Go `x/time/rate`'s `lastEvent`
-    /// (see the token bucket's cancellation rule).
-    last_act: u64,
-}
+/// The meter's view of a [`Bucket`]: its level.
+pub(crate) enum Level {}
 
-impl State {
-    fn drain(&mut self, now: u64) {
-        if now > self.last {
-            self.level = self.level.saturating_sub(u128::from(now - self.last));
-            self.last = now;
-        }
-    }
+crate::locked::impl_rate_limiter!(LeakyMeter, "An empty meter");
 
-    fn capacity(&self) -> u128 {
-        u128::from(self.quota.window_nanos())
-    }
-
-    /// How long until `cost` more fits (zero if it fits now).
-    fn wait_for(&self, cost: u128) -> u64 {
-        clamp_u64((self.level + cost).saturating_sub(self.capacity()))
-    }
-}
-
-impl Admission for State {
-    type Plan = Cost;
-
-    fn quota(&self) -> Quota {
-        self.quota
-    }
-
-    fn plan(&mut self, n: u64, now: u64) -> Cost {
-        // Draining is not consuming: peek may bring the level up to date.
-        self.drain(now);
-        let cost = self.quota.cost_nanos(n);
-        Cost::new(now, cost, self.wait_for(u128::from(cost)))
-    }
-
-    fn admit(&mut self, _n: u64, plan: &Cost) {
-        self.level += u128::from(plan.cost);
-        self.last_act = self.last_act.max(self.last);
-    }
-
-    fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
-        plan.decision(
-            self.quota,
-            allowed,
-            clamp_u64(self.capacity().saturating_sub(self.level)),
-            clamp_u64(self.level),
-        )
-    }
-
-    fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
-        self.level = self.level.saturating_add(u128::from(plan.cost));
-        plan.book(self.last, &mut self.last_act)
-    }
-}
-
-fn clamp_u64(v: u128) -> u64 {
-    u64::try_from(v).unwrap_or(u64::MAX)
-}
-
-impl LeakyMeter<MonotonicClock> {
-    /// An empty meter on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        LeakyMeter::with_clock(quota, MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> LeakyMeter<C> {
-    /// An empty meter on `clock`.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        LeakyMeter {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                level: 0,
-                last_act: 0,
-            }),
-            clock,
-        }
-    }
-
-    /// The meter's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-}
-
-impl Adjust for State {
-    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
-        self.drain(now.as_nanos());
-        // Keep the number of *free* units (capacity − level), as the token
-        // bucket keeps its tokens: re-scale to the new interval rounding
-        // towards less room, cap at the new capacity, and keep any debt.
-        // Preserving the level instead would hand out capacity when a burst
-        // is lowered and raised again.
-        let old_e = i128::from(self.quota.emission_nanos());
-        let new_e = i128::from(quota.emission_nanos());
-        let new_cap = i128::from(quota.window_nanos());
-        let free = i128::try_from(self.capacity()).unwrap_or(i128::MAX)
-            - i128::try_from(self.level).unwrap_or(i128::MAX);
-        let free = free.saturating_mul(new_e).div_euclid(old_e).min(new_cap);
-        self.level = u128::try_from(new_cap - free).unwrap_or(u128::MAX);
-        self.quota = quota;
-    }
-
-    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        if now > reservation.act_at {
-            return 0;
-        }
-        let now = now.as_nanos();
-        self.drain(now);
-        // Later grants were promised room on top of this reservation; only
-        // the rest comes back out (the `x/time/rate` rule).
-        let Some((restore, new_last)) = crate::token_bucket::give_back(
-            reservation.cost,
-            reservation.weight,
-            self.quota,
-            reservation.act_at.as_nanos(),
-            now,
-            self.last_act,
-        ) else {
-            return 0;
-        };
-        let before = self.level;
-        self.level = self.level.saturating_sub(u128::from(restore));
-        self.last_act = new_last;
-        clamp_u64((before - self.level) / u128::from(self.quota.emission_nanos()))
-    }
-}
-
-crate::locked::impl_rate_limiter!(LeakyMeter);
-
-impl Fields for State {
+impl Fields for Bucket<Level> {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
-        d.field("level_nanos", &self.level);
+        d.field("level_nanos", &self.level());
     }
 }
 
@@ -211,10 +75,11 @@ mod tests {
     use super::*;
     use crate::error::ReserveError;
     use crate::limiter::RateLimiter;
+    use crate::quota::Quota;
     use crate::test_support::{
         admitted, assert_peeks_allowed, assert_retry_exact, assert_weights, ms, quota,
     };
-    use crate::time::ManualClock;
+    use crate::time::{ManualClock, Timestamp};
 
     fn meter(rate: u64, burst: u64) -> LeakyMeter<ManualClock> {
         LeakyMeter::with_clock(quota(rate, burst), ManualClock::new())

@@ -67,9 +67,9 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Fields, Placement};
+use crate::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
 use crate::quota::Quota;
-use crate::time::{Clock, MonotonicClock, Timestamp};
+use crate::time::{MonotonicClock, Timestamp};
 
 /// A leaky bucket used as a queue (a scheduler). See the [module
 /// docs](self).
@@ -189,30 +189,13 @@ impl Admission for State {
     }
 }
 
-impl LeakyQueue<MonotonicClock> {
-    /// An empty queue on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        LeakyQueue::with_clock(quota, MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> LeakyQueue<C> {
-    /// An empty queue on `clock`.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        LeakyQueue {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                tail: now,
-            }),
-            clock,
+impl Fresh for State {
+    fn fresh(quota: Quota, now: u64) -> Self {
+        State {
+            quota,
+            last: now,
+            tail: now,
         }
-    }
-
-    /// The queue's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }
 
@@ -237,7 +220,7 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(LeakyQueue);
+crate::locked::impl_rate_limiter!(LeakyQueue, "An empty queue");
 
 impl Fields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
@@ -420,43 +403,10 @@ mod tests {
         fn prop_output_never_bursts((i, b, ops) in crate::test_support::mixed_workload()) {
             let l = LeakyQueue::with_clock(Quota::from_parts(i, b).unwrap(), ManualClock::new());
             // For the queue, a request acts at its departure.
-            let mut departures = Vec::new();
-            let mut t = 0u64;
-            let mut reservations = Vec::new();
-            for &(dt, kind, n) in &ops {
-                t += dt;
-                let now = Timestamp::from_nanos(t);
-                match kind {
-                    0 => {
-                        let d = l.check_at(n, now).unwrap();
-                        if d.allowed {
-                            departures.push(Some((t + u64::try_from(d.delay.as_nanos()).unwrap(), n)));
-                        }
-                    }
-                    1 | 2 => {
-                        let max_wait = if kind == 1 { Duration::MAX } else { Duration::from_nanos(n * 3) };
-                        if let Ok(r) = l.reserve_within_at(n, now, max_wait) {
-                            let act = r.act_at().as_nanos();
-                            reservations.push((departures.len(), r));
-                            departures.push(Some((act, n)));
-                        }
-                    }
-                    _ => {
-                        if reservations.is_empty() {
-                            continue;
-                        }
-                        let k = (n as usize) % reservations.len();
-                        let (slot, r) = reservations.swap_remove(k);
-                        let (act_at, weight) = (r.act_at(), r.weight());
-                        let back = l.cancel_at(r, now);
-                        if act_at >= now {
-                            proptest::prop_assert!(back == 0 || back == weight);
-                            departures[slot] = None;
-                        }
-                    }
-                }
+            let (mut departures, returned) = crate::test_support::run_mixed(&l, &ops);
+            for (weight, back) in returned {
+                proptest::prop_assert!(back == 0 || back == weight);
             }
-            let mut departures: Vec<_> = departures.into_iter().flatten().collect();
             departures.sort_unstable();
             for w in departures.windows(2) {
                 proptest::prop_assert!(w[1].0 >= w[0].0 + w[0].1 * i, "{:?}", w);

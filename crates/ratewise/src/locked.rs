@@ -7,12 +7,13 @@
 //! weight against the burst, bring the state up to `now` (never back in
 //! time), work out where the request would go, admit it or not, and describe
 //! the outcome. Those steps are written once here, and
-//! [`impl_rate_limiter!`] writes each type's whole `RateLimiter` and `Debug`
-//! impls around them. What really differs — how time is settled, when a
-//! request passes, what admitting it changes, what the decision reports —
-//! stays in each algorithm's module, in its state's [`Admission`] (or
-//! [`Earliest`]) impl; so do its cancellation and re-configuration rules
-//! ([`Adjust`]) and its `Debug` fields ([`Fields`]).
+//! [`impl_rate_limiter!`] writes each type's constructors (`new`,
+//! `with_clock`, `clock`) and its whole `RateLimiter` and `Debug` impls
+//! around them. What really differs — how time is settled, when a request
+//! passes, what admitting it changes, what the decision reports — stays in
+//! each algorithm's module, in its state's [`Admission`] (or [`Earliest`])
+//! impl; so do its starting state ([`Fresh`]), its cancellation and
+//! re-configuration rules ([`Adjust`]) and its `Debug` fields ([`Fields`]).
 //!
 //! # Invariants
 //!
@@ -206,67 +207,6 @@ impl<S: Earliest> Admission for S {
     }
 }
 
-/// Where a bucket-family state (the token bucket, the leaky meter) places a
-/// request: what it costs and how long until that fits. Both states keep the
-/// act time of their latest grant (Go `x/time/rate`'s `lastEvent`) for
-/// cancellation.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Cost {
-    /// The caller's `now`.
-    pub(crate) caller: u64,
-    /// The request's cost in nanoseconds of capacity.
-    pub(crate) cost: u64,
-    /// Nanoseconds from the state's latest time until the cost fits (zero if
-    /// it fits now): a denial's `retry_after` and a reservation's wait.
-    pub(crate) wait: u64,
-}
-
-impl Placement for Cost {
-    fn passes(&self) -> bool {
-        self.wait == 0
-    }
-
-    fn reserve_wait(&self) -> u64 {
-        self.wait
-    }
-}
-
-impl Cost {
-    /// A request from a caller at `caller` costing `cost`, which fits after
-    /// `wait`.
-    pub(crate) fn new(caller: u64, cost: u64, wait: u64) -> Self {
-        Cost { caller, cost, wait }
-    }
-
-    /// The decision for the request under `quota`, with `free` nanoseconds
-    /// of capacity available now and all of it available again in `full`
-    /// nanoseconds; a denial waits [`Cost::wait`].
-    pub(crate) fn decision(&self, quota: Quota, allowed: bool, free: u64, full: u64) -> Decision {
-        Decision {
-            allowed,
-            limit: quota.burst(),
-            remaining: quota.units_in(free),
-            reset_after: Duration::from_nanos(full),
-            retry_after: (!allowed).then(|| Duration::from_nanos(self.wait)),
-            delay: Duration::ZERO,
-        }
-    }
-
-    /// The booking of a reservation granted once the cost is taken: it acts
-    /// `wait` after the state's latest time `last` (which is the caller's
-    /// `now` unless the caller's clock ran backwards), and becomes the latest
-    /// grant if it acts last.
-    pub(crate) fn book(&self, last: u64, last_act: &mut u64) -> Booking {
-        let act = last.max(self.caller).saturating_add(self.wait);
-        *last_act = (*last_act).max(act);
-        Booking {
-            act,
-            mark: act,
-            cost: self.cost,
-        }
-    }
-}
-
 /// What [`RateLimiter::check_at`](crate::RateLimiter::check_at) and
 /// [`RateLimiter::peek_at`](crate::RateLimiter::peek_at) answer.
 pub(crate) type Checked = Result<Decision, CheckError>;
@@ -331,6 +271,13 @@ pub(crate) trait Adjust {
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64;
 }
 
+/// How a mutex-protected limiter's state starts.
+pub(crate) trait Fresh {
+    /// The state of a limiter created at `now` under `quota`, before any
+    /// request.
+    fn fresh(quota: Quota, now: u64) -> Self;
+}
+
 /// The fields a mutex-protected limiter's `Debug` output shows after its
 /// quota.
 pub(crate) trait Fields {
@@ -338,14 +285,43 @@ pub(crate) trait Fields {
     fn fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>);
 }
 
-/// Implements [`RateLimiter`](crate::RateLimiter) and `Debug` for a mutex-protected
-/// limiter `$ty<C>`: a struct with the fields `state: Mutex<S>`, where `S:`
-/// [`Admission`] `+` [`Adjust`] `+` [`Fields`], and `clock: C`, where
-/// `C: Clock`. Every method locks the state once and hands it to the shared
-/// paths above or to the state's own [`Adjust`] rules. `Debug` shows the
-/// type's name, its quota and the state's [`Fields`].
+/// Implements the constructors, [`RateLimiter`](crate::RateLimiter) and
+/// `Debug` for a mutex-protected limiter `$ty<C>`: a struct with the fields
+/// `state: Mutex<S>`, where `S:` [`Fresh`] `+` [`Admission`] `+` [`Adjust`]
+/// `+` [`Fields`], and `clock: C`, where `C: Clock`.
+///
+/// * `new(quota)` (on the production clock) and `with_clock(quota, clock)`
+///   start from the state's [`Fresh::fresh`] at the clock's current time;
+///   `$what` is what they make (their docs are `"$what, on …"`). `clock()`
+///   returns the clock.
+/// * Every `RateLimiter` method locks the state once and hands it to the
+///   shared paths above or to the state's own [`Adjust`] rules.
+/// * `Debug` shows the type's name, its quota and the state's [`Fields`].
 macro_rules! impl_rate_limiter {
-    ($ty:ident) => {
+    ($ty:ident, $what:literal) => {
+        impl $ty<$crate::time::MonotonicClock> {
+            #[doc = concat!($what, ", on the production clock.")]
+            pub fn new(quota: $crate::quota::Quota) -> Self {
+                Self::with_clock(quota, $crate::time::MonotonicClock::new())
+            }
+        }
+
+        impl<C: $crate::time::Clock> $ty<C> {
+            #[doc = concat!($what, ", on `clock`.")]
+            pub fn with_clock(quota: $crate::quota::Quota, clock: C) -> Self {
+                let now = $crate::time::Clock::now(&clock).as_nanos();
+                $ty {
+                    state: ::std::sync::Mutex::new($crate::locked::Fresh::fresh(quota, now)),
+                    clock,
+                }
+            }
+
+            /// The limiter's clock.
+            pub fn clock(&self) -> &C {
+                &self.clock
+            }
+        }
+
         impl<C: $crate::time::Clock> $crate::limiter::RateLimiter for $ty<C> {
             fn quota(&self) -> $crate::quota::Quota {
                 $crate::locked::Admission::quota(&*$crate::locked::lock(&self.state))

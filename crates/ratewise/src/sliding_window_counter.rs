@@ -50,9 +50,9 @@ use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Earliest, Fields};
+use crate::locked::{Adjust, Earliest, Fields, Fresh};
 use crate::quota::Quota;
-use crate::time::{Clock, MonotonicClock, Timestamp};
+use crate::time::{MonotonicClock, Timestamp};
 
 /// A sliding-window counter. See the [module docs](self).
 ///
@@ -203,32 +203,15 @@ impl Earliest for State {
     }
 }
 
-impl SlidingWindowCounter<MonotonicClock> {
-    /// A sliding-window counter on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        SlidingWindowCounter::with_clock(quota, MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> SlidingWindowCounter<C> {
-    /// A sliding-window counter on `clock`, with nothing counted yet.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        SlidingWindowCounter {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                index: now / quota.window_nanos(),
-                prev: 0,
-                cur: 0,
-            }),
-            clock,
+impl Fresh for State {
+    fn fresh(quota: Quota, now: u64) -> Self {
+        State {
+            quota,
+            last: now,
+            index: now / quota.window_nanos(),
+            prev: 0,
+            cur: 0,
         }
-    }
-
-    /// The limiter's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }
 
@@ -264,7 +247,10 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(SlidingWindowCounter);
+crate::locked::impl_rate_limiter!(
+    SlidingWindowCounter,
+    "A sliding-window counter with nothing counted yet"
+);
 
 impl Fields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
@@ -358,12 +344,19 @@ mod tests {
         assert_eq!(admitted(&l, 10, 1, ms(6100)), 1);
     }
 
-    #[test]
-    fn reservations_and_cancel() {
+    /// A full window 0 and a reservation of 5 made at 100 ms, booked in
+    /// window 1.
+    fn booked() -> (SlidingWindowCounter<ManualClock>, Reservation) {
         let l = swc(10, 10);
         assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
         let r = l.reserve_at(5, ms(100)).unwrap();
         assert_eq!(r.act_at(), ms(1500));
+        (l, r)
+    }
+
+    #[test]
+    fn reservations_and_cancel() {
+        let (l, _) = booked();
         assert!(matches!(
             l.reserve_within_at(5, ms(100), Duration::from_millis(1899)),
             Err(ReserveError::WouldWaitTooLong { .. })
@@ -373,10 +366,7 @@ mod tests {
         assert_eq!(l.peek_at(1, ms(900)).unwrap().remaining, 0);
         assert_eq!(assert_retry_exact(&l, 1, ms(900)), ms(1600));
 
-        let l = swc(10, 10);
-        assert_eq!(admitted(&l, 10, 1, ms(0)), 10);
-        let r = l.reserve_at(5, ms(100)).unwrap();
-        assert_eq!(r.act_at(), ms(1500));
+        let (l, r) = booked();
         // prev = 10, cur = 5: 4 more fit in window 1 once 10·(1 − f) ≤ 1.
         let soon = l.reserve_at(4, ms(1000)).unwrap();
         assert_eq!(soon.act_at(), ms(1900));

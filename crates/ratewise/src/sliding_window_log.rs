@@ -52,9 +52,9 @@ use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Earliest, Fields};
+use crate::locked::{Adjust, Earliest, Fields, Fresh};
 use crate::quota::Quota;
-use crate::time::{Clock, MonotonicClock, Timestamp};
+use crate::time::{MonotonicClock, Timestamp};
 
 /// A sliding-window log. See the [module docs](self).
 ///
@@ -187,34 +187,19 @@ impl Earliest for State {
     }
 }
 
-impl SlidingWindowLog<MonotonicClock> {
-    /// A sliding-window log on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        SlidingWindowLog::with_clock(quota, MonotonicClock::new())
+impl Fresh for State {
+    fn fresh(quota: Quota, now: u64) -> Self {
+        State {
+            quota,
+            last: now,
+            floor: now,
+            log: VecDeque::new(),
+            total: 0,
+        }
     }
 }
 
-impl<C: Clock> SlidingWindowLog<C> {
-    /// A sliding-window log on `clock`, empty (it allocates on first use).
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        SlidingWindowLog {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                floor: now,
-                log: VecDeque::new(),
-                total: 0,
-            }),
-            clock,
-        }
-    }
-
-    /// The limiter's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-
+impl<C> SlidingWindowLog<C> {
     /// How many entries the log holds now (at most the burst).
     pub fn len(&self) -> usize {
         crate::locked::lock(&self.state).log.len()
@@ -253,7 +238,10 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(SlidingWindowLog);
+crate::locked::impl_rate_limiter!(
+    SlidingWindowLog,
+    "An empty sliding-window log (it allocates on first use)"
+);
 
 impl Fields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
@@ -346,14 +334,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn reservations_and_cancel() {
+    /// A full log — 4 units at 0, 6 at 300 ms — and a reservation of 5 made
+    /// at 400 ms.
+    fn booked() -> (SlidingWindowLog<ManualClock>, Reservation) {
         let l = swl(10, 10);
         assert_eq!(admitted(&l, 4, 1, ms(0)), 4);
         assert_eq!(admitted(&l, 6, 1, ms(300)), 6);
         // Removing the 4 from t = 0 is not enough; the 6 at 300 ms must go.
         let r = l.reserve_at(5, ms(400)).unwrap();
         assert_eq!(r.act_at(), ms(1300));
+        (l, r)
+    }
+
+    #[test]
+    fn reservations_and_cancel() {
+        let (l, _) = booked();
         // Before the reservation's time checks are denied, and told when
         // they pass; at 1.3 s the window (0.3 s, 1.3 s] holds only `r`.
         let d = l.peek_at(1, ms(500)).unwrap();
@@ -361,19 +356,17 @@ mod tests {
         assert_eq!(assert_retry_exact(&l, 1, ms(500)), ms(1300));
         assert_eq!(l.peek_at(1, ms(1300)).unwrap().remaining, 4);
 
-        let l = swl(10, 10);
-        assert_eq!(admitted(&l, 4, 1, ms(0)), 4);
-        assert_eq!(admitted(&l, 6, 1, ms(300)), 6);
-        let r = l.reserve_at(5, ms(400)).unwrap();
+        let (l, r) = booked();
         assert!(matches!(
             l.reserve_within_at(6, ms(500), Duration::from_millis(1799)),
             Err(ReserveError::WouldWaitTooLong { .. })
         ));
         let later = l.reserve_at(5, ms(500)).unwrap();
         assert_eq!(later.act_at(), ms(1300));
-        assert_eq!(l.len(), 1); // one entry for both
-                                // Misuse (a forged twin of `r`, cancelled after `r` itself) takes
-                                // `later`'s entry; it never panics or returns more than its weight.
+        // One entry for both.
+        assert_eq!(l.len(), 1);
+        // Misuse (a forged twin of `r`, cancelled after `r` itself) takes
+        // `later`'s entry; it never panics or returns more than its weight.
         let twin = Reservation::new(r.weight(), r.made_at(), r.act_at(), r.mark(), r.cost());
         assert_eq!(l.cancel_at(r, ms(1000)), 5);
         assert_eq!(l.cancel_at(twin, ms(1000)), 5);

@@ -17,10 +17,11 @@ pub(crate) fn quota(rate: u64, burst: u64) -> Quota {
     Quota::per_second(rate).unwrap().with_burst(burst).unwrap()
 }
 
-/// Checks `n` at `at` `count` times and returns how many were admitted.
+/// Checks `n` at `at` `count` times and returns how many were admitted
+/// (`n` must be a valid weight).
 pub(crate) fn admitted<L: RateLimiter>(l: &L, count: u64, n: u64, at: Timestamp) -> u64 {
     (0..count)
-        .filter(|_| l.check_at(n, at).map(|d| d.allowed).unwrap_or(false))
+        .filter(|_| l.check_at(n, at).unwrap().allowed)
         .count() as u64
 }
 
@@ -203,22 +204,30 @@ pub(crate) fn mixed_workload(
     })
 }
 
-/// Runs a [`mixed_workload`] and returns what will act: `(act time, weight)`
-/// of every admitted check and every reservation not cancelled, in the order
-/// they were granted. Checks that cancelling never returns more than the
-/// reservation's weight, and that nothing can be cancelled after its act
-/// time.
-pub(crate) fn run_mixed<L: RateLimiter>(l: &L, ops: &[(u64, u8, u64)]) -> Vec<(u64, u64)> {
+/// What a [`run_mixed`] run leaves: `(act time, weight)` of everything that
+/// will act, and `(weight, units given back)` of every reservation cancelled
+/// before its act time.
+pub(crate) type Mixed = (Vec<(u64, u64)>, Vec<(u64, u64)>);
+
+/// Runs a [`mixed_workload`] and returns what will act — every admitted
+/// check at its time plus its `delay`, every reservation not cancelled at its
+/// act time, in the order they were granted — and what the timely
+/// cancellations gave back. Checks that a reservation never acts before it
+/// was made, that cancelling never returns more than the reservation's
+/// weight, and that nothing can be cancelled after its act time.
+pub(crate) fn run_mixed<L: RateLimiter>(l: &L, ops: &[(u64, u8, u64)]) -> Mixed {
     let mut t = 0u64;
     let mut acts: Vec<Option<(u64, u64)>> = Vec::new();
     let mut reservations: Vec<(usize, crate::Reservation)> = Vec::new();
+    let mut returned = Vec::new();
     for &(dt, kind, n) in ops {
         t += dt;
         let now = Timestamp::from_nanos(t);
         match kind {
             0 => {
-                if l.check_at(n, now).unwrap().allowed {
-                    acts.push(Some((t, n)));
+                let d = l.check_at(n, now).unwrap();
+                if d.allowed {
+                    acts.push(Some(((now + d.delay).as_nanos(), n)));
                 }
             }
             1 | 2 => {
@@ -246,13 +255,14 @@ pub(crate) fn run_mixed<L: RateLimiter>(l: &L, ops: &[(u64, u8, u64)]) -> Vec<(u
                 if act_at >= now {
                     // Not yet due: the caller will not act.
                     acts[slot] = None;
+                    returned.push((weight, back));
                 } else {
                     assert_eq!(back, 0, "cancelled after its act time");
                 }
             }
         }
     }
-    acts.into_iter().flatten().collect()
+    (acts.into_iter().flatten().collect(), returned)
 }
 
 /// Asserts that the weight of `acts` within any span of `D` ns is at most
@@ -329,7 +339,7 @@ macro_rules! shared_limiter_tests {
             fn prop_reservations_keep_the_bound((i, b, ops) in $crate::test_support::mixed_workload()) {
                 let bound = |$i: u64, $b: u64, $span: u64| -> u64 { $bound };
                 let l = $ty::with_clock(Quota::from_parts(i, b).unwrap(), $crate::time::ManualClock::new());
-                let acts = $crate::test_support::run_mixed(&l, &ops);
+                let (acts, _) = $crate::test_support::run_mixed(&l, &ops);
                 $crate::test_support::assert_span_bound(&acts, |span| bound(i, b, span));
             }
         }

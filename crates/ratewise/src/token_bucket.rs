@@ -12,11 +12,13 @@
 //! queue behind), as in Go's `x/time/rate`.
 
 use std::fmt::DebugStruct;
+use std::marker::PhantomData;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Cost, Fields};
+use crate::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -34,12 +36,15 @@ use crate::time::{Clock, MonotonicClock, Timestamp};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct TokenBucket<C = MonotonicClock> {
-    state: Mutex<State>,
+    state: Mutex<Bucket<Tokens>>,
     clock: C,
 }
 
-#[derive(Debug)]
-struct State {
+/// The state of the bucket family: the token bucket, and the
+/// [leaky meter](crate::LeakyMeter), which is the same bucket seen upside
+/// down (its level is `window − credit`). `V` only chooses what `Debug`
+/// shows: [`Tokens`] here, the meter's level there.
+pub(crate) struct Bucket<V> {
     quota: Quota,
     /// Latest time seen; refill is computed from here.
     last: u64,
@@ -51,20 +56,74 @@ struct State {
     /// the capacity no later grant was promised: its cost minus the time
     /// from its act time to this one.
     last_act: u64,
+    view: PhantomData<fn() -> V>,
 }
 
-impl State {
+/// The token bucket's view of a [`Bucket`]: its credit.
+pub(crate) enum Tokens {}
+
+impl<V> Bucket<V> {
+    /// A bucket at `now` holding `tokens` (at most the burst).
+    fn with_tokens(quota: Quota, now: u64, tokens: u64) -> Self {
+        Bucket {
+            quota,
+            last: now,
+            credit: i128::from(quota.cost_nanos(tokens)),
+            last_act: 0,
+            view: PhantomData,
+        }
+    }
+
+    fn tau(&self) -> i128 {
+        i128::from(self.quota.window_nanos())
+    }
+
+    /// The bucket seen upside down: nanoseconds of refill missing until it
+    /// is full (the leaky meter's level; above the window while in debt).
+    pub(crate) fn level(&self) -> i128 {
+        self.tau() - self.credit
+    }
+
     fn refill(&mut self, now: u64) {
         // A `now` earlier than `last` refills nothing (time never runs back).
         if now > self.last {
-            let tau = i128::from(self.quota.window_nanos());
-            self.credit = (self.credit + i128::from(now - self.last)).min(tau);
+            self.credit = (self.credit + i128::from(now - self.last)).min(self.tau());
             self.last = now;
         }
     }
 }
 
-impl Admission for State {
+/// Where a [`Bucket`] places a request: what it costs and how long until
+/// that fits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cost {
+    /// The caller's `now`.
+    caller: u64,
+    /// The request's cost in nanoseconds of credit.
+    cost: u64,
+    /// Nanoseconds from the bucket's latest time until the cost fits (zero
+    /// if it fits now): a denial's `retry_after` and a reservation's wait.
+    wait: u64,
+}
+
+impl Placement for Cost {
+    fn passes(&self) -> bool {
+        self.wait == 0
+    }
+
+    fn reserve_wait(&self) -> u64 {
+        self.wait
+    }
+}
+
+impl<V> Fresh for Bucket<V> {
+    /// A full bucket (an empty meter).
+    fn fresh(quota: Quota, now: u64) -> Self {
+        Bucket::with_tokens(quota, now, quota.burst())
+    }
+}
+
+impl<V> Admission for Bucket<V> {
     type Plan = Cost;
 
     fn quota(&self) -> Quota {
@@ -74,8 +133,12 @@ impl Admission for State {
     fn plan(&mut self, n: u64, now: u64) -> Cost {
         // Refilling is not consuming: peek may bring the balance up to date.
         self.refill(now);
-        let cost = n * self.quota.emission_nanos();
-        Cost::new(now, cost, clamp_u64(i128::from(cost) - self.credit))
+        let cost = self.quota.cost_nanos(n);
+        Cost {
+            caller: now,
+            cost,
+            wait: clamp_u64(i128::from(cost) - self.credit),
+        }
     }
 
     fn admit(&mut self, _n: u64, plan: &Cost) {
@@ -84,18 +147,64 @@ impl Admission for State {
     }
 
     fn decision(&self, plan: &Cost, allowed: bool) -> Decision {
-        let tau = i128::from(self.quota.window_nanos());
-        plan.decision(
-            self.quota,
+        Decision {
             allowed,
-            clamp_u64(self.credit),
-            clamp_u64(tau - self.credit),
-        )
+            limit: self.quota.burst(),
+            remaining: self.quota.units_in(clamp_u64(self.credit)),
+            reset_after: Duration::from_nanos(clamp_u64(self.tau() - self.credit)),
+            retry_after: (!allowed).then(|| Duration::from_nanos(plan.wait)),
+            delay: Duration::ZERO,
+        }
     }
 
+    /// The reservation acts `wait` after the bucket's latest time (the
+    /// caller's `now`, unless the caller's clock ran backwards), and becomes
+    /// the latest grant if it acts last.
     fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
         self.credit -= i128::from(plan.cost);
-        plan.book(self.last, &mut self.last_act)
+        let act = self.last.max(plan.caller).saturating_add(plan.wait);
+        self.last_act = self.last_act.max(act);
+        Booking {
+            act,
+            mark: act,
+            cost: plan.cost,
+        }
+    }
+}
+
+impl<V> Adjust for Bucket<V> {
+    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
+        self.refill(now.as_nanos());
+        // Keep the number of tokens, re-scaled to the new interval rounding
+        // towards less room (a debt stays a debt), capped at the new burst.
+        let old_e = i128::from(self.quota.emission_nanos());
+        let new_e = i128::from(quota.emission_nanos());
+        self.credit = self
+            .credit
+            .saturating_mul(new_e)
+            .div_euclid(old_e)
+            .min(i128::from(quota.window_nanos()));
+        self.quota = quota;
+    }
+
+    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
+        if now > reservation.act_at {
+            return 0;
+        }
+        let now = now.as_nanos();
+        self.refill(now);
+        let Some(restore) = give_back(
+            reservation.cost,
+            reservation.weight,
+            self.quota,
+            reservation.act_at.as_nanos(),
+            self.last_act,
+        ) else {
+            return 0;
+        };
+        let before = self.credit;
+        self.credit = (self.credit + i128::from(restore)).min(self.tau());
+        u64::try_from((self.credit - before) / i128::from(self.quota.emission_nanos())).unwrap_or(0)
     }
 }
 
@@ -106,111 +215,39 @@ impl Admission for State {
 /// under `q`, so a forged reservation never returns more than its weight)
 /// minus the stretch from `act` to the latest grant's act time `last_act`,
 /// which later grants were promised. `None` if nothing comes back; otherwise
-/// the capacity given back and the new `last_act`: if it was the latest
-/// grant, the latest is now the one before it (unless that one has already
-/// acted at `now`).
-pub(crate) fn give_back(
-    cost: u64,
-    weight: u64,
-    q: Quota,
-    act: u64,
-    now: u64,
-    last_act: u64,
-) -> Option<(u64, u64)> {
+/// the capacity given back.
+///
+/// Unlike Go, `last_act` is never moved back when the latest grant is
+/// cancelled: "the grant before it acts at `act − cost`" is wrong once an
+/// earlier cancellation has let a later grant be booked at the same act
+/// time, and the stretch that grant was promised would then be given out
+/// again (an over-admission the mixed reservation property found). Keeping
+/// it only makes later cancellations give back less.
+pub(crate) fn give_back(cost: u64, weight: u64, q: Quota, act: u64, last_act: u64) -> Option<u64> {
     let cost = cost.min(q.cost_nanos(weight));
     let restore = cost.saturating_sub(last_act.saturating_sub(act));
-    if restore == 0 {
-        return None;
-    }
-    let previous = act.saturating_sub(cost);
-    let new_last = if act == last_act && previous >= now {
-        previous
-    } else {
-        last_act
-    };
-    Some((restore, new_last))
+    (restore > 0).then_some(restore)
 }
 
 fn clamp_u64(v: i128) -> u64 {
     u64::try_from(v.max(0)).unwrap_or(u64::MAX)
 }
 
-impl TokenBucket<MonotonicClock> {
-    /// A full bucket on the production clock.
-    pub fn new(quota: Quota) -> Self {
-        TokenBucket::with_clock(quota, MonotonicClock::new())
-    }
-}
-
 impl<C: Clock> TokenBucket<C> {
-    /// A full bucket on `clock`.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let now = clock.now().as_nanos();
-        TokenBucket::with_clock_and_tokens(quota, clock, quota.burst(), now)
-    }
-
     /// An empty bucket on `clock`: the first token arrives one interval after
     /// the clock's current time.
     pub fn empty_with_clock(quota: Quota, clock: C) -> Self {
         let now = clock.now().as_nanos();
-        TokenBucket::with_clock_and_tokens(quota, clock, 0, now)
-    }
-
-    fn with_clock_and_tokens(quota: Quota, clock: C, tokens: u64, now: u64) -> Self {
         TokenBucket {
-            state: Mutex::new(State {
-                quota,
-                last: now,
-                credit: i128::from(quota.cost_nanos(tokens.min(quota.burst()))),
-                last_act: 0,
-            }),
+            state: Mutex::new(Bucket::with_tokens(quota, now, 0)),
             clock,
         }
     }
-
-    /// The bucket's clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
 }
 
-impl Adjust for State {
-    fn set_quota(&mut self, quota: Quota, now: Timestamp) {
-        self.refill(now.as_nanos());
-        // Keep the number of tokens, capped at the new burst.
-        let old_e = i128::from(self.quota.emission_nanos());
-        let new_e = i128::from(quota.emission_nanos());
-        self.credit = (self.credit * new_e / old_e).min(i128::from(quota.window_nanos()));
-        self.quota = quota;
-    }
+crate::locked::impl_rate_limiter!(TokenBucket, "A full bucket");
 
-    fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        if now > reservation.act_at {
-            return 0;
-        }
-        let now = now.as_nanos();
-        self.refill(now);
-        let Some((restore, new_last)) = give_back(
-            reservation.cost,
-            reservation.weight,
-            self.quota,
-            reservation.act_at.as_nanos(),
-            now,
-            self.last_act,
-        ) else {
-            return 0;
-        };
-        let tau = i128::from(self.quota.window_nanos());
-        let before = self.credit;
-        self.credit = (self.credit + i128::from(restore)).min(tau);
-        self.last_act = new_last;
-        u64::try_from((self.credit - before) / i128::from(self.quota.emission_nanos())).unwrap_or(0)
-    }
-}
-
-crate::locked::impl_rate_limiter!(TokenBucket);
-
-impl Fields for State {
+impl Fields for Bucket<Tokens> {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
         d.field("credit_nanos", &self.credit);
     }
@@ -222,29 +259,23 @@ mod tests {
 
     use super::*;
     use crate::limiter::RateLimiter;
-    use crate::test_support::ms;
+    use crate::test_support::{admitted, ms};
     use crate::time::ManualClock;
-
-    fn admitted(b: &TokenBucket<ManualClock>, count: u64, at: Timestamp) -> u64 {
-        (0..count)
-            .filter(|_| b.check_at(1, at).unwrap().allowed)
-            .count() as u64
-    }
 
     /// 003, "Token Bucket — The Mathematics", worked example: r = 10/s, b = 20.
     #[test]
     fn worked_example_r10_b20() {
         let q = Quota::per_second(10).unwrap().with_burst(20).unwrap();
         let b = TokenBucket::with_clock(q, ManualClock::new());
-        assert_eq!(admitted(&b, 10, ms(0)), 10);
+        assert_eq!(admitted(&b, 10, 1, ms(0)), 10);
         assert_eq!(b.peek_at(1, ms(0)).unwrap().remaining, 10);
         // At t = 1 s the bucket is full again (10 + 10, capped at 20); of 30
         // arrivals, 20 pass.
         assert_eq!(b.peek_at(1, ms(1000)).unwrap().remaining, 20);
-        assert_eq!(admitted(&b, 30, ms(1000)), 20);
+        assert_eq!(admitted(&b, 30, 1, ms(1000)), 20);
         // 10 are still waiting; 5 tokens by t = 1.5 s, 5 more by t = 2 s.
-        assert_eq!(admitted(&b, 10, ms(1500)), 5);
-        assert_eq!(admitted(&b, 5, ms(2000)), 5);
+        assert_eq!(admitted(&b, 10, 1, ms(1500)), 5);
+        assert_eq!(admitted(&b, 5, 1, ms(2000)), 5);
         // 10 + 20 + 5 + 5 = 40 = r·2 + b: the bound is tight.
     }
 
@@ -264,16 +295,16 @@ mod tests {
     fn backwards_time_refills_nothing() {
         let q = Quota::per_second(10).unwrap();
         let b = TokenBucket::with_clock(q, ManualClock::new());
-        assert_eq!(admitted(&b, 10, ms(5000)), 10);
-        assert_eq!(admitted(&b, 10, ms(0)), 0);
-        assert_eq!(admitted(&b, 10, ms(5100)), 1);
+        assert_eq!(admitted(&b, 10, 1, ms(5000)), 10);
+        assert_eq!(admitted(&b, 10, 1, ms(0)), 0);
+        assert_eq!(admitted(&b, 10, 1, ms(5100)), 1);
     }
 
     #[test]
     fn reservation_debt_and_cancel() {
         let q = Quota::per_second(10).unwrap();
         let b = TokenBucket::with_clock(q, ManualClock::new());
-        assert_eq!(admitted(&b, 10, ms(0)), 10);
+        assert_eq!(admitted(&b, 10, 1, ms(0)), 10);
         let r = b.reserve_at(5, ms(0)).unwrap();
         assert_eq!(r.act_at(), ms(500));
         assert_eq!(b.cancel_at(r, ms(200)), 5);
@@ -284,10 +315,13 @@ mod tests {
     fn set_quota_keeps_tokens() {
         let q = Quota::per_second(10).unwrap();
         let b = TokenBucket::with_clock(q, ManualClock::new());
-        assert_eq!(admitted(&b, 6, ms(0)), 6);
+        assert_eq!(admitted(&b, 6, 1, ms(0)), 6);
         b.set_quota_at(Quota::per_second(1).unwrap().with_burst(10).unwrap(), ms(0));
         assert_eq!(b.peek_at(1, ms(0)).unwrap().remaining, 4);
         b.set_quota_at(Quota::per_second(1).unwrap().with_burst(2).unwrap(), ms(0));
         assert_eq!(b.peek_at(1, ms(0)).unwrap().remaining, 2);
     }
+
+    // At most `b + ⌊D/I⌋` units within any span of `D` ns.
+    crate::test_support::shared_limiter_tests!(TokenBucket, span_bound: |i, b, span| b + span / i);
 }

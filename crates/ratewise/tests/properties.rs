@@ -274,3 +274,41 @@ proptest! {
         }
     }
 }
+
+/// The bucket family (GCRA, token bucket, leaky meter) once gave out twice
+/// the stretch a grant had been promised: cancelling a reservation that is
+/// not the latest let a later one be booked at the latest's act time, and
+/// cancelling that one moved "the latest act time" back past the other,
+/// so an earlier reservation's cancel then returned capacity that was
+/// still promised. Four units acted at one instant under a burst of three.
+#[test]
+fn cancelling_a_co_timed_latest_grant_keeps_the_other_ones_promise() {
+    let q = Quota::per_second(10).unwrap().with_burst(3).unwrap();
+    let t = Timestamp::ZERO;
+    let ms = |v: u64| Timestamp::from_nanos(v * 1_000_000);
+    for name in ["gcra", "token_bucket", "leaky_meter"] {
+        let l = build(name, q);
+        assert!(l.check_at(2, t).unwrap().allowed, "{name}");
+        let early = l.reserve_at(3, t).unwrap();
+        assert_eq!(early.act_at(), ms(200), "{name}");
+        let middle = l.reserve_at(3, t).unwrap();
+        assert_eq!(middle.act_at(), ms(500), "{name}");
+        let kept = l.reserve_at(1, t).unwrap();
+        assert_eq!(kept.act_at(), ms(600), "{name}");
+        // One of `middle`'s three units was promised to `kept`.
+        assert_eq!(l.cancel_at(middle, t), 2, "{name}");
+        let twin = l.reserve_at(2, t).unwrap();
+        assert_eq!(twin.act_at(), kept.act_at(), "{name}");
+        assert_eq!(l.cancel_at(twin, t), 2, "{name}");
+        // `kept` still acts at 600 ms: all of `early` stays promised.
+        assert_eq!(l.cancel_at(early, t), 0, "{name}");
+        let last = l.reserve_at(3, t).unwrap();
+        assert_eq!(last.act_at(), ms(700), "{name}");
+        let acts = vec![
+            (0, 2),
+            (kept.act_at().as_nanos(), 1),
+            (last.act_at().as_nanos(), 3),
+        ];
+        assert_bound(name, q, acts).unwrap();
+    }
+}
