@@ -296,7 +296,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             let (generation, tat) = split(word);
             let q = self.config.load();
             let last_act = self.last_act.load(Ordering::Acquire);
-            let Some((new_tat, _)) = math::cancel(
+            let Some(new_tat) = math::cancel(
                 tat,
                 now,
                 act,
@@ -436,9 +436,9 @@ pub(crate) mod math {
     /// rule ([`give_back`](crate::token_bucket::give_back)) — later
     /// reservations were promised the stretch from `act` to `last_act`; only
     /// the rest comes back, and a forged reservation never returns more than
-    /// its weight. `None` if nothing comes back; otherwise the new TAT and
-    /// the `last_act` to keep, which is `last_act` itself (the latest act
-    /// time is never moved back; see `give_back`).
+    /// its weight. `None` if nothing comes back; otherwise the new TAT.
+    /// `last_act` stays as it is: the latest act time is never moved back
+    /// (see `give_back`).
     #[inline]
     pub(crate) fn cancel(
         tat: u64,
@@ -448,10 +448,9 @@ pub(crate) mod math {
         weight: u64,
         q: Quota,
         last_act: u64,
-    ) -> Option<(u64, u64)> {
+    ) -> Option<u64> {
         let restore = crate::token_bucket::give_back(cost, weight, q, act, last_act)?;
-        let new_tat = tat.saturating_sub(restore).max(now.min(tat));
-        Some((new_tat, last_act))
+        Some(tat.saturating_sub(restore).max(now.min(tat)))
     }
 
     /// The TAT that keeps the number of available units when the quota

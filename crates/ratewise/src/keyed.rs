@@ -409,7 +409,7 @@ impl KeyState for GcraState {
         }
         let now = now.as_nanos().min(TAT_MAX);
         let tat = self.tat;
-        let Some((new_tat, new_last)) = math::cancel(
+        let Some(new_tat) = math::cancel(
             tat,
             now,
             reservation.act_at().as_nanos(),
@@ -421,7 +421,6 @@ impl KeyState for GcraState {
             return 0;
         };
         self.tat = new_tat;
-        self.last_act = new_last;
         (tat - new_tat) / self.quota.emission_nanos()
     }
 
