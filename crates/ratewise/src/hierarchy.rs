@@ -68,7 +68,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::decision::Decision;
@@ -151,8 +151,9 @@ pub struct HierarchyDecision {
     /// Whether every level admitted the request.
     pub allowed: bool,
     /// On denial, the name of the refusing level with the largest
-    /// retry-after (the one the caller will wait for).
-    pub refused_by: Option<String>,
+    /// retry-after (the one the caller will wait for). Shared with the
+    /// hierarchy, so a denial allocates nothing.
+    pub refused_by: Option<Arc<str>>,
     /// The position of that level (0 is the first level added).
     pub refused_level: Option<usize>,
     /// On denial, the largest retry-after of the refusing levels.
@@ -178,14 +179,14 @@ pub struct HierarchyError {
     /// The level's position.
     pub index: usize,
     /// The level's name.
-    pub name: String,
+    pub name: Arc<str>,
     /// What is wrong with the request.
     #[source]
     pub source: CheckError,
 }
 
 struct NamedLevel<Req: ?Sized> {
-    name: String,
+    name: Arc<str>,
     level: Box<dyn Level<Req>>,
     refusals: StripedCounter,
 }
@@ -217,7 +218,7 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
     /// put the most selective first so that most denials stop early in
     /// phase 1. The hierarchy owns the level: the exactness of rollbacks
     /// relies on no one else consuming its capacity.
-    pub fn level(mut self, name: impl Into<String>, level: impl Level<Req> + 'static) -> Self {
+    pub fn level(mut self, name: impl Into<Arc<str>>, level: impl Level<Req> + 'static) -> Self {
         self.levels.push(NamedLevel {
             name: name.into(),
             level: Box::new(level),
@@ -227,14 +228,14 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
     }
 
     /// Adds a level that is one limiter for every request.
-    pub fn global(self, name: impl Into<String>, limiter: impl RateLimiter + 'static) -> Self {
+    pub fn global(self, name: impl Into<Arc<str>>, limiter: impl RateLimiter + 'static) -> Self {
         self.level(name, Global(limiter))
     }
 
     /// Adds a per-key level; `key_of` picks the key from the request.
     pub fn keyed<K, L, C, S>(
         self,
-        name: impl Into<String>,
+        name: impl Into<Arc<str>>,
         limiter: KeyedLimiter<K, L, C, S>,
         key_of: fn(&Req) -> &K,
     ) -> Self
@@ -259,7 +260,7 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
 
     /// The names of the levels, in order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.levels.iter().map(|l| l.name.as_str())
+        self.levels.iter().map(|l| &*l.name)
     }
 
     /// Looks at one level for `req` without changing anything; `None` if
@@ -383,7 +384,7 @@ impl<Req: ?Sized + 'static> Hierarchy<Req> {
                 .levels
                 .get(i)
                 .map(|l| l.name.clone())
-                .unwrap_or_default(),
+                .unwrap_or_else(|| Arc::from("")),
             source,
         }
     }
@@ -466,7 +467,7 @@ mod tests {
         let r = req(1, 1);
         let e = h.check_at(&r, 5, ms(0)).unwrap_err();
         assert_eq!(e.index, 1);
-        assert_eq!(e.name, "endpoint");
+        assert_eq!(&*e.name, "endpoint");
         assert!(e.to_string().contains("burst"), "{e}");
         assert_eq!(left(&h, 0, &r), 5);
     }

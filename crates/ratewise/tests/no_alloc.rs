@@ -56,3 +56,49 @@ fn check_paths_do_not_allocate_once_warm() {
         );
     }
 }
+
+/// A keyed limiter's check of tracked keys and a hierarchy's check, denials
+/// included (a denial names the refusing level), allocate nothing.
+#[test]
+fn keyed_and_hierarchy_checks_do_not_allocate_once_warm() {
+    use ratewise::hierarchy::Hierarchy;
+    use ratewise::keyed::{KeyedLimiter, NoClock};
+    use ratewise::Gcra;
+
+    let per_user = Quota::per_second(10).unwrap().with_burst(5).unwrap();
+    let limits = Hierarchy::<u64>::new()
+        .keyed(
+            "user",
+            KeyedLimiter::<u64>::builder(per_user)
+                .max_keys(64)
+                .preallocate(true)
+                .build(),
+            |user: &u64| user,
+        )
+        .global(
+            "global",
+            Gcra::with_clock(Quota::per_second(1000).unwrap(), NoClock),
+        );
+    let mut now = 0u64;
+    let mut run = |rounds: u64| {
+        let (mut allowed, mut denied) = (0u64, 0u64);
+        for i in 0..rounds {
+            now += 1_000_000; // 1 ms: users ask faster than they may
+            let d = limits
+                .check_at(&(i % 8), 1, Timestamp::from_nanos(now))
+                .unwrap();
+            if d.allowed {
+                allowed += 1;
+            } else {
+                assert_eq!(d.refused_by.as_deref(), Some("user"));
+                denied += 1;
+            }
+        }
+        (allowed, denied)
+    };
+    run(1_000);
+    let before = allocations();
+    let (allowed, denied) = run(10_000);
+    assert_eq!(allocations() - before, 0, "a check allocated");
+    assert!(allowed > 0 && denied > 0, "{allowed} {denied}");
+}
