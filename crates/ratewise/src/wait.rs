@@ -137,6 +137,15 @@ impl TokioClock {
     }
 }
 
+impl TokioClock {
+    /// The tokio instant of `t` on this clock, for arming a timer at a
+    /// deadline without reading the clock again; `None` if it is too far in
+    /// the future to represent.
+    pub fn instant_at(&self, t: Timestamp) -> Option<tokio::time::Instant> {
+        self.origin.checked_add(Duration::from_nanos(t.as_nanos()))
+    }
+}
+
 impl Default for TokioClock {
     fn default() -> Self {
         TokioClock::new()
@@ -156,6 +165,17 @@ mod tests {
     use super::*;
     use crate::{Gcra, Quota, TokenBucket};
     use std::sync::Arc;
+
+    #[tokio::test(start_paused = true)]
+    async fn instant_at_is_the_origin_plus_the_timestamp() {
+        let clock = TokioClock::new();
+        let t = Timestamp::from_nanos(1_500_000_000);
+        let at = clock.instant_at(t).unwrap();
+        tokio::time::sleep_until(at).await;
+        assert_eq!(clock.now(), t);
+        // The far end either maps later or is reported unrepresentable.
+        assert!(clock.instant_at(Timestamp::MAX).is_none_or(|far| far > at));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn waits_exactly_the_reserved_time() {

@@ -448,12 +448,12 @@ async fn worker<M: Machine>(shared: Arc<Shared<M>>) {
                 shared.progress.notify_waiters();
             }
             Next::Sleep(d) => {
-                // Tokio's clock has not gone back since `d` was chosen, so
-                // this never wakes before `d` (tokio parks an unrepresentable
-                // deadline far in the future itself).
-                let mut sleep = pin!(tokio::time::sleep(
-                    d.saturating_duration_since(shared.now())
-                ));
+                // Armed at `d` itself, so it never wakes before `d`; a
+                // deadline too far to represent parks the task until woken.
+                let mut sleep = pin!(match shared.clock.instant_at(d) {
+                    Some(at) => tokio::time::sleep_until(at),
+                    None => tokio::time::sleep(Duration::MAX),
+                });
                 let mut woken = pin!(shared.wake.notified());
                 std::future::poll_fn(|cx| {
                     if sleep.as_mut().poll(cx).is_ready() || woken.as_mut().poll(cx).is_ready() {

@@ -175,12 +175,13 @@ impl<S: Stream<Item = M::In>, M: StreamCore> Adapter<S, M> {
             match self.core.deadline() {
                 Some(d) if d <= now => self.core.on_timer(now, &mut self.out),
                 Some(d) => {
-                    // Read tokio's clock again: polling the upstream may
-                    // have taken time since `now`, and the sleep must not
-                    // end before `d`.
-                    let wait = d.saturating_duration_since(self.clock.now());
-                    let base = Instant::now();
-                    let at = base.checked_add(wait).unwrap_or(base + FAR_FUTURE);
+                    // The timer is armed at `d` itself (not `now` plus a
+                    // wait), so it never ends before `d` however long
+                    // polling the upstream took.
+                    let at = self
+                        .clock
+                        .instant_at(d)
+                        .unwrap_or_else(|| Instant::now() + FAR_FUTURE);
                     self.sleep.as_mut().reset(at);
                     if self.sleep.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
