@@ -75,6 +75,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod client;
 pub mod debounce;
 pub mod decision;
