@@ -24,8 +24,9 @@ pub enum QuotaError {
     /// More than one request per nanosecond.
     #[error("the rate is too high: ratewise measures time in nanoseconds, so at most 1e9 requests per second can be represented")]
     RateTooHigh,
-    /// Fewer than one request in about 584 years.
-    #[error("the rate is too low: one request per {interval:?} exceeds the largest representable interval (about 584 years)")]
+    /// Fewer than one request in about 73 years
+    /// ([`MAX_WINDOW_NANOS`](crate::quota::MAX_WINDOW_NANOS)).
+    #[error("the rate is too low: one request per {interval:?} exceeds the longest supported interval (2^61 ns, about 73 years)")]
     RateTooLow {
         /// The requested emission interval (saturated).
         interval: Duration,
@@ -33,8 +34,9 @@ pub enum QuotaError {
     /// A burst of zero.
     #[error("the burst must be at least 1, got 0")]
     ZeroBurst,
-    /// `burst × interval` does not fit in 584 years.
-    #[error("a burst of {burst} at one request per {interval:?} takes longer than about 584 years to refill; lower the burst or raise the rate")]
+    /// `burst × interval` is longer than
+    /// [`MAX_WINDOW_NANOS`](crate::quota::MAX_WINDOW_NANOS) (about 73 years).
+    #[error("a burst of {burst} at one request per {interval:?} takes longer than 2^61 ns (about 73 years) to refill; lower the burst or raise the rate")]
     BurstOverflow {
         /// The requested burst.
         burst: u64,

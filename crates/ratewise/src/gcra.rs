@@ -65,24 +65,43 @@ pub struct Gcra<C = MonotonicClock> {
     /// it: an admitted check acts at `now`, never after an outstanding
     /// reservation.
     last_act: CacheAligned<AtomicU64>,
-    config: QuotaCell,
+    config: FrameCell,
     clock: C,
 }
 
 // The TAT word: the top `GEN_BITS` bits count re-configurations, the rest
-// hold the arrival time in nanoseconds. Every re-configuration changes the
-// word even when the converted time happens to be the same number, so a
-// check that read the word before it cannot commit with the old quota
-// (an ABA case the loom model found). Times are therefore limited to
-// 2^60 ns (about 36 years after the clock's origin); later `now`s are
-// treated as that limit, which only ever makes the limiter stricter.
-const GEN_BITS: u32 = 4;
+// hold the arrival time in nanoseconds *relative to the limiter's origin*
+// (kept beside the quota in `config`). Every re-configuration — a quota
+// change or a move of the origin — changes the word even when the converted
+// time happens to be the same number, so a check that read the word before
+// it cannot commit with the old quota or origin (an ABA case the loom model
+// found).
+//
+// The domain, and why nothing saturates into an admission: a quota's window
+// is at most `MAX_WINDOW_NANOS` (2^61 ns); a relative `now` is at most
+// `REBASE_AT` (2^60 ns) — a later `now` first moves the origin up to it
+// (`rebase`, cold, once per 36 years of timeline); a reservation waits at
+// most `MAX_RESERVE_WAIT`. So every arrival time the arithmetic commits is at
+// most `REBASE_AT + MAX_WINDOW_NANOS + MAX_RESERVE_WAIT = TAT_MAX`, and every
+// intermediate sum is below 2^63: exact, with no clamp anywhere on the path
+// that decides.
+const GEN_BITS: u32 = 2;
 const VALUE_MASK: u64 = u64::MAX >> GEN_BITS;
-/// The word while [`RateLimiter::set_quota_at`] converts it; no real word
-/// equals it because stored times stay below [`TAT_MAX`] + 1.
+/// The word while a re-configuration converts it; no real word equals it
+/// because stored times stay below [`TAT_MAX`] + 1.
 const RECONFIGURING: u64 = u64::MAX;
-/// The largest arrival time (and `now`) the limiter represents.
+/// The largest relative arrival time the word holds (2^62 − 2).
 pub(crate) const TAT_MAX: u64 = VALUE_MASK - 1;
+/// The largest relative `now` used as is; a later one moves the origin.
+pub(crate) const REBASE_AT: u64 = 1 << 60;
+/// How far behind a `now` that moves the origin the new origin is put, so
+/// that callers whose `now` is a little stale (up to 18 years) are still
+/// measured from their own `now`.
+pub(crate) const REBASE_SLACK: u64 = 1 << 59;
+/// The longest a reservation may wait (2^60 − 2 ns, about 36 years),
+/// whatever `max_wait` the caller allows.
+pub const MAX_RESERVE_WAIT: Duration =
+    Duration::from_nanos(TAT_MAX - REBASE_AT - crate::quota::MAX_WINDOW_NANOS);
 
 #[inline]
 fn split(word: u64) -> (u64, u64) {
@@ -99,22 +118,24 @@ impl Gcra<MonotonicClock> {
 impl<C: Clock> Gcra<C> {
     /// A limiter on `clock`, starting with its full burst.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
-        Gcra::with_tat(quota, clock, 0)
+        Gcra::with_tat(quota, clock, 0, 0)
     }
 
     /// A limiter on `clock` that starts empty: the first unit becomes
     /// available one interval after the clock's current time.
     pub fn empty_with_clock(quota: Quota, clock: C) -> Self {
+        // The origin is the clock's current time, so the first arrival
+        // time is one window ahead of it, exactly, at any timestamp.
         let now = clock.now().as_nanos();
-        let tat = now.saturating_add(quota.window_nanos()).min(TAT_MAX);
-        Gcra::with_tat(quota, clock, tat)
+        let origin = now.saturating_sub(REBASE_SLACK);
+        Gcra::with_tat(quota, clock, origin, now - origin + quota.window_nanos())
     }
 
-    fn with_tat(quota: Quota, clock: C, tat: u64) -> Self {
+    fn with_tat(quota: Quota, clock: C, origin: u64, tat: u64) -> Self {
         Gcra {
             tat: CacheAligned(AtomicU64::new(tat)),
             last_act: CacheAligned(AtomicU64::new(0)),
-            config: QuotaCell::new(quota),
+            config: FrameCell::new(quota, origin),
             clock,
         }
     }
@@ -155,23 +176,57 @@ impl<C: Clock> Gcra<C> {
             spin_wait();
         }
     }
+
+    /// A check from a caller whose `now` is before the origin (see
+    /// [`math::Off::Behind`]). Cold.
+    #[cold]
+    #[inline(never)]
+    fn check_behind(&self, n: u64, now: u64, origin: u64) -> Result<Decision, CheckError> {
+        let d = self.check_at(n, Timestamp::from_nanos(origin))?;
+        Ok(math::later(d, origin - now))
+    }
+
+    /// Moves the origin up behind `now` (a `now` more than [`REBASE_AT`] past
+    /// the origin) and returns the current word. Cold: once per 36 years of
+    /// timeline, or when a caller's timestamps jump that far.
+    #[cold]
+    #[inline(never)]
+    fn rebase(&self, now: u64) -> u64 {
+        let writer = self.config.lock_writer();
+        let (quota, origin) = self.config.load();
+        if matches!(math::relative(now, origin), Err(math::Off::Ahead)) {
+            let (generation, tat) = split(self.tat.swap(RECONFIGURING, Ordering::AcqRel));
+            let (origin, tat) = math::rebase(tat, origin, now);
+            self.config.store_locked(&writer, quota, origin);
+            self.tat.store(
+                generation.wrapping_add(VALUE_MASK + 1) | tat,
+                Ordering::Release,
+            );
+        }
+        drop(writer);
+        self.load_word()
+    }
 }
 
 impl<C: Clock> RateLimiter for Gcra<C> {
     fn quota(&self) -> Quota {
-        self.config.load()
+        self.config.load().0
     }
 
     fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let now = now.as_nanos().min(TAT_MAX);
+        let now = now.as_nanos();
         // Writers are serialised; checks go on until they meet the sentinel.
         let writer = self.config.lock_writer();
-        let old = self.config.load();
+        let (old, origin) = self.config.load();
         let (generation, tat) = split(self.tat.swap(RECONFIGURING, Ordering::AcqRel));
+        // The origin moves up behind `now` (a re-configuration is one
+        // anyway), so the converted time has the relative range to itself.
+        let (origin, tat) = math::rebase(tat, origin, now);
+        let now = math::relative(now, origin).unwrap_or(0);
         // Preserve the number of available units (see `math::convert`).
         let new_tat = math::convert(tat, now, old, quota);
         let next_generation = generation.wrapping_add(VALUE_MASK + 1);
-        self.config.store_locked(&writer, quota);
+        self.config.store_locked(&writer, quota, origin);
         // Publishing the TAT after the quota: a check that sees the converted
         // TAT also sees the new quota (Release here, Acquire in the seqlock).
         self.tat.store(next_generation | new_tat, Ordering::Release);
@@ -182,7 +237,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
     // of the evidence.
     #[inline(always)]
     fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let now = now.as_nanos().min(TAT_MAX);
+        let now_abs = now.as_nanos();
         let mut word = self.tat.load(Ordering::Acquire);
         loop {
             if word == RECONFIGURING {
@@ -190,8 +245,17 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             }
             let (generation, tat) = split(word);
             // A word from before a re-configuration may meet the new quota
-            // here, but then its CAS fails: the generation has moved on.
-            let q = self.config.load();
+            // and origin here, but then its CAS fails: the generation has
+            // moved on.
+            let (q, origin) = self.config.load();
+            let now = match math::relative(now_abs, origin) {
+                Ok(now) => now,
+                Err(math::Off::Ahead) => {
+                    word = self.rebase(now_abs);
+                    continue;
+                }
+                Err(math::Off::Behind) => return self.check_behind(n, now_abs, origin),
+            };
             validate_weight(n, q.burst())?;
             let new_tat = match math::admit(tat, now, n, q) {
                 math::Admission::Admit { new_tat } => new_tat,
@@ -219,14 +283,25 @@ impl<C: Clock> RateLimiter for Gcra<C> {
     }
 
     fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let now = now.as_nanos().min(TAT_MAX);
-        // A consistent (word, quota) pair: the word is unchanged after the
-        // quota was read, so no re-configuration came in between.
+        let now_abs = now.as_nanos();
+        // A consistent (word, quota, origin) triple: the word is unchanged
+        // after the quota was read, so no re-configuration came in between.
         let mut word = self.load_word();
-        let q = loop {
-            let q = self.config.load();
+        let (q, now) = loop {
+            let (q, origin) = self.config.load();
+            let now = match math::relative(now_abs, origin) {
+                Ok(now) => now,
+                Err(math::Off::Ahead) => {
+                    word = self.rebase(now_abs);
+                    continue;
+                }
+                Err(math::Off::Behind) => {
+                    let d = self.peek_at(n, Timestamp::from_nanos(origin))?;
+                    return Ok(math::later(d, origin - now_abs));
+                }
+            };
             match self.changed_since(word) {
-                None => break q,
+                None => break (q, now),
                 Some(fresh) => word = fresh,
             }
         };
@@ -241,14 +316,25 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         now: Timestamp,
         max_wait: Duration,
     ) -> Result<Reservation, ReserveError> {
-        let now_ns = now.as_nanos().min(TAT_MAX);
+        let now_abs = now.as_nanos();
         let mut word = self.tat.load(Ordering::Acquire);
         loop {
             if word == RECONFIGURING {
                 word = self.load_word();
             }
             let (generation, tat) = split(word);
-            let q = self.config.load();
+            let (q, origin) = self.config.load();
+            let now_ns = match math::relative(now_abs, origin) {
+                Ok(now) => now,
+                Err(math::Off::Ahead) => {
+                    word = self.rebase(now_abs);
+                    continue;
+                }
+                Err(math::Off::Behind) => {
+                    // Decided at the origin, as a check would be.
+                    return self.reserve_within_at(n, Timestamp::from_nanos(origin), max_wait);
+                }
+            };
             validate_weight(n, q.burst())?;
             let (new_tat, act, cost) = match math::reserve(tat, now_ns, n, q, max_wait) {
                 Ok(plan) => plan,
@@ -261,6 +347,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                     return Err(e);
                 }
             };
+            let act = origin.saturating_add(act);
             self.last_act.fetch_max(act, Ordering::AcqRel);
             match self.tat.compare_exchange_weak(
                 word,
@@ -283,10 +370,13 @@ impl<C: Clock> RateLimiter for Gcra<C> {
     }
 
     fn cancel_at(&self, reservation: Reservation, now: Timestamp) -> u64 {
-        if now > reservation.act_at {
+        // An act time pinned at the end of the timeline may stand for a
+        // later one, so what later grants were promised is unknown: give
+        // nothing back rather than too much.
+        if now > reservation.act_at || reservation.act_at == Timestamp::MAX {
             return 0;
         }
-        let now = now.as_nanos().min(TAT_MAX);
+        let now_abs = now.as_nanos();
         let act = reservation.act_at.as_nanos();
         let mut word = self.tat.load(Ordering::Acquire);
         loop {
@@ -294,7 +384,19 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                 word = self.load_word();
             }
             let (generation, tat) = split(word);
-            let q = self.config.load();
+            let (q, origin) = self.config.load();
+            let now = match math::relative(now_abs, origin) {
+                Ok(now) => now,
+                Err(math::Off::Ahead) => {
+                    word = self.rebase(now_abs);
+                    continue;
+                }
+                // Cancelling at the origin gives back no more than at the
+                // caller's earlier `now` would.
+                Err(math::Off::Behind) => {
+                    return self.cancel_at(reservation, Timestamp::from_nanos(origin))
+                }
+            };
             let last_act = self.last_act.load(Ordering::Acquire);
             let Some(new_tat) = math::cancel(
                 tat,
@@ -332,10 +434,53 @@ impl<C: Clock> RateLimiter for Gcra<C> {
 pub(crate) mod math {
     use std::time::Duration;
 
-    use super::TAT_MAX;
+    use super::{MAX_RESERVE_WAIT, REBASE_AT, REBASE_SLACK, TAT_MAX};
     use crate::decision::Decision;
     use crate::error::ReserveError;
     use crate::quota::Quota;
+
+    /// Why a `now` cannot be used relative to the origin as it is.
+    pub(crate) enum Off {
+        /// More than [`REBASE_AT`] past the origin: the origin must move.
+        Ahead,
+        /// Before the origin (a caller more than [`REBASE_SLACK`] behind the
+        /// time that moved it): decide at the origin — an earlier time than
+        /// one the limiter has seen, where GCRA is only ever stricter — and
+        /// measure the durations from the caller's `now` ([`later`]).
+        Behind,
+    }
+
+    /// `now` relative to `origin`.
+    #[inline(always)]
+    pub(crate) fn relative(now: u64, origin: u64) -> Result<u64, Off> {
+        match now.checked_sub(origin) {
+            Some(rel) if rel <= REBASE_AT => Ok(rel),
+            Some(_) => Err(Off::Ahead),
+            None => Err(Off::Behind),
+        }
+    }
+
+    /// A decision made at a time `stale` ns after the caller's `now`,
+    /// re-measured from the caller's `now`.
+    pub(crate) fn later(mut d: Decision, stale: u64) -> Decision {
+        let stale = Duration::from_nanos(stale);
+        d.reset_after = d.reset_after.saturating_add(stale);
+        d.retry_after = d.retry_after.map(|r| r.saturating_add(stale));
+        d
+    }
+
+    /// Moves the origin from `origin` up to [`REBASE_SLACK`] before `now`,
+    /// re-expressing the relative arrival time `tat`: `(new origin, new
+    /// tat)`. An origin already there or later stays. An arrival time that
+    /// falls before the new origin is in the past either way (full capacity),
+    /// so it becomes the origin: the same state.
+    pub(crate) fn rebase(tat: u64, origin: u64, now: u64) -> (u64, u64) {
+        let target = now.saturating_sub(REBASE_SLACK);
+        match target.checked_sub(origin) {
+            Some(shift) if shift > 0 => (target, tat.saturating_sub(shift)),
+            _ => (origin, tat),
+        }
+    }
 
     /// The evidence for a decision whose TAT (after it) is `tat_after`.
     #[inline]
@@ -383,12 +528,18 @@ pub(crate) mod math {
     }
 
     /// Whether `n` units fit at `now`, and the TAT to commit if they do.
+    ///
+    /// Exact, with no clamp: `tat ≤ TAT_MAX`, `now ≤ REBASE_AT` and
+    /// `n·I ≤ τ ≤ MAX_WINDOW_NANOS` (see the domain note at [`TAT_MAX`]), so
+    /// every sum stays below 2^63, and an admitted TAT is at most
+    /// `now + τ ≤ TAT_MAX`.
     #[inline]
     pub(crate) fn admit(tat: u64, now: u64, n: u64, q: Quota) -> Admission {
+        debug_assert!(tat <= TAT_MAX && now <= REBASE_AT && n <= q.burst());
         let tau = q.window_nanos();
         let base = tat.max(now);
-        let new_tat = base.saturating_add(n * q.emission_nanos()).min(TAT_MAX);
-        let ahead = new_tat.saturating_sub(now);
+        let new_tat = base + n * q.emission_nanos();
+        let ahead = new_tat - now;
         if ahead > tau {
             // The request fits once `ahead` has shrunk to `tau`.
             Admission::Deny {
@@ -419,10 +570,14 @@ pub(crate) mod math {
         q: Quota,
         max_wait: Duration,
     ) -> Result<(u64, u64, u64), ReserveError> {
+        debug_assert!(tat <= TAT_MAX && now <= REBASE_AT && n <= q.burst());
         let cost = n * q.emission_nanos();
-        let new_tat = tat.max(now).saturating_add(cost).min(TAT_MAX);
-        let wait = new_tat.saturating_sub(now).saturating_sub(q.window_nanos());
-        if wait > crate::time::duration_to_nanos_saturating(max_wait) {
+        // Exact as in `admit`; the wait is capped at MAX_RESERVE_WAIT, which
+        // keeps the committed TAT at or below TAT_MAX.
+        let new_tat = tat.max(now) + cost;
+        let wait = (new_tat - now).saturating_sub(q.window_nanos());
+        let allowed = crate::time::duration_to_nanos_saturating(max_wait.min(MAX_RESERVE_WAIT));
+        if wait > allowed {
             return Err(ReserveError::WouldWaitTooLong {
                 wait: Duration::from_nanos(wait),
                 max_wait,
@@ -455,7 +610,9 @@ pub(crate) mod math {
 
     /// The TAT that keeps the number of available units when the quota
     /// changes from `old` to `new` at `now` (capped at the new burst; a debt
-    /// stays a debt, re-expressed in the new interval).
+    /// stays a debt, re-expressed in the new interval — up to [`TAT_MAX`]
+    /// past `now`, about 146 years, beyond which a debt converted to a much
+    /// slower rate is capped).
     pub(crate) fn convert(tat: u64, now: u64, old: Quota, new: Quota) -> u64 {
         let ahead = u128::from(tat.saturating_sub(now));
         let old_e = u128::from(old.emission_nanos());
@@ -473,7 +630,8 @@ pub(crate) mod math {
 impl<C> std::fmt::Debug for Gcra<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gcra")
-            .field("quota", &self.config.load())
+            .field("quota", &self.config.load().0)
+            .field("origin", &self.config.load().1)
             .field("tat", &(self.tat.load(Ordering::Relaxed) & VALUE_MASK))
             .finish_non_exhaustive()
     }
@@ -491,71 +649,106 @@ impl<T> std::ops::Deref for CacheAligned<T> {
     }
 }
 
-/// A quota readable without locks while another thread replaces it: a
-/// sequence lock over the three words of [`Quota::raw_parts`]. Writers are serialised by a mutex (they are
-/// rare); readers retry while a write is in progress.
-pub(crate) struct QuotaCell {
+/// `N` words readable without locks while another thread replaces them: a
+/// sequence lock. Writers are serialised by a mutex (they are rare); readers
+/// retry while a write is in progress.
+pub(crate) struct SeqWords<const N: usize> {
     seq: AtomicU64,
-    emission: AtomicU64,
-    burst: AtomicU64,
-    reciprocal: AtomicU64,
+    words: [AtomicU64; N],
     writer: std::sync::Mutex<()>,
 }
 
-impl QuotaCell {
-    pub(crate) fn new(q: Quota) -> Self {
-        let (e, b, r) = q.raw_parts();
-        QuotaCell {
+impl<const N: usize> SeqWords<N> {
+    fn new(words: [u64; N]) -> Self {
+        SeqWords {
             seq: AtomicU64::new(0),
-            emission: AtomicU64::new(e),
-            burst: AtomicU64::new(b),
-            reciprocal: AtomicU64::new(r),
+            words: words.map(AtomicU64::new),
             writer: std::sync::Mutex::new(()),
         }
     }
 
-    #[inline]
-    pub(crate) fn load(&self) -> Quota {
+    #[inline(always)]
+    fn load(&self) -> [u64; N] {
         loop {
             let s1 = self.seq.load(Ordering::Acquire);
-            let e = self.emission.load(Ordering::Relaxed);
-            let b = self.burst.load(Ordering::Relaxed);
-            let r = self.reciprocal.load(Ordering::Relaxed);
+            let words = std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
             fence(Ordering::Acquire);
             let s2 = self.seq.load(Ordering::Relaxed);
             if s1 == s2 && s1 % 2 == 0 {
-                // The words were written together by `store`, which only
-                // writes quotas that passed validation.
-                return Quota::from_raw_parts(e, b, r);
+                return words;
             }
             spin_wait();
         }
     }
 
-    /// Serialises writers; hold the guard across a read-modify-write of the
-    /// quota and pass it to [`QuotaCell::store_locked`].
-    pub(crate) fn lock_writer(&self) -> std::sync::MutexGuard<'_, ()> {
+    /// Serialises writers; hold the guard across a read-modify-write and
+    /// pass it to [`SeqWords::store_locked`].
+    fn lock_writer(&self) -> std::sync::MutexGuard<'_, ()> {
         self.writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Replaces the quota.
-    pub(crate) fn store(&self, q: Quota) {
-        let guard = self.lock_writer();
-        self.store_locked(&guard, q);
-    }
-
-    /// Replaces the quota while the caller holds the writer lock.
-    pub(crate) fn store_locked(&self, _writer: &std::sync::MutexGuard<'_, ()>, q: Quota) {
+    /// Replaces the words while the caller holds the writer lock.
+    fn store_locked(&self, _writer: &std::sync::MutexGuard<'_, ()>, words: [u64; N]) {
         let s = self.seq.load(Ordering::Relaxed);
-        let (e, b, r) = q.raw_parts();
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
-        self.emission.store(e, Ordering::Relaxed);
-        self.burst.store(b, Ordering::Relaxed);
-        self.reciprocal.store(r, Ordering::Relaxed);
+        for (cell, w) in self.words.iter().zip(words) {
+            cell.store(w, Ordering::Relaxed);
+        }
         self.seq.store(s.wrapping_add(2), Ordering::Release);
+    }
+}
+
+/// A quota readable without locks while another thread replaces it.
+pub(crate) struct QuotaCell(SeqWords<3>);
+
+impl QuotaCell {
+    pub(crate) fn new(q: Quota) -> Self {
+        let (e, b, r) = q.raw_parts();
+        QuotaCell(SeqWords::new([e, b, r]))
+    }
+
+    #[inline]
+    pub(crate) fn load(&self) -> Quota {
+        let [e, b, r] = self.0.load();
+        // The words were written together by `store`, which only writes
+        // quotas that passed validation.
+        Quota::from_raw_parts(e, b, r)
+    }
+
+    /// Replaces the quota.
+    pub(crate) fn store(&self, q: Quota) {
+        let guard = self.0.lock_writer();
+        let (e, b, r) = q.raw_parts();
+        self.0.store_locked(&guard, [e, b, r]);
+    }
+}
+
+/// [`Gcra`]'s quota and the origin of its relative arrival times, read
+/// together.
+struct FrameCell(SeqWords<4>);
+
+impl FrameCell {
+    fn new(q: Quota, origin: u64) -> Self {
+        let (e, b, r) = q.raw_parts();
+        FrameCell(SeqWords::new([e, b, r, origin]))
+    }
+
+    #[inline(always)]
+    fn load(&self) -> (Quota, u64) {
+        let [e, b, r, origin] = self.0.load();
+        (Quota::from_raw_parts(e, b, r), origin)
+    }
+
+    fn lock_writer(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.0.lock_writer()
+    }
+
+    fn store_locked(&self, writer: &std::sync::MutexGuard<'_, ()>, q: Quota, origin: u64) {
+        let (e, b, r) = q.raw_parts();
+        self.0.store_locked(writer, [e, b, r, origin]);
     }
 }
 

@@ -103,7 +103,7 @@
 //! line for `u64` keys and [`GcraState`]) and one control byte.
 //! [`KeyedLimiter::estimated_bytes_per_key`] computes this for a given `K`
 //! and `L` with the table at its maximum load (7/8): 75 bytes for `u64`
-//! keys and the default [`GcraState`] (40 bytes). Evictions leave
+//! keys and the default [`GcraState`] (48 bytes). Evictions leave
 //! tombstones in the table, so a shard that has churned through many keys
 //! can hold up to twice the buckets its cap needs;
 //! [`KeyedLimiter::max_table_bytes`] is the bound on the whole limiter,
@@ -119,7 +119,7 @@
 //! time). The default is [`GcraState`]: the same GCRA as [`Gcra`](crate::Gcra),
 //! answer for answer (a property test compares them), but as plain fields
 //! mutated under the shard lock — no atomics inside a lock that already
-//! serialises access, and 40 bytes instead of the 384 of a `Gcra` (whose
+//! serialises access, and 48 bytes instead of the 384 of a `Gcra` (whose
 //! contended words have cache lines to themselves, right for one shared limiter
 //! and wasteful for a million per-key ones).
 //!
@@ -159,8 +159,8 @@ use hashbrown::HashTable;
 
 use crate::decision::Decision;
 use crate::error::{CheckError, ReserveError};
+use crate::gcra::math;
 use crate::gcra::QuotaCell;
-use crate::gcra::{math, TAT_MAX};
 use crate::limiter::{validate_weight, RateLimiter, Reservation};
 use crate::quota::Quota;
 use crate::sync::{ShardGuard, ShardLock};
@@ -330,11 +330,14 @@ impl<L: RateLimiter> KeyState for L {
 /// its own (`&mut self`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GcraState {
-    /// Theoretical arrival time in nanoseconds: when the limiter is full.
+    /// Theoretical arrival time, nanoseconds after `origin`: when the
+    /// limiter is full.
     tat: u64,
     /// The act time of the latest reservation, for cancellation (as in
-    /// [`Gcra`](crate::Gcra)).
+    /// [`Gcra`](crate::Gcra)); absolute.
     last_act: u64,
+    /// The origin of `tat`, moved up as time passes (as in `Gcra`).
+    origin: u64,
     quota: Quota,
 }
 
@@ -344,7 +347,24 @@ impl GcraState {
         GcraState {
             tat: 0,
             last_act: 0,
+            origin: 0,
             quota,
+        }
+    }
+
+    /// `now` relative to the origin, moving the origin first when `now` is
+    /// too far past it; `Err(origin)` when `now` is before the origin (see
+    /// `gcra::math::Off::Behind`).
+    #[inline(always)]
+    fn relative(&mut self, now: Timestamp) -> Result<u64, u64> {
+        let now = now.as_nanos();
+        match math::relative(now, self.origin) {
+            Ok(rel) => Ok(rel),
+            Err(math::Off::Ahead) => {
+                (self.origin, self.tat) = math::rebase(self.tat, self.origin, now);
+                Ok(now - self.origin)
+            }
+            Err(math::Off::Behind) => Err(self.origin),
         }
     }
 }
@@ -357,14 +377,20 @@ impl KeyState for GcraState {
     }
 
     fn set_quota_at(&mut self, quota: Quota, now: Timestamp) {
-        let now = now.as_nanos().min(TAT_MAX);
+        let now = self.relative(now).unwrap_or(0);
         self.tat = math::convert(self.tat, now, self.quota, quota);
         self.quota = quota;
     }
 
     #[inline]
     fn check_at(&mut self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let now = now.as_nanos().min(TAT_MAX);
+        let now = match self.relative(now) {
+            Ok(rel) => rel,
+            Err(origin) => {
+                let d = self.check_at(n, Timestamp::from_nanos(origin))?;
+                return Ok(math::later(d, origin - now.as_nanos()));
+            }
+        };
         validate_weight(n, self.quota.burst())?;
         match math::admit(self.tat, now, n, self.quota) {
             math::Admission::Admit { new_tat } => {
@@ -378,9 +404,17 @@ impl KeyState for GcraState {
     }
 
     fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        let now = now.as_nanos().min(TAT_MAX);
-        validate_weight(n, self.quota.burst())?;
-        Ok(math::peek(self.tat, now, n, self.quota))
+        // A copy, so that moving the origin changes nothing here.
+        let mut state = *self;
+        let now = match state.relative(now) {
+            Ok(rel) => rel,
+            Err(origin) => {
+                let d = state.peek_at(n, Timestamp::from_nanos(origin))?;
+                return Ok(math::later(d, origin - now.as_nanos()));
+            }
+        };
+        validate_weight(n, state.quota.burst())?;
+        Ok(math::peek(state.tat, now, n, state.quota))
     }
 
     fn reserve_within_at(
@@ -389,9 +423,16 @@ impl KeyState for GcraState {
         now: Timestamp,
         max_wait: Duration,
     ) -> Result<Reservation, ReserveError> {
-        let now_ns = now.as_nanos().min(TAT_MAX);
+        let now_ns = match self.relative(now) {
+            Ok(rel) => rel,
+            Err(origin) => {
+                // Decided at the origin, as a check would be.
+                return self.reserve_within_at(n, Timestamp::from_nanos(origin), max_wait);
+            }
+        };
         validate_weight(n, self.quota.burst())?;
         let (new_tat, act, cost) = math::reserve(self.tat, now_ns, n, self.quota, max_wait)?;
+        let act = self.origin.saturating_add(act);
         self.tat = new_tat;
         self.last_act = self.last_act.max(act);
         Ok(Reservation::new(
@@ -404,10 +445,15 @@ impl KeyState for GcraState {
     }
 
     fn cancel_at(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        if now > reservation.act_at() {
+        // As `Gcra`: an act time pinned at the end of the timeline gives
+        // nothing back.
+        if now > reservation.act_at() || reservation.act_at() == Timestamp::MAX {
             return 0;
         }
-        let now = now.as_nanos().min(TAT_MAX);
+        let now = match self.relative(now) {
+            Ok(rel) => rel,
+            Err(origin) => return self.cancel_at(reservation, Timestamp::from_nanos(origin)),
+        };
         let tat = self.tat;
         let Some(new_tat) = math::cancel(
             tat,
@@ -428,7 +474,7 @@ impl KeyState for GcraState {
     fn full_at(&self, now: Timestamp) -> Timestamp {
         // Full capacity is reached when the theoretical arrival time is
         // not in the future.
-        now.max(Timestamp::from_nanos(self.tat))
+        now.max(Timestamp::from_nanos(self.origin.saturating_add(self.tat)))
     }
 }
 
@@ -1472,7 +1518,7 @@ mod tests {
 
     #[test]
     fn bytes_per_key_is_what_the_docs_say() {
-        assert_eq!(std::mem::size_of::<GcraState>(), 40);
+        assert_eq!(std::mem::size_of::<GcraState>(), 48);
         assert_eq!(std::mem::size_of::<crate::Gcra<NoClock>>(), 384);
         assert_eq!(KeyedLimiter::<u64>::estimated_bytes_per_key(), 75);
     }

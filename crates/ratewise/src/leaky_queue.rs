@@ -117,7 +117,17 @@ struct Slot {
 }
 
 impl State {
-    fn evidence(&self, now: u64, tail: u64, retry_after: Option<u64>, delay: u64) -> Decision {
+    /// The evidence at the clamped `now`; `stale` (how far the caller's
+    /// `now` is behind it) is added to the durations, which are measured
+    /// from the caller's `now`.
+    fn evidence(
+        &self,
+        now: u64,
+        stale: u64,
+        tail: u64,
+        retry_after: Option<u64>,
+        delay: u64,
+    ) -> Decision {
         let backlog = tail.saturating_sub(now);
         Decision {
             allowed: retry_after.is_none(),
@@ -125,8 +135,8 @@ impl State {
             remaining: self
                 .quota
                 .units_in(self.quota.window_nanos().saturating_sub(backlog)),
-            reset_after: Duration::from_nanos(backlog),
-            retry_after: retry_after.map(Duration::from_nanos),
+            reset_after: Duration::from_nanos(backlog.saturating_add(stale)),
+            retry_after: retry_after.map(|r| Duration::from_nanos(r.saturating_add(stale))),
             delay: Duration::from_nanos(delay),
         }
     }
@@ -173,9 +183,15 @@ impl Admission for State {
     fn decision(&self, slot: &Slot, allowed: bool) -> Decision {
         if allowed {
             let delay = slot.departure.saturating_sub(slot.caller);
-            self.evidence(slot.now, self.tail, None, delay)
+            self.evidence(slot.now, slot.now - slot.caller, self.tail, None, delay)
         } else {
-            self.evidence(slot.now, self.tail, Some(slot.wait), 0)
+            self.evidence(
+                slot.now,
+                slot.now - slot.caller,
+                self.tail,
+                Some(slot.wait),
+                0,
+            )
         }
     }
 

@@ -242,7 +242,11 @@ pub(crate) fn reserve<S: Admission>(
     validate_weight(n, s.quota().burst())?;
     let plan = s.plan(n, now.as_nanos());
     let wait = plan.reserve_wait();
-    if wait > duration_to_nanos_saturating(max_wait) {
+    // No reservation waits longer than MAX_RESERVE_WAIT: it keeps every
+    // booked time a bounded distance past the timeline's end, well inside
+    // `u64` (see `Timestamp`).
+    let allowed = max_wait.min(crate::gcra::MAX_RESERVE_WAIT);
+    if wait > duration_to_nanos_saturating(allowed) {
         return Err(ReserveError::WouldWaitTooLong {
             wait: Duration::from_nanos(wait),
             max_wait,

@@ -21,6 +21,17 @@ use crate::time::duration_to_nanos_saturating;
 /// [`Quota::window`]" (burst × interval), so every algorithm enforces the same
 /// long-term rate.
 ///
+/// **The domain.** A quota's window (burst × interval) is at most
+/// [`MAX_WINDOW_NANOS`], 2^61 ns (about 73 years); a longer one is refused at
+/// construction ([`QuotaError::RateTooLow`] for an interval, or
+/// [`QuotaError::BurstOverflow`] for a burst, beyond it). Within that domain
+/// every algorithm answers exactly at every [`Timestamp`](crate::Timestamp)
+/// up to `Timestamp::MAX` — nothing is admitted because an arithmetic
+/// result saturated. The bound is what lets the lock-free GCRA keep its
+/// arrival time, relative to a moving origin, in 62 bits beside a
+/// re-configuration counter, and it keeps every count and every sum of two
+/// windows well inside `u64`.
+///
 /// ```
 /// use std::time::Duration;
 /// use ratewise::Quota;
@@ -46,6 +57,10 @@ pub struct Quota {
     /// division by the interval into a multiply (see [`Quota::units_in`]).
     reciprocal: u64,
 }
+
+/// The longest window a [`Quota`] may have: 2^61 ns, about 73 years (see
+/// the domain note on [`Quota`]).
+pub const MAX_WINDOW_NANOS: u64 = 1 << 61;
 
 impl Quota {
     /// `count` requests per second, burst `count`.
@@ -76,9 +91,12 @@ impl Quota {
             return Err(QuotaError::RateTooHigh);
         }
         let emission = period_nanos.div_ceil(u128::from(count));
-        let emission_nanos = u64::try_from(emission).map_err(|_| QuotaError::RateTooLow {
-            interval: Duration::from_nanos(u64::MAX),
-        })?;
+        let emission_nanos = u64::try_from(emission)
+            .ok()
+            .filter(|&e| e <= MAX_WINDOW_NANOS)
+            .ok_or(QuotaError::RateTooLow {
+                interval: Duration::from_nanos(u64::try_from(emission).unwrap_or(u64::MAX)),
+            })?;
         if emission_nanos == 0 {
             return Err(QuotaError::RateTooHigh);
         }
@@ -103,9 +121,10 @@ impl Quota {
         if emission < 1.0 {
             return Err(QuotaError::RateTooHigh);
         }
-        if emission >= u64::MAX as f64 {
+        if emission > MAX_WINDOW_NANOS as f64 {
             return Err(QuotaError::RateTooLow {
-                interval: Duration::from_nanos(u64::MAX),
+                // Saturating float-to-int conversion.
+                interval: Duration::from_nanos(emission as u64),
             });
         }
         let burst = rate.floor().max(1.0) as u64;
@@ -121,7 +140,15 @@ impl Quota {
         if burst == 0 {
             return Err(QuotaError::ZeroBurst);
         }
-        if emission_nanos.checked_mul(burst).is_none() {
+        if emission_nanos > MAX_WINDOW_NANOS {
+            return Err(QuotaError::RateTooLow {
+                interval: Duration::from_nanos(emission_nanos),
+            });
+        }
+        if emission_nanos
+            .checked_mul(burst)
+            .is_none_or(|w| w > MAX_WINDOW_NANOS)
+        {
             return Err(QuotaError::BurstOverflow {
                 burst,
                 interval: Duration::from_nanos(emission_nanos),
@@ -184,7 +211,7 @@ impl Quota {
     /// The same burst with another emission interval.
     pub fn with_emission_interval(self, interval: Duration) -> Result<Quota, QuotaError> {
         let nanos = duration_to_nanos_saturating(interval);
-        if nanos == u64::MAX {
+        if nanos > MAX_WINDOW_NANOS {
             return Err(QuotaError::RateTooLow { interval });
         }
         Quota::from_parts(nanos, self.burst)
@@ -302,7 +329,9 @@ mod tests {
             u64::MAX / 2,
             u64::MAX,
         ] {
-            let q = Quota::from_parts(e, 1).unwrap();
+            // Beyond the quota domain too: the arithmetic holds for any
+            // interval.
+            let q = Quota::from_raw_parts(e, 1, u64::MAX / e);
             for x in samples {
                 assert_eq!(q.units_in(x), x / e, "{x} / {e}");
             }
@@ -342,6 +371,29 @@ mod tests {
             Quota::per_hour(1).unwrap().with_burst(u64::MAX),
             Err(QuotaError::BurstOverflow { .. })
         ));
+        // The domain's edge: a window of exactly 2^61 ns is accepted, one
+        // nanosecond more is not (issue: windows past 2^60 ns admitted
+        // everything in GCRA).
+        assert!(Quota::from_parts(1, MAX_WINDOW_NANOS).is_ok());
+        assert!(Quota::from_parts(MAX_WINDOW_NANOS, 1).is_ok());
+        assert!(matches!(
+            Quota::from_parts(1, MAX_WINDOW_NANOS + 1),
+            Err(QuotaError::BurstOverflow { .. })
+        ));
+        assert!(matches!(
+            Quota::from_parts(MAX_WINDOW_NANOS + 1, 1),
+            Err(QuotaError::RateTooLow { .. })
+        ));
+        assert!(matches!(
+            Quota::from_parts(1, (1 << 63) + 1),
+            Err(QuotaError::BurstOverflow { .. })
+        ));
+        // 400 000 per hour-interval is a 45-year window: within the domain.
+        assert!(Quota::per_hour(1).unwrap().with_burst(400_000).is_ok());
+        // One per 317 years is not (Go's TestTinyLimit rate).
+        let tiny = Quota::from_rate(1e-10).unwrap_err();
+        assert!(matches!(tiny, QuotaError::RateTooLow { .. }));
+        assert!(tiny.to_string().contains("73 years"), "{tiny}");
         let msg = Quota::per_second(0).unwrap_err().to_string();
         assert!(msg.contains("at least 1"), "{msg}");
     }

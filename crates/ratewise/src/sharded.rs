@@ -105,7 +105,8 @@ impl<L: RateLimiter, C: Clock> ShardedLimiter<L, C> {
     ///
     /// # Errors
     /// [`QuotaError::TooLarge`] when the interval times the shard count
-    /// overflows; [`QuotaError::BurstOverflow`] when the shard's window does.
+    /// overflows; [`QuotaError::RateTooLow`] or [`QuotaError::BurstOverflow`]
+    /// when the shard's interval or window is longer than a quota may be.
     pub fn shard_quota(global: Quota, shards: usize) -> Result<Quota, QuotaError> {
         let n = u64::try_from(shards.max(1)).unwrap_or(u64::MAX);
         let interval = global
@@ -246,9 +247,9 @@ mod tests {
 
     #[test]
     fn impossible_split_is_an_error() {
-        let q = Quota::from_parts(u64::MAX / 2, 1).unwrap();
+        let q = Quota::from_parts(crate::quota::MAX_WINDOW_NANOS, 1).unwrap();
         assert!(matches!(
-            ShardedLimiter::new(q, 4),
+            ShardedLimiter::new(q, 16),
             Err(QuotaError::TooLarge { .. })
         ));
     }

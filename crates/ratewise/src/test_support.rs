@@ -162,12 +162,12 @@ pub(crate) fn check_workload<L: RateLimiter>(
 pub(crate) fn exercise_extremes<L: RateLimiter>(l: &L, n: u64) {
     let times = [
         0,
-        u64::MAX / 2,
-        u64::MAX - 3,
-        u64::MAX - 1,
-        u64::MAX,
-        5, // backwards
-        u64::MAX,
+        u64::MAX / 4,
+        i64::MAX as u64 - 3,
+        i64::MAX as u64 - 1,
+        i64::MAX as u64,
+        5,        // backwards
+        u64::MAX, // pinned at Timestamp::MAX
     ];
     for t in times {
         let now = Timestamp::from_nanos(t);
@@ -303,7 +303,8 @@ macro_rules! shared_limiter_tests {
     ($ty:ident) => {
         #[test]
         fn extreme_times_do_not_panic() {
-            for (i, b) in [(1, 1), (1, 3), (7, 2), (u64::MAX / 4, 4), (u64::MAX, 1)] {
+            const W: u64 = $crate::quota::MAX_WINDOW_NANOS;
+            for (i, b) in [(1, 1), (1, 3), (7, 2), (W / 4, 4), (W, 1), (1, W), (3, W / 3)] {
                 let q = Quota::from_parts(i, b).unwrap();
                 for n in [1, b] {
                     let l = $ty::with_clock(q, $crate::time::ManualClock::new());

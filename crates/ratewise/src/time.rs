@@ -36,23 +36,39 @@ use std::time::Duration;
 /// Timestamps from different clocks are not comparable. Arithmetic saturates
 /// instead of overflowing or panicking: `earlier - later` is a zero duration,
 /// and adding a huge duration pins the result at [`Timestamp::MAX`].
+///
+/// **The timeline** runs from [`Timestamp::ZERO`] to [`Timestamp::MAX`],
+/// 2^63 − 1 ns: about 292 years, the range of a signed 64-bit nanosecond
+/// count (so Unix-epoch nanoseconds work until the year 2262, like Go's
+/// `UnixNano` and `i64` nanoseconds elsewhere). A larger value given to
+/// [`Timestamp::from_nanos`] is pinned at `MAX`; time then stands still, which
+/// only ever makes a limiter stricter. Every limiter answers exactly on the
+/// whole timeline: with a quota's window at most 2^61 ns and reservations
+/// waiting at most [`MAX_RESERVE_WAIT`](crate::gcra::MAX_RESERVE_WAIT), a time
+/// plus what the algorithms add to it stays inside `u64`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(u64);
 
 impl Timestamp {
     /// The clock's origin.
     pub const ZERO: Timestamp = Timestamp(0);
-    /// The latest representable instant (about 584 years after the origin).
-    pub const MAX: Timestamp = Timestamp(u64::MAX);
+    /// The latest instant of the timeline: 2^63 − 1 ns (about 292 years)
+    /// after the origin.
+    pub const MAX: Timestamp = Timestamp(i64::MAX as u64);
 
-    /// A timestamp `nanos` nanoseconds after the origin.
+    /// A timestamp `nanos` nanoseconds after the origin, pinned at
+    /// [`Timestamp::MAX`].
     pub const fn from_nanos(nanos: u64) -> Self {
-        Timestamp(nanos)
+        if nanos > Timestamp::MAX.0 {
+            Timestamp::MAX
+        } else {
+            Timestamp(nanos)
+        }
     }
 
     /// A timestamp `d` after the origin, saturating at [`Timestamp::MAX`].
     pub fn from_duration(d: Duration) -> Self {
-        Timestamp(duration_to_nanos_saturating(d))
+        Timestamp::from_nanos(duration_to_nanos_saturating(d))
     }
 
     /// A timestamp `secs` seconds (fractional allowed) after the origin.
@@ -61,12 +77,8 @@ impl Timestamp {
         if secs.is_nan() || secs <= 0.0 {
             return Timestamp::ZERO;
         }
-        let nanos = secs * 1e9;
-        if nanos >= u64::MAX as f64 {
-            Timestamp::MAX
-        } else {
-            Timestamp(nanos as u64)
-        }
+        // Saturating float-to-int conversion, then pinned at MAX.
+        Timestamp::from_nanos((secs * 1e9) as u64)
     }
 
     /// Nanoseconds since the origin.
@@ -92,12 +104,15 @@ impl Timestamp {
     /// `self + d`, or `None` on overflow.
     pub fn checked_add(self, d: Duration) -> Option<Timestamp> {
         let nanos = u64::try_from(d.as_nanos()).ok()?;
-        self.0.checked_add(nanos).map(Timestamp)
+        self.0
+            .checked_add(nanos)
+            .filter(|&t| t <= Timestamp::MAX.0)
+            .map(Timestamp)
     }
 
     /// `self + d`, pinned at [`Timestamp::MAX`].
     pub fn saturating_add(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_add(duration_to_nanos_saturating(d)))
+        Timestamp::from_nanos(self.0.saturating_add(duration_to_nanos_saturating(d)))
     }
 
     /// `self - d`, pinned at the origin.

@@ -97,12 +97,17 @@ impl<V> Bucket<V> {
 /// that fits.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Cost {
-    /// The caller's `now`.
-    caller: u64,
+    /// How far the caller's `now` is behind the bucket's latest time (zero
+    /// unless the caller's clock ran backwards).
+    stale: u64,
     /// The request's cost in nanoseconds of credit.
     cost: u64,
     /// Nanoseconds from the bucket's latest time until the cost fits (zero
-    /// if it fits now): a denial's `retry_after` and a reservation's wait.
+    /// if it fits now).
+    short: u64,
+    /// The same measured from the caller's `now` (zero if it fits now): a
+    /// denial's `retry_after` and a reservation's wait, so that a caller
+    /// whose `now` is stale and who waits it is not refused again.
     wait: u64,
 }
 
@@ -134,10 +139,17 @@ impl<V> Admission for Bucket<V> {
         // Refilling is not consuming: peek may bring the balance up to date.
         self.refill(now);
         let cost = self.quota.cost_nanos(n);
+        let short = clamp_u64(i128::from(cost) - self.credit);
+        let stale = self.last.saturating_sub(now);
         Cost {
-            caller: now,
+            stale,
             cost,
-            wait: clamp_u64(i128::from(cost) - self.credit),
+            short,
+            wait: if short == 0 {
+                0
+            } else {
+                short.saturating_add(stale)
+            },
         }
     }
 
@@ -151,18 +163,20 @@ impl<V> Admission for Bucket<V> {
             allowed,
             limit: self.quota.burst(),
             remaining: self.quota.units_in(clamp_u64(self.credit)),
-            reset_after: Duration::from_nanos(clamp_u64(self.tau() - self.credit)),
+            reset_after: Duration::from_nanos(
+                clamp_u64(self.tau() - self.credit).saturating_add(plan.stale),
+            ),
             retry_after: (!allowed).then(|| Duration::from_nanos(plan.wait)),
             delay: Duration::ZERO,
         }
     }
 
-    /// The reservation acts `wait` after the bucket's latest time (the
-    /// caller's `now`, unless the caller's clock ran backwards), and becomes
-    /// the latest grant if it acts last.
+    /// The reservation acts when the cost fits, measured from the bucket's
+    /// latest time (the caller's `now`, unless the caller's clock ran
+    /// backwards), and becomes the latest grant if it acts last.
     fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
         self.credit -= i128::from(plan.cost);
-        let act = self.last.max(plan.caller).saturating_add(plan.wait);
+        let act = self.last.saturating_add(plan.short);
         self.last_act = self.last_act.max(act);
         Booking {
             act,
