@@ -904,6 +904,21 @@ where
         Self::find(&mut shard, hash, key).is_some()
     }
 
+    /// Forgets `key`'s state, so its next request finds it at full capacity
+    /// (an operator's "reset this user"). Returns whether the key was
+    /// tracked. Its quota override, if any, stays.
+    pub fn reset(&self, key: &K) -> bool {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock_shard(hash);
+        match shard.table.find_entry(hash, |e| e.key == *key) {
+            Ok(occupied) => {
+                let _ = occupied.remove();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Keys currently tracked (takes each shard's lock in turn).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().table.len()).sum()

@@ -12,8 +12,19 @@ use crate::time::Timestamp;
 ///
 /// The caller may act at [`Reservation::act_at`]. Until then it may hand the
 /// reservation back with [`RateLimiter::cancel_at`], which returns to the
-/// limiter whatever capacity later reservations have not already been
-/// promised (the rule of Go's `x/time/rate`).
+/// limiter the part of its cost that no later grant was promised: its cost
+/// minus the stretch from its act time to the latest grant's act time.
+/// Unlike Go's `x/time/rate`, whose rule this starts from, ratewise never
+/// moves that latest act time back — not even when the latest grant itself
+/// is cancelled — because once two grants share an act time, Go's "the
+/// grant before acts at `act − cost`" is false and would hand the same
+/// capacity out twice; later cancellations may therefore return less than
+/// Go's would, never more. The window algorithms may have booked a future
+/// window and stay conservative after a cancel (see each module).
+///
+/// No reservation waits longer than
+/// [`MAX_RESERVE_WAIT`](crate::gcra::MAX_RESERVE_WAIT) (about 36 years),
+/// whatever `max_wait` allows.
 ///
 /// A reservation is neither `Copy` nor `Clone`, and cancelling consumes it,
 /// so the same capacity cannot be handed back twice. It belongs to the

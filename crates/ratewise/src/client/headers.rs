@@ -299,6 +299,11 @@ pub fn parse_http_date(value: &[u8]) -> Option<SystemTime> {
 pub struct RateLimitItem {
     /// The policy name (`"default"` in `"default";r=5;t=30`), if given.
     pub policy: Option<String>,
+    /// The limit in force, which only draft-07's dictionary form carries in
+    /// this field (`limit=10, remaining=0, reset=10`). A server may lower it
+    /// below its published policy to slow a client down, so when present it
+    /// outranks the policy's `q`.
+    pub limit: Option<u64>,
     /// `r`: remaining quota units.
     pub remaining: Option<u64>,
     /// `t`: seconds until the quota resets.
@@ -315,11 +320,40 @@ pub struct RateLimitPolicy {
     pub quota: Option<u64>,
     /// `w`: the window, in seconds.
     pub window: Option<Duration>,
+    /// `qu`: what the quota counts. Only a [`QuotaUnit::Requests`] policy
+    /// (the default) is ever read as a number of requests.
+    pub unit: QuotaUnit,
+}
+
+/// The unit of a `RateLimit-Policy` quota (the draft's `qu` parameter).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum QuotaUnit {
+    /// `"requests"`, the default when `qu` is absent.
+    #[default]
+    Requests,
+    /// `"content-bytes"`: the quota counts bytes of content.
+    ContentBytes,
+    /// `"concurrent-requests"`: the quota caps requests in flight.
+    ConcurrentRequests,
+    /// Any other registered or vendor unit, as sent.
+    Other(String),
+}
+
+impl QuotaUnit {
+    fn from_param(v: Option<&str>) -> QuotaUnit {
+        match v {
+            None | Some("requests") => QuotaUnit::Requests,
+            Some("content-bytes") => QuotaUnit::ContentBytes,
+            Some("concurrent-requests") => QuotaUnit::ConcurrentRequests,
+            Some(other) => QuotaUnit::Other(other.to_string()),
+        }
+    }
 }
 
 /// Parses the structured `RateLimit` field of IETF drafts ≥ 07, e.g.
 /// `"default";r=50;t=30, "daily";r=900;t=3600`. The draft-07 dictionary form
-/// `limit=10, remaining=5, reset=7` is accepted too (as one unnamed item).
+/// `limit=10, remaining=5, reset=7` is accepted too (as one unnamed item
+/// carrying its [`RateLimitItem::limit`]).
 /// Members that carry nothing usable are dropped; malformed members are
 /// skipped rather than failing the whole field.
 ///
@@ -338,6 +372,7 @@ pub fn parse_rate_limit_field(value: &[u8]) -> Vec<RateLimitItem> {
     let mut legacy = RateLimitItem::default();
     for m in members {
         match (m.key.as_deref(), &m.item) {
+            (Some("limit"), sf::Bare::Int(n)) => legacy.limit = non_negative(*n),
             (Some("remaining"), sf::Bare::Int(n)) => legacy.remaining = non_negative(*n),
             (Some("reset"), sf::Bare::Int(n)) => {
                 legacy.reset = non_negative(*n).map(Duration::from_secs)
@@ -346,6 +381,7 @@ pub fn parse_rate_limit_field(value: &[u8]) -> Vec<RateLimitItem> {
             (None, item) => {
                 let it = RateLimitItem {
                     policy: item.name(),
+                    limit: None,
                     remaining: m.int_param("r").and_then(non_negative),
                     reset: m
                         .int_param("t")
@@ -358,7 +394,7 @@ pub fn parse_rate_limit_field(value: &[u8]) -> Vec<RateLimitItem> {
             }
         }
     }
-    if legacy.remaining.is_some() || legacy.reset.is_some() {
+    if legacy.limit.is_some() || legacy.remaining.is_some() || legacy.reset.is_some() {
         out.push(legacy);
     }
     out
@@ -390,10 +426,12 @@ pub fn parse_rate_limit_policy_field(value: &[u8]) -> Vec<RateLimitPolicy> {
                 .int_param("w")
                 .and_then(non_negative)
                 .map(Duration::from_secs);
+            let unit = QuotaUnit::from_param(m.str_param("qu"));
             (quota.is_some() || window.is_some()).then_some(RateLimitPolicy {
                 policy,
                 quota,
                 window,
+                unit,
             })
         })
         .collect()
@@ -428,8 +466,10 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
     .max();
 
     // Newest generation first: structured fields, then RateLimit-*, then
-    // X-RateLimit-*.
-    let mut hints = structured_hints(headers);
+    // X-RateLimit-*. A policy's quota is informative (the draft's word):
+    // the limit in force is what a `RateLimit` item or a `*-Limit` header
+    // says, so the policy's `q` is read only when neither is there.
+    let (mut hints, policy_limit) = structured_hints(headers);
     const GENERATIONS: [[&str; 3]; 2] = [
         ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"],
         [
@@ -449,6 +489,9 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
             hints.reset_after = headers.header(reset).and_then(|v| reset_value(v, now));
         }
     }
+    if hints.limit.is_none() {
+        hints.limit = policy_limit;
+    }
     hints.retry_after = retry_after;
     hints.no_retry = matches!(grpc_pushback, Some(None));
     if let (Some(r), Some(l)) = (hints.remaining, hints.limit) {
@@ -457,11 +500,15 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
     hints
 }
 
-/// Hints from the structured `RateLimit` / `RateLimit-Policy` pair. The most
-/// constraining policy wins: the fewest remaining units, and among equals the
-/// longest reset. Its limit comes from the policy of the same name, or from
-/// the only policy when there is just one.
-fn structured_hints<H: HeaderSource + ?Sized>(headers: &H) -> ServerHints {
+/// Hints from the structured `RateLimit` / `RateLimit-Policy` pair, and the
+/// quota of a lone policy (to use only if no header states the limit in
+/// force). The most constraining policy wins: the fewest remaining units,
+/// and among equals the longest reset. Its limit is the item's own (draft
+/// 07), else the quota of the policy of the same name, or of the only policy
+/// when there is just one. Policies counted in another unit than requests
+/// (bytes, concurrent requests), and the items that name them, are never
+/// read as request counts.
+fn structured_hints<H: HeaderSource + ?Sized>(headers: &H) -> (ServerHints, Option<u64>) {
     // Repeated field lines of a structured field form one list.
     let items: Vec<RateLimitItem> = headers
         .header_values("ratelimit")
@@ -473,30 +520,45 @@ fn structured_hints<H: HeaderSource + ?Sized>(headers: &H) -> ServerHints {
         .into_iter()
         .flat_map(parse_rate_limit_policy_field)
         .collect();
-    let tightest = items.iter().min_by(|a, b| {
+    let policy_named = |name: &String| policies.iter().find(|p| p.policy.as_ref() == Some(name));
+    let counts_requests = |item: &&RateLimitItem| {
+        item.policy
+            .as_ref()
+            .and_then(policy_named)
+            .is_none_or(|p| p.unit == QuotaUnit::Requests)
+    };
+    let tightest = items.iter().filter(counts_requests).min_by(|a, b| {
         let ra = a.remaining.unwrap_or(u64::MAX);
         let rb = b.remaining.unwrap_or(u64::MAX);
         ra.cmp(&rb).then(b.reset.cmp(&a.reset))
     });
     let policy_for = |name: Option<&String>| -> Option<&RateLimitPolicy> {
-        let named = name.and_then(|n| policies.iter().find(|p| p.policy.as_ref() == Some(n)));
-        named.or(match policies.as_slice() {
-            [only] => Some(only),
-            _ => None,
-        })
+        let named = name.and_then(policy_named);
+        named
+            .or(match policies.as_slice() {
+                [only] => Some(only),
+                _ => None,
+            })
+            .filter(|p| p.unit == QuotaUnit::Requests)
     };
     match tightest {
-        Some(item) => ServerHints {
-            retry_after: None,
-            remaining: item.remaining,
-            limit: policy_for(item.policy.as_ref()).and_then(|p| p.quota),
-            reset_after: item.reset,
-            no_retry: false,
-        },
-        None => ServerHints {
-            limit: policy_for(None).and_then(|p| p.quota),
-            ..ServerHints::default()
-        },
+        Some(item) => {
+            let limit = item
+                .limit
+                .or_else(|| policy_for(item.policy.as_ref()).and_then(|p| p.quota));
+            let hints = ServerHints {
+                retry_after: None,
+                remaining: item.remaining,
+                limit,
+                reset_after: item.reset,
+                no_retry: false,
+            };
+            (hints, None)
+        }
+        None => (
+            ServerHints::default(),
+            policy_for(None).and_then(|p| p.quota),
+        ),
     }
 }
 
@@ -694,6 +756,14 @@ mod sf {
         pub(super) fn int_param(&self, name: &str) -> Option<i64> {
             self.params.iter().find_map(|(k, v)| match v {
                 Bare::Int(n) if k == name => Some(*n),
+                _ => None,
+            })
+        }
+
+        /// A string or token parameter.
+        pub(super) fn str_param(&self, name: &str) -> Option<&str> {
+            self.params.iter().find_map(|(k, v)| match v {
+                Bare::Str(s) | Bare::Token(s) if k == name => Some(s.as_str()),
                 _ => None,
             })
         }
@@ -1127,11 +1197,13 @@ mod tests {
             vec![
                 RateLimitItem {
                     policy: Some("a".into()),
+                    limit: None,
                     remaining: Some(1),
                     reset: Some(Duration::from_secs(2)),
                 },
                 RateLimitItem {
                     policy: Some("b".into()),
+                    limit: None,
                     remaining: Some(0),
                     reset: None,
                 },
@@ -1144,8 +1216,73 @@ mod tests {
                 policy: Some("p".into()),
                 quota: Some(5),
                 window: Some(Duration::from_secs(1)),
+                unit: QuotaUnit::Requests,
             }]
         );
+    }
+
+    #[test]
+    fn draft_07_limit_key_is_the_limit_in_force() {
+        // The dictionary form's `limit=` is kept…
+        let h = [("RateLimit", "limit=10, remaining=0, reset=10")];
+        let hints = parse_hints(&h, at(0));
+        assert_eq!(hints.limit, Some(10));
+        assert_eq!(hints.remaining, Some(0));
+        assert_eq!(hints.reset_after, Some(Duration::from_secs(10)));
+        // …and outranks the nominal quota of the policy beside it.
+        let h = [
+            ("RateLimit", "limit=10, remaining=3, reset=10"),
+            ("RateLimit-Policy", "100;w=60"),
+        ];
+        assert_eq!(parse_hints(&h, at(0)).limit, Some(10));
+    }
+
+    #[test]
+    fn ratelimit_limit_outranks_a_lone_policy() {
+        // Draft-06: the policy is informative, the limit is the one in force.
+        let h = [
+            ("RateLimit-Limit", "10"),
+            ("RateLimit-Policy", "100;w=60"),
+            ("RateLimit-Remaining", "4"),
+        ];
+        assert_eq!(parse_hints(&h, at(0)).limit, Some(10));
+        let h = [
+            ("X-RateLimit-Limit", "10"),
+            ("RateLimit-Policy", r#""default";q=100;w=60"#),
+        ];
+        assert_eq!(parse_hints(&h, at(0)).limit, Some(10));
+        // Alone, the policy's quota is all there is.
+        let h = [("RateLimit-Policy", "100;w=60")];
+        assert_eq!(parse_hints(&h, at(0)).limit, Some(100));
+    }
+
+    #[test]
+    fn quota_units_are_kept_and_never_read_as_requests() {
+        let p = parse_rate_limit_policy_field(
+            br#""bytes";q=1000000;qu="content-bytes";w=60, "inflight";q=5;qu="concurrent-requests", "x";q=1;qu="acme-tokens""#,
+        );
+        assert_eq!(p[0].unit, QuotaUnit::ContentBytes);
+        assert_eq!(p[1].unit, QuotaUnit::ConcurrentRequests);
+        assert_eq!(p[2].unit, QuotaUnit::Other("acme-tokens".into()));
+        // A byte quota alone gives no request limit…
+        let h = [(
+            "RateLimit-Policy",
+            r#""bytes";q=1000000;qu="content-bytes";w=60"#,
+        )];
+        assert_eq!(parse_hints(&h, at(0)).limit, None);
+        // …and its remaining bytes are not remaining requests: the request
+        // policy beside it decides.
+        let h = [
+            (
+                "RateLimit-Policy",
+                r#""bytes";q=1000000;qu="content-bytes";w=60, "req";q=100;w=60"#,
+            ),
+            ("RateLimit", r#""bytes";r=0;t=50, "req";r=40;t=20"#),
+        ];
+        let hints = parse_hints(&h, at(0));
+        assert_eq!(hints.limit, Some(100));
+        assert_eq!(hints.remaining, Some(40));
+        assert_eq!(hints.reset_after, Some(Duration::from_secs(20)));
     }
 
     #[test]
