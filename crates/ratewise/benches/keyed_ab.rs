@@ -12,11 +12,12 @@
 //! ```text
 //! cargo bench -p ratewise --bench keyed_ab -- 9    # 9 trials (default 7)
 //! ```
-use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::time::Instant;
 
 use ratewise::{KeyedLimiter, Quota};
+
+#[path = "support/ab.rs"]
+mod ab;
 
 const HOT_KEYS_DEFAULT: u64 = 10_000;
 
@@ -35,47 +36,6 @@ fn key_order(thread: u64) -> Vec<u64> {
     (0..hot)
         .map(|i| (i * 7_919 + thread * 104_729) % hot)
         .collect()
-}
-
-/// This thread's on-CPU nanoseconds, if the system reports them.
-fn cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
-}
-
-/// Returns (wall rate, cpu rate) in checks per second over all threads.
-fn run<F: Fn(&u64) -> bool + Sync>(threads: u64, iters: u64, check: &F) -> (f64, f64) {
-    let start = Instant::now();
-    let cpu: Vec<u64> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                s.spawn(move || {
-                    let keys = key_order(t);
-                    let c0 = cpu_ns();
-                    let w0 = Instant::now();
-                    let mut admitted = 0u64;
-                    for i in 0..iters {
-                        let key = &keys[(i % keys.len() as u64) as usize];
-                        admitted += u64::from(check(key));
-                    }
-                    black_box(admitted);
-                    let wall_ns = w0.elapsed().as_nanos() as u64;
-                    // Without scheduler accounting, fall back to wall time.
-                    match (c0, cpu_ns()) {
-                        (Some(a), Some(b)) if b > a => b - a,
-                        _ => wall_ns.max(1),
-                    }
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("bench thread"))
-            .collect()
-    });
-    let wall = start.elapsed().as_secs_f64();
-    let cpu_rate: f64 = cpu.iter().map(|&c| iters as f64 / (c as f64 / 1e9)).sum();
-    ((threads * iters) as f64 / wall, cpu_rate)
 }
 
 fn main() {
@@ -97,29 +57,32 @@ fn main() {
     }
     // `cargo bench` passes `--bench`; the first numeric argument is the
     // number of trials.
-    let trials: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(7)
-        .max(1);
+    let trials = ab::trials(7);
     let iters = 3_000_000;
+    let orders: Vec<Vec<u64>> = (0..2).map(key_order).collect();
+    let key = |t: u64, i: u64| {
+        let keys = &orders[t as usize];
+        &keys[(i % keys.len() as u64) as usize]
+    };
     for threads in [1u64, 2] {
         let mut rows: Vec<[(f64, f64); 4]> = Vec::new();
         for _ in 0..trials {
-            let a = run(threads, iters, &|k| {
-                ours.check(k, 1).map(|d| d.allowed).unwrap_or(false)
+            let a = ab::run(threads, iters, &|t, i| {
+                ours.check(key(t, i), 1).map(|d| d.allowed).unwrap_or(false)
             });
-            let b = run(threads, iters, &|k| theirs.check_key(k).is_ok());
-            let c = run(threads, iters, &|k| {
-                ours_sip.check(k, 1).map(|d| d.allowed).unwrap_or(false)
+            let b = ab::run(threads, iters, &|t, i| theirs.check_key(key(t, i)).is_ok());
+            let c = ab::run(threads, iters, &|t, i| {
+                ours_sip
+                    .check(key(t, i), 1)
+                    .map(|d| d.allowed)
+                    .unwrap_or(false)
             });
-            let d = run(threads, iters, &|k| theirs_fold.check_key(k).is_ok());
+            let d = ab::run(threads, iters, &|t, i| {
+                theirs_fold.check_key(key(t, i)).is_ok()
+            });
             rows.push([a, b, c, d]);
         }
-        let med = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            (v[v.len() / 2], v[0], v[v.len() - 1])
-        };
+        let med = ab::spread;
         for (label, pick) in [("wall", 0usize), ("cpu", 1)] {
             let g = |r: &[(f64, f64); 4], i: usize| if pick == 0 { r[i].0 } else { r[i].1 };
             let rate = |i: usize| med(rows.iter().map(|r| g(r, i) / 1e6).collect());

@@ -245,8 +245,8 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             }
             let (generation, tat) = split(word);
             // A word from before a re-configuration may meet the new quota
-            // and origin here, but then its CAS fails: the generation has
-            // moved on.
+            // and origin here, but then its CAS fails (or, for a denial,
+            // `changed_since` sees it): the generation has moved on.
             let (q, origin) = self.config.load();
             let now = match math::relative(now_abs, origin) {
                 Ok(now) => now,
