@@ -215,6 +215,8 @@ impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> Timestamp {
         let raw = self.inner.raw();
+        // Below Timestamp::MAX for the first 292 years after the clock was
+        // made, so the hot path skips `from_nanos`'s clamp.
         Timestamp(self.inner.delta_as_nanos(self.origin, raw))
     }
 }
@@ -244,7 +246,7 @@ impl Default for StdClock {
 impl Clock for StdClock {
     #[inline]
     fn now(&self) -> Timestamp {
-        Timestamp(duration_to_nanos_saturating(self.origin.elapsed()))
+        Timestamp::from_nanos(duration_to_nanos_saturating(self.origin.elapsed()))
     }
 }
 
@@ -277,7 +279,7 @@ impl ManualClock {
         let step = duration_to_nanos_saturating(d);
         let mut current = self.nanos.load(Ordering::Acquire);
         loop {
-            let next = current.saturating_add(step);
+            let next = current.saturating_add(step).min(Timestamp::MAX.0);
             match self.nanos.compare_exchange_weak(
                 current,
                 next,
