@@ -77,6 +77,7 @@
 
 pub mod backend;
 pub mod client;
+pub mod concurrency;
 pub mod debounce;
 pub mod decision;
 pub mod error;
