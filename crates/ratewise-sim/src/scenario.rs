@@ -22,19 +22,19 @@ use crate::server::ServerConfig;
 
 /// The scenarios shipped with ratewise: `(name, TOML source)`.
 pub const BUILT_IN: &[(&str, &str)] = &[
-    ("heroku", include_str!("../../../scenarios/heroku.toml")),
+    ("heroku", include_str!("../scenarios/heroku.toml")),
     (
         "heroku-workload",
-        include_str!("../../../scenarios/heroku-workload.toml"),
+        include_str!("../scenarios/heroku-workload.toml"),
     ),
-    ("emr-scan", include_str!("../../../scenarios/emr-scan.toml")),
+    ("emr-scan", include_str!("../scenarios/emr-scan.toml")),
     (
         "google-quota",
-        include_str!("../../../scenarios/google-quota.toml"),
+        include_str!("../scenarios/google-quota.toml"),
     ),
     (
         "dynamodb-autoscale",
-        include_str!("../../../scenarios/dynamodb-autoscale.toml"),
+        include_str!("../scenarios/dynamodb-autoscale.toml"),
     ),
 ];
 
