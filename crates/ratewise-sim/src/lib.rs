@@ -172,7 +172,14 @@ impl Experiment {
         self.scenario
             .time_to_clear_from
             .as_deref()
-            .map(Scenario::load)
+            .map(|name| {
+                Scenario::load(name).map_err(|e| {
+                    SimError::invalid(
+                        "time_to_clear_from",
+                        format!("the companion scenario `{name}` cannot be loaded: {e}"),
+                    )
+                })
+            })
             .transpose()
     }
 

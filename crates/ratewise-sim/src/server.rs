@@ -287,9 +287,31 @@ impl ServerConfig {
             } => {
                 positive(*capacity, "server.capacity")?;
                 non_negative(*refill_per_s, "server.refill_per_s")?;
-                non_negative(*starting, "server.starting")
+                non_negative(*starting, "server.starting")?;
+                if *refill_per_s == 0.0 && *starting < 1.0 {
+                    return Err(SimError::invalid(
+                        "server.refill_per_s",
+                        format!(
+                            "the server has no capacity: refill_per_s = 0 and starting = {starting}, \
+                             so no request can ever succeed (set refill_per_s above 0 or starting to 1 or more)"
+                        ),
+                    ));
+                }
+                Ok(())
             }
-            ServerConfig::DecreaseOnly { starting } => non_negative(*starting, "server.starting"),
+            ServerConfig::DecreaseOnly { starting } => {
+                non_negative(*starting, "server.starting")?;
+                if *starting < 1.0 {
+                    return Err(SimError::invalid(
+                        "server.starting",
+                        format!(
+                            "the server has no capacity: a decrease-only server never refills and \
+                             starting = {starting}, so no request can ever succeed (set starting to 1 or more)"
+                        ),
+                    ));
+                }
+                Ok(())
+            }
             ServerConfig::Limiter {
                 algorithm,
                 rate_per_s,
@@ -366,6 +388,21 @@ impl ServerConfig {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// For a server that never refills, the field that says so and the
+    /// number of successes it offers in all; `None` when capacity returns.
+    pub fn total_capacity(&self) -> Option<(&'static str, f64)> {
+        match *self {
+            ServerConfig::HerokuBucket {
+                refill_per_s,
+                starting,
+                capacity,
+            } => (refill_per_s == 0.0)
+                .then(|| ("server.refill_per_s", starting.min(capacity).floor())),
+            ServerConfig::DecreaseOnly { starting } => Some(("server.starting", starting.floor())),
+            _ => None,
         }
     }
 
