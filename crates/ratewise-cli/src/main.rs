@@ -46,6 +46,10 @@ enum Command {
         /// Runs (seeds) per strategy; metrics show mean and min–max.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         runs: u32,
+        /// With several runs, show each metric's min–max beside its mean
+        /// (a wider table than the default 120 columns).
+        #[arg(long)]
+        spread: bool,
         /// Print one JSON document instead of the table.
         #[arg(long)]
         json: bool,
@@ -205,6 +209,7 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
             strategies: names,
             seed,
             runs,
+            spread,
             json,
             report: report_path,
         } => {
@@ -251,7 +256,7 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
             if json {
                 writeln!(out, "{}", report::json(&result))?;
             } else {
-                write!(out, "{}", report::table(&result))?;
+                write!(out, "{}", report::table_with(&result, spread))?;
                 if let Some(p) = &path {
                     writeln!(out, "report: {}", p.display())?;
                 }

@@ -72,6 +72,22 @@ fn default_simulate_prints_the_table_and_writes_a_report() {
     ] {
         assert!(out.contains(h), "{h} missing:\n{out}");
     }
+    // It opens with the answer and the rule, defines every column with its
+    // direction, and flags the strategy that never waits instead of showing
+    // it as perfect.
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[1].starts_with("Answer: use `"), "{out}");
+    assert!(
+        lines[2].starts_with("Rule: ranked by Pareto tiers"),
+        "{out}"
+    );
+    assert!(out.contains("lower is better") && out.contains("higher is better"));
+    let null = lines
+        .iter()
+        .find(|l| l.contains(" null !"))
+        .unwrap_or_else(|| panic!("null is not flagged:\n{out}"));
+    assert_eq!(null.matches("n/a").count(), 3, "{null}");
+    assert!(out.contains("`null` never waits"), "{out}");
     let html = std::fs::read_to_string(&report).unwrap_or_default();
     assert!(html.contains("sleep-chart"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -314,5 +330,28 @@ fn companion_scenario_is_found_next_to_its_file() {
     let doc: serde_json::Value =
         serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}"));
     assert!(doc["results"][0]["time_to_clear_s"].is_number(), "{doc}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The default table fits 120 columns even over several runs; `--spread`
+/// adds each metric's min–max.
+#[test]
+fn the_table_fits_120_columns_unless_spread_is_asked_for() {
+    let widest = |args: &[&str]| {
+        let o = ratewise(args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        stdout(&o)
+            .lines()
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let dir = scratch_dir("width");
+    let report = dir.join("r.html");
+    let report = report.to_str().unwrap_or_default();
+    let narrow = widest(&["simulate", "--runs", "2", "--report", report]);
+    assert!(narrow <= 120, "{narrow} columns");
+    let wide = widest(&["simulate", "--runs", "2", "--spread", "--report", report]);
+    assert!(wide > narrow, "--spread {wide} vs {narrow}");
     let _ = std::fs::remove_dir_all(&dir);
 }

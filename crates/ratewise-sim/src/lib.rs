@@ -33,6 +33,9 @@
 //! * [`metrics`] — the published metrics, defined exactly, plus utilization,
 //!   waits, fairness and 429 totals.
 //! * [`strategies`] — the registry of strategy constructors.
+//! * [`rank`] — the decision: strategies ranked by a stated rule (Pareto
+//!   tiers of retry rate and time to clear, then max sleep and fairness),
+//!   flags, and every metric's definition and direction.
 //! * [`report`] — the text table, the JSON document and the HTML report.
 //!
 //! # Invariants
@@ -51,6 +54,7 @@
 pub mod engine;
 pub mod error;
 pub mod metrics;
+pub mod rank;
 pub mod report;
 pub mod scenario;
 pub mod server;
