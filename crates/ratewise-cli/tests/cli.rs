@@ -48,6 +48,9 @@ fn lists_strategies_and_scenarios() {
         "emr-scan",
         "google-quota",
         "dynamodb-autoscale",
+        "github",
+        "shopify",
+        "stripe",
     ] {
         assert!(
             out.lines().any(|l| l.starts_with(name)),

@@ -28,6 +28,9 @@
 //! * [`server`] — simulated APIs: Heroku's token bucket, the decrease-only
 //!   server, any core `RateLimiter`, fixed windows, a capacity shared with
 //!   background tenants, an autoscaling capacity.
+//! * [`stack`] — an API as a stack of limits (core limiters and a
+//!   concurrency cap, each with its own refusal status) answering with real
+//!   header text in a chosen profile.
 //! * [`engine`] — the event loop that drives real `ratewise::client`
 //!   strategy objects through their sans-IO interface.
 //! * [`metrics`] — the published metrics, defined exactly, plus utilization,
@@ -58,6 +61,7 @@ pub mod rank;
 pub mod report;
 pub mod scenario;
 pub mod server;
+pub mod stack;
 pub mod strategies;
 
 pub use engine::{run, RunOutput, Trace};

@@ -5,7 +5,7 @@
 //! [`RULE`], printed beside every ranking so that it can be disputed:
 //!
 //! 1. **Pareto tiers of retry rate and time to clear** (both lower is
-//!    better). Tier 1 — the *Pareto front* — holds every strategy no other
+//!    better; times within [`TIME_TIE`] of each other tie). Tier 1 — the *Pareto front* — holds every strategy no other
 //!    strategy beats on both at once (at least as good on both and better on
 //!    one); tier 2 is the front of what is left, and so on. A strategy that
 //!    never cleared its work counts as infinitely slow.
@@ -26,8 +26,9 @@ use crate::{ExperimentResult, StrategyResult};
 
 /// The ranking rule in one sentence, shown beside every ranking.
 pub const RULE: &str = "ranked by Pareto tiers of avg retry rate (lower is better) and time to \
-clear (lower is better): tier 1, the Pareto front, holds the strategies no other beats on both; \
-within a tier, lower max sleep first, then higher fairness; a strategy that never waits ranks last";
+clear (lower is better; within 1 % is a tie): tier 1, the Pareto front, holds the strategies no \
+other beats on both; within a tier, lower max sleep first, then higher fairness; a strategy that \
+never waits ranks last";
 
 /// Which way a metric is better.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,9 +231,18 @@ fn objectives(r: &StrategyResult) -> (f64, f64) {
     )
 }
 
-/// Whether `a` Pareto-dominates `b` (both objectives minimised).
+/// Times to clear within this fraction of each other count as a tie: a
+/// simulated second out of thirteen minutes is noise, not a reason to
+/// prefer a strategy with fifty times the retries.
+pub const TIME_TIE: f64 = 0.01;
+
+/// Whether `a` Pareto-dominates `b` (both objectives minimised): no more
+/// retries, a time to clear no longer (up to [`TIME_TIE`]), and better on
+/// one of them (for the time, by more than the tie).
 pub fn dominates(a: (f64, f64), b: (f64, f64)) -> bool {
-    a.0 <= b.0 && a.1 <= b.1 && (a.0 < b.0 || a.1 < b.1)
+    let t_le = a.1 <= b.1 * (1.0 + TIME_TIE) || a.1 <= b.1;
+    let t_lt = a.1 * (1.0 + TIME_TIE) < b.1;
+    a.0 <= b.0 && t_le && (a.0 < b.0 || t_lt)
 }
 
 /// The 1-based Pareto tier of each point: tier 1 is the set no point
@@ -337,6 +347,8 @@ mod tests {
         assert_eq!(pareto_tiers(&pts), vec![1, 1, 1, 2, 3]);
         // Equal points do not dominate each other.
         assert_eq!(pareto_tiers(&[(1.0, 1.0), (1.0, 1.0)]), vec![1, 1]);
+        // Times within 1 % tie: fewer retries then decide.
+        assert_eq!(pareto_tiers(&[(50.0, 780.0), (0.0, 781.0)]), vec![2, 1]);
         // Not clearing counts as infinitely slow.
         assert_eq!(
             pareto_tiers(&[(5.0, f64::INFINITY), (5.0, 10.0)]),

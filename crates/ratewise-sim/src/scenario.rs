@@ -36,6 +36,9 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "dynamodb-autoscale",
         include_str!("../scenarios/dynamodb-autoscale.toml"),
     ),
+    ("github", include_str!("../scenarios/github.toml")),
+    ("shopify", include_str!("../scenarios/shopify.toml")),
+    ("stripe", include_str!("../scenarios/stripe.toml")),
 ];
 
 /// A complete scenario.
@@ -56,8 +59,9 @@ pub struct Scenario {
     /// published Heroku numbers include server boot and process exit).
     #[serde(default)]
     pub overhead_s: f64,
-    /// Safety stop: a run still going after this many simulated seconds is
-    /// an error rather than an endless loop.
+    /// Safety stop: a run still going after this many simulated seconds
+    /// stops there, and its unfinished threads count as not cleared (time to
+    /// clear `—`), rather than running forever.
     #[serde(default = "default_max_time")]
     pub max_time_s: f64,
     /// Name of a scenario whose time to clear fills the "time to clear"
@@ -604,13 +608,14 @@ fn key_at(src: &str, offset: usize) -> Option<String> {
 /// `clients.workload.duration_s`): the first `key =` line inside a matching
 /// table, or the table header itself.
 fn locate_field(src: &str, field: &str) -> Option<usize> {
-    // `clients[2].threads`: the third `[[clients]]` group.
-    let (group, plain) = match field
-        .strip_prefix("clients[")
-        .and_then(|r| r.split_once(']'))
-    {
-        Some((n, rest)) => (n.parse::<usize>().ok(), format!("clients{rest}")),
-        None => (None, field.to_owned()),
+    // `clients[2].threads`: the third `[[clients]]` group;
+    // `server.limits[1].status`: the second `[[server.limits]]`.
+    let (array, group, plain) = match field.split_once('[').and_then(|(a, r)| {
+        let (n, rest) = r.split_once(']')?;
+        Some((a.to_owned(), n.parse::<usize>().ok(), format!("{a}{rest}")))
+    }) {
+        Some((a, n, plain)) => (a, n, plain),
+        None => ("clients".to_owned(), None, field.to_owned()),
     };
     let field = plain.as_str();
     let mut seen_groups = 0usize;
@@ -623,7 +628,7 @@ fn locate_field(src: &str, field: &str) -> Option<usize> {
     for (i, raw) in src.lines().enumerate() {
         let line = raw.trim();
         if line.starts_with('[') {
-            if line.starts_with("[[clients]]") {
+            if line.starts_with(&format!("[[{array}]]")) {
                 seen_groups += 1;
             }
             current = line
@@ -637,7 +642,7 @@ fn locate_field(src: &str, field: &str) -> Option<usize> {
             continue;
         }
         let right_group =
-            !current.starts_with("clients") || group.is_none_or(|g| seen_groups == g + 1);
+            !current.starts_with(array.as_str()) || group.is_none_or(|g| seen_groups == g + 1);
         if !right_group {
             continue;
         }
