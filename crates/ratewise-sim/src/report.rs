@@ -718,7 +718,7 @@ impl Scale {
 const SW: f64 = 720.0;
 const SH: f64 = 430.0;
 const SMT: f64 = 64.0;
-const SMB: f64 = 44.0;
+const SMB: f64 = 58.0;
 const SML: f64 = 64.0;
 const SMR: f64 = 24.0;
 
@@ -782,23 +782,23 @@ fn scatter(
     if points.iter().any(|p| p.y.is_none()) {
         let _ = write!(
             out,
-            r##"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">did not clear</text><line x1="{SML}" y1="{band:.1}" x2="{:.1}" y2="{band:.1}" class="grid"/>"##,
-            SML - 4.0,
-            band + 4.0,
+            r##"<text x="{:.1}" y="{:.1}" class="tick" text-anchor="end">did not clear ↑</text><line x1="{SML}" y1="{band:.1}" x2="{:.1}" y2="{band:.1}" class="grid"/>"##,
+            SW - SMR,
+            band - 4.0,
             SW - SMR
         );
     }
     let _ = write!(
         out,
-        r##"<text x="{:.1}" y="{:.1}" class="label" text-anchor="middle">{}</text><text x="14" y="{:.1}" class="label" text-anchor="middle" transform="rotate(-90 14 {:.1})">{}</text><text x="{:.1}" y="{:.1}" class="label better">{}</text>"##,
+        r##"<text x="{:.1}" y="{:.1}" class="label" text-anchor="middle">{}</text><text x="14" y="{:.1}" class="label" text-anchor="middle" transform="rotate(-90 14 {:.1})">{}</text><text x="{:.1}" y="{:.1}" class="label better" text-anchor="end">{}</text>"##,
         (SML + SW - SMR) / 2.0,
-        SH - 8.0,
+        SH - SMB + 28.0,
         esc(x_label),
         (SH + SMT - SMB) / 2.0,
         (SH + SMT - SMB) / 2.0,
         esc(y_label),
-        SML + 6.0,
-        SMT - 10.0,
+        SW - SMR,
+        SH - 10.0,
         esc(better)
     );
     legend(out, SW, legend_items);
