@@ -466,21 +466,30 @@ fn steps(max: f64, step: f64) -> impl Iterator<Item = f64> {
     (0..=n).map(move |i| f64::from(i) * step)
 }
 
+/// A chart's title (in the top margin) and its two axis lines, for a
+/// `w × h` chart whose plot area has margins `left`, `right`, `top`,
+/// `bottom`.
+fn title_and_axes(
+    out: &mut String,
+    title: &str,
+    w: f64,
+    h: f64,
+    [left, right, top, bottom]: [f64; 4],
+) {
+    let _ = write!(
+        out,
+        r##"<text x="{:.1}" y="16" class="title">{}</text><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" class="axis"/><line x1="{left}" y1="{top}" x2="{left}" y2="{:.1}" class="axis"/>"##,
+        w / 2.0,
+        esc(title),
+        h - bottom,
+        w - right,
+        h - bottom,
+        h - bottom
+    );
+}
+
 fn axes(out: &mut String, f: &Frame, title: &str, y_label: &str) {
-    let _ = write!(
-        out,
-        r##"<text x="{:.1}" y="16" class="title">{}</text>"##,
-        W / 2.0,
-        esc(title)
-    );
-    let _ = write!(
-        out,
-        r##"<line x1="{ML}" y1="{:.1}" x2="{:.1}" y2="{:.1}" class="axis"/><line x1="{ML}" y1="{MT}" x2="{ML}" y2="{:.1}" class="axis"/>"##,
-        H - MB,
-        W - MR,
-        H - MB,
-        H - MB
-    );
+    title_and_axes(out, title, W, H, [ML, MR, MT, MB]);
     for xv in steps(f.x_max, f.x_step) {
         let _ = write!(
             out,
@@ -742,20 +751,7 @@ fn scatter(
     let band = SMT - 12.0;
     let py = |v: Option<f64>| v.map_or(band, |v| SH - SMB - (SH - SMT - SMB) * ys.unit(v));
     svg_open(out, class, "", SW, SH);
-    let _ = write!(
-        out,
-        r##"<text x="{:.1}" y="16" class="title">{}</text>"##,
-        SW / 2.0,
-        esc(title)
-    );
-    let _ = write!(
-        out,
-        r##"<line x1="{SML}" y1="{:.1}" x2="{:.1}" y2="{:.1}" class="axis"/><line x1="{SML}" y1="{SMT}" x2="{SML}" y2="{:.1}" class="axis"/>"##,
-        SH - SMB,
-        SW - SMR,
-        SH - SMB,
-        SH - SMB
-    );
+    title_and_axes(out, title, SW, SH, [SML, SMR, SMT, SMB]);
     for &t in &xs.ticks {
         let _ = write!(
             out,

@@ -203,23 +203,37 @@ fn rate_quota(
 }
 
 impl LimitConfig {
+    /// A rate limit's quota and the window its headers announce (`None`
+    /// for a concurrency cap).
+    ///
+    /// # Errors
+    /// As [`LimitConfig::validate`].
+    pub fn quota(&self, field: &str) -> Result<Option<(ratewise::Quota, f64)>, SimError> {
+        match self {
+            LimitConfig::Rate {
+                limit,
+                window_s,
+                rate_per_s,
+                burst,
+                ..
+            } => rate_quota(*limit, *window_s, *rate_per_s, *burst, field).map(Some),
+            LimitConfig::Concurrency { .. } => Ok(None),
+        }
+    }
+
     /// Checks the limit; `field` is its dotted path (`server.limits[1]`).
     ///
     /// # Errors
     /// [`SimError::Invalid`] naming the field and the cause.
     pub fn validate(&self, field: &str) -> Result<(), SimError> {
+        self.quota(field)?;
         match self {
             LimitConfig::Rate {
                 algorithm,
-                limit,
-                window_s,
-                rate_per_s,
-                burst,
                 start,
                 status,
                 ..
             } => {
-                rate_quota(*limit, *window_s, *rate_per_s, *burst, field)?;
                 if *start == Start::Empty
                     && !matches!(
                         algorithm,
@@ -254,21 +268,15 @@ impl LimitConfig {
     /// # Errors
     /// As [`LimitConfig::validate`].
     pub fn limiter(&self, field: &str) -> Result<Option<Box<dyn RateLimiter>>, SimError> {
-        match self {
-            LimitConfig::Rate {
-                algorithm,
-                limit,
-                window_s,
-                rate_per_s,
-                burst,
-                start,
-                ..
-            } => {
-                let (q, _) = rate_quota(*limit, *window_s, *rate_per_s, *burst, field)?;
-                Ok(Some(core_limiter(*algorithm, q, *start == Start::Full)))
-            }
-            LimitConfig::Concurrency { .. } => Ok(None),
-        }
+        Ok(match (self, self.quota(field)?) {
+            (
+                LimitConfig::Rate {
+                    algorithm, start, ..
+                },
+                Some((q, _)),
+            ) => Some(core_limiter(*algorithm, q, *start == Start::Full)),
+            _ => None,
+        })
     }
 }
 
@@ -397,10 +405,6 @@ impl StackServer {
             match l {
                 LimitConfig::Rate {
                     name,
-                    limit,
-                    window_s,
-                    rate_per_s,
-                    burst,
                     start,
                     status,
                     body,
@@ -408,7 +412,7 @@ impl StackServer {
                     retry_after: own,
                     ..
                 } => {
-                    let (_, window) = rate_quota(*limit, *window_s, *rate_per_s, *burst, &field)?;
+                    let window = l.quota(&field)?.map_or(1.0, |(_, w)| w);
                     let limiter = l
                         .limiter(&field)?
                         .ok_or_else(|| SimError::invalid(&field, "not a rate limit"))?;
