@@ -43,12 +43,26 @@ fn json_number(x: f64) -> serde_json::Value {
 struct ResultJson<'a> {
     r: &'a StrategyResult,
     runs: u32,
+    ranked: Option<&'a rank::Ranked>,
 }
 
 impl Serialize for ResultJson<'_> {
     fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
         let mut map = ser.serialize_map(None)?;
         map.serialize_entry("strategy", &self.r.strategy)?;
+        if let Some(rk) = self.ranked {
+            map.serialize_entry("rank", &rk.rank)?;
+            map.serialize_entry("pareto_tier", &rk.tier)?;
+            let flags: Vec<&str> = rk
+                .flags
+                .iter()
+                .map(|f| match f {
+                    rank::Flag::NeverWaits { .. } => "never_waits",
+                    rank::Flag::GaveUp { .. } => "gave_up_calls",
+                })
+                .collect();
+            map.serialize_entry("flags", &flags)?;
+        }
         for name in METRIC_NAMES {
             match self.r.stat(name) {
                 Some(s) => {
@@ -74,10 +88,17 @@ impl Serialize for DocJson<'_> {
         map.serialize_entry("scenario", &e.scenario.name)?;
         map.serialize_entry("seed", &e.seed)?;
         map.serialize_entry("runs", &e.runs)?;
+        let ranked = rank::rank(e);
+        let by_index = ranked_by_index(&ranked, e.results.len());
         let results: Vec<ResultJson<'_>> = e
             .results
             .iter()
-            .map(|r| ResultJson { r, runs: e.runs })
+            .zip(by_index)
+            .map(|(r, ranked)| ResultJson {
+                r,
+                runs: e.runs,
+                ranked,
+            })
             .collect();
         map.serialize_entry("results", &results)?;
         map.end()
@@ -85,8 +106,10 @@ impl Serialize for DocJson<'_> {
 }
 
 /// The JSON document `ratewise simulate --json` prints: `{"scenario", "seed", "runs",
-/// "results": [{"strategy", "avg_retry_rate_pct", …}]}`; with more than one
-/// run each metric also has `_min` and `_max` companions.
+/// "results": [{"strategy", "rank", "pareto_tier", "flags", "avg_retry_rate_pct", …}]}`
+/// in the order the strategies were asked for (`rank` is the place by
+/// [`rank::RULE`], `flags` any of `never_waits`, `gave_up_calls`); with more
+/// than one run each metric also has `_min` and `_max` companions.
 pub fn json(e: &ExperimentResult) -> String {
     serde_json::to_string_pretty(&DocJson(e))
         .unwrap_or_else(|err| format!("{{\"error\":\"{err}\"}}"))
