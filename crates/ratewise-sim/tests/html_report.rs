@@ -101,6 +101,24 @@ fn structural(html: &str, names: &[String]) {
     for bad in ["src=\"http", "href=\"http", "@import", "url("] {
         assert!(!html.contains(bad), "external reference: {bad}");
     }
+    // The server chart says its interval (heroku samples every 10 s) and
+    // labels its right axis; every metric is defined with its direction.
+    assert_eq!(
+        html.matches("responses per 10 s interval</text>").count(),
+        n
+    );
+    assert_eq!(
+        html.matches("server capacity left (requests)</text>")
+            .count(),
+        n
+    );
+    for defined in [
+        "lower is better",
+        "higher is better",
+        "Rule: ranked by Pareto tiers",
+    ] {
+        assert!(html.contains(defined), "{defined}");
+    }
     // 10 client series per sleep chart.
     assert!(html.matches("<polyline").count() >= n * (10 + 3));
 }
