@@ -14,7 +14,7 @@
 //! status 0, as Unix filters do, instead of panicking.
 
 use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -46,6 +46,10 @@ enum Command {
         /// Runs (seeds) per strategy; metrics show mean and min–max.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         runs: u32,
+        /// With several runs, show each metric's min–max beside its mean
+        /// (a wider table than the default 120 columns).
+        #[arg(long)]
+        spread: bool,
         /// Print one JSON document instead of the table.
         #[arg(long)]
         json: bool,
@@ -67,6 +71,8 @@ enum CliError {
     Sim(SimError),
     /// Writing to stdout.
     Stdout(io::Error),
+    /// A command-line value that cannot work, found before any run.
+    Usage(String),
 }
 
 impl From<SimError> for CliError {
@@ -98,6 +104,76 @@ fn main() -> ExitCode {
         Err(CliError::Sim(e)) => {
             let _ = writeln!(io::stderr(), "error: {e}");
             ExitCode::FAILURE
+        }
+        Err(CliError::Usage(message)) => {
+            let _ = writeln!(io::stderr(), "error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The HTML report's file, opened before the simulation so that a path
+/// that cannot be written fails at once. If the command fails before the
+/// report is written, a file this command created is removed again.
+struct ReportFile {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    created: bool,
+}
+
+impl ReportFile {
+    fn create(path: &Path) -> Result<Self, CliError> {
+        let io = |e: io::Error| {
+            CliError::Usage(format!(
+                "--report {}: {e} (nothing was simulated)",
+                path.display()
+            ))
+        };
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        if !parent.is_dir() {
+            return Err(CliError::Usage(format!(
+                "--report {}: directory `{}` does not exist (nothing was simulated)",
+                path.display(),
+                parent.display()
+            )));
+        }
+        if path.is_dir() {
+            return Err(CliError::Usage(format!(
+                "--report {}: is a directory; give a file name (nothing was simulated)",
+                path.display()
+            )));
+        }
+        let created = !path.exists();
+        let file = std::fs::File::create(path).map_err(io)?;
+        Ok(ReportFile {
+            path: path.to_path_buf(),
+            file: Some(file),
+            created,
+        })
+    }
+
+    fn write(mut self, html: &str) -> Result<(), SimError> {
+        let result = match self.file.take() {
+            Some(mut f) => f.write_all(html.as_bytes()).and_then(|()| f.flush()),
+            None => Ok(()),
+        };
+        self.created = false;
+        result.map_err(|source| SimError::Io {
+            path: self.path.display().to_string(),
+            source,
+        })?;
+        Ok(())
+    }
+}
+
+impl Drop for ReportFile {
+    fn drop(&mut self) {
+        if self.created {
+            // Best effort: an empty report left behind is only untidy.
+            let _ = std::fs::remove_file(&self.path);
         }
     }
 }
@@ -133,9 +209,18 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
             strategies: names,
             seed,
             runs,
+            spread,
             json,
             report: report_path,
         } => {
+            // Where the report goes is settled, and the file opened, before
+            // anything runs: a bad path costs no simulation.
+            let path = match (report_path, json) {
+                (Some(p), _) => Some(p),
+                (None, false) => Some(PathBuf::from("ratewise-report.html")),
+                (None, true) => None,
+            };
+            let report_file = path.as_deref().map(ReportFile::create).transpose()?;
             let scenario = Scenario::load(&scenario)?;
             let chosen = if names.is_empty() {
                 strategies::ALL.to_vec()
@@ -165,21 +250,13 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
             bar.finish_and_clear();
             // The report is written before anything is printed, so a reader
             // that stops early (`| head`) cannot cost the user the report.
-            let path = match (report_path, json) {
-                (Some(p), _) => Some(p),
-                (None, false) => Some(PathBuf::from("ratewise-report.html")),
-                (None, true) => None,
-            };
-            if let Some(p) = &path {
-                std::fs::write(p, report::html(&result)).map_err(|source| SimError::Io {
-                    path: p.display().to_string(),
-                    source,
-                })?;
+            if let Some(f) = report_file {
+                f.write(&report::html(&result))?;
             }
             if json {
                 writeln!(out, "{}", report::json(&result))?;
             } else {
-                write!(out, "{}", report::table(&result))?;
+                write!(out, "{}", report::table_with(&result, spread))?;
                 if let Some(p) = &path {
                     writeln!(out, "report: {}", p.display())?;
                 }

@@ -48,6 +48,9 @@ fn lists_strategies_and_scenarios() {
         "emr-scan",
         "google-quota",
         "dynamodb-autoscale",
+        "github",
+        "shopify",
+        "stripe",
     ] {
         assert!(
             out.lines().any(|l| l.starts_with(name)),
@@ -72,6 +75,22 @@ fn default_simulate_prints_the_table_and_writes_a_report() {
     ] {
         assert!(out.contains(h), "{h} missing:\n{out}");
     }
+    // It opens with the answer and the rule, defines every column with its
+    // direction, and flags the strategy that never waits instead of showing
+    // it as perfect.
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[1].starts_with("Answer: use `"), "{out}");
+    assert!(
+        lines[2].starts_with("Rule: ranked by Pareto tiers"),
+        "{out}"
+    );
+    assert!(out.contains("lower is better") && out.contains("higher is better"));
+    let null = lines
+        .iter()
+        .find(|l| l.contains(" null !"))
+        .unwrap_or_else(|| panic!("null is not flagged:\n{out}"));
+    assert_eq!(null.matches("n/a").count(), 3, "{null}");
+    assert!(out.contains("`null` never waits"), "{out}");
     let html = std::fs::read_to_string(&report).unwrap_or_default();
     assert!(html.contains("sleep-chart"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -194,5 +213,148 @@ fn identical_rows_are_noted_under_the_table() {
     );
     let html = std::fs::read_to_string(&report).unwrap_or_default();
     assert!(html.contains("class=\"note\""));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `args` and returns its one-line error: a failure, nothing on
+/// stdout, exactly one line on stderr.
+fn one_line_error(args: &[&str]) -> String {
+    let o = ratewise(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert!(o.stdout.is_empty(), "{args:?} printed:\n{}", stdout(&o));
+    assert_eq!(err.lines().count(), 1, "{args:?}: not one line:\n{err}");
+    err
+}
+
+/// The bad inputs: each is refused before any simulation runs
+/// (`--runs 10000` of every strategy would take minutes if it ran first).
+#[test]
+fn bad_inputs_fail_in_one_line_before_any_run() {
+    let dir = scratch_dir("edges");
+    let missing = dir.join("no-such-dir").join("r.html");
+    let err = one_line_error(&[
+        "simulate",
+        "--runs",
+        "10000",
+        "--report",
+        missing.to_str().unwrap_or_default(),
+    ]);
+    assert!(
+        err.contains("no-such-dir") && err.contains("does not exist"),
+        "{err}"
+    );
+    let err = one_line_error(&[
+        "simulate",
+        "--runs",
+        "10000",
+        "--report",
+        dir.to_str().unwrap_or_default(),
+    ]);
+    assert!(err.contains("is a directory"), "{err}");
+
+    let heroku = include_str!("../../../scenarios/heroku.toml");
+    let zero = dir.join("zero.toml");
+    std::fs::write(
+        &zero,
+        heroku.replace("refill_per_s = 1.25", "refill_per_s = 0"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let report = dir.join("r.html");
+    let report = report.to_str().unwrap_or_default();
+    let zero = zero.to_str().unwrap_or_default();
+    let err = one_line_error(&[
+        "simulate",
+        "--runs",
+        "10000",
+        "--scenario",
+        zero,
+        "--report",
+        report,
+    ]);
+    assert!(err.contains("zero.toml:41"), "{err}");
+    assert!(err.contains("server.refill_per_s"), "{err}");
+    assert!(err.contains("no capacity"), "{err}");
+    assert!(!err.contains("max_time_s"), "{err}");
+    // The report file opened for the run is not left behind empty.
+    assert!(!dir.join("r.html").exists());
+
+    let nope = dir.join("nope.toml");
+    std::fs::write(
+        &nope,
+        heroku.replace(
+            "time_to_clear_from = \"heroku-workload\"",
+            "time_to_clear_from = \"nope\"",
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let nope = nope.to_str().unwrap_or_default();
+    let err = one_line_error(&[
+        "simulate",
+        "--runs",
+        "10000",
+        "--scenario",
+        nope,
+        "--report",
+        report,
+    ]);
+    assert!(err.contains("nope.toml:25"), "{err}");
+    assert!(err.contains("time_to_clear_from"), "{err}");
+    assert!(err.contains("neither a built-in scenario"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A companion named by a relative path is found next to the file that
+/// names it, whatever the working directory.
+#[test]
+fn companion_scenario_is_found_next_to_its_file() {
+    let dir = scratch_dir("companion");
+    let heroku = include_str!("../../../scenarios/heroku.toml");
+    let workload = include_str!("../../../scenarios/heroku-workload.toml");
+    std::fs::write(dir.join("clear.toml"), workload).unwrap_or_else(|e| panic!("{e}"));
+    let main = dir.join("main.toml");
+    std::fs::write(
+        &main,
+        heroku.replace(
+            "time_to_clear_from = \"heroku-workload\"",
+            "time_to_clear_from = \"clear.toml\"",
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let o = ratewise(&[
+        "simulate",
+        "--scenario",
+        main.to_str().unwrap_or_default(),
+        "--strategy",
+        "eiprd",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value =
+        serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(doc["results"][0]["time_to_clear_s"].is_number(), "{doc}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The default table fits 120 columns even over several runs; `--spread`
+/// adds each metric's min–max.
+#[test]
+fn the_table_fits_120_columns_unless_spread_is_asked_for() {
+    let widest = |args: &[&str]| {
+        let o = ratewise(args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        stdout(&o)
+            .lines()
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let dir = scratch_dir("width");
+    let report = dir.join("r.html");
+    let report = report.to_str().unwrap_or_default();
+    let narrow = widest(&["simulate", "--runs", "2", "--report", report]);
+    assert!(narrow <= 120, "{narrow} columns");
+    let wide = widest(&["simulate", "--runs", "2", "--spread", "--report", report]);
+    assert!(wide > narrow, "--spread {wide} vs {narrow}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -208,7 +208,10 @@ impl Engine<'_> {
     }
 
     fn send(&mut self, t: usize, now: Timestamp) {
-        let resp = self.server.handle(now);
+        // The latency is drawn first so that a server capping concurrent
+        // requests knows when this one's response leaves.
+        let lat = self.scenario.latency.sample(self.rng.random::<f64>());
+        let resp = self.server.handle_for(now, lat);
         let th = &mut self.threads[t];
         th.record.requests += 1;
         if resp.throttled {
@@ -218,21 +221,31 @@ impl Engine<'_> {
             th.record.successes += 1;
             self.interval_ok += 1;
         }
+        let lat = lat + resp.delay;
         th.last_response = resp;
         th.phase = Phase::InFlight;
-        let lat = self.scenario.latency.sample(self.rng.random::<f64>()) + resp.delay;
         self.wake(t, now.saturating_add(lat));
     }
 
     fn respond(&mut self, t: usize, now: Timestamp) {
-        let resp = self.threads[t].last_response;
-        let outcome = Outcome {
-            signal: if resp.throttled {
-                Signal::Throttled
-            } else {
-                Signal::Success
+        let resp = std::mem::take(&mut self.threads[t].last_response);
+        let outcome = match &resp.wire {
+            // What a real client reads from the status, headers and body,
+            // through ratewise's own classifier and parser.
+            Some(w) => ratewise::client::classify::outcome(
+                w.status,
+                &w.headers[..],
+                w.body.as_deref().map(str::as_bytes),
+                crate::stack::wall_clock(now),
+            ),
+            None => Outcome {
+                signal: if resp.throttled {
+                    Signal::Throttled
+                } else {
+                    Signal::Success
+                },
+                hints: resp.hints,
             },
-            hints: resp.hints,
         };
         let si = self.threads[t].strategy;
         match self.strategies[si].after_attempt(now, &outcome) {
@@ -253,7 +266,7 @@ impl Engine<'_> {
                 }
                 th.phase = Phase::Ready;
                 let stop = matches!(
-                    (th.stop_at_remaining, resp.hints.remaining),
+                    (th.stop_at_remaining, outcome.hints.remaining),
                     (Some(k), Some(r)) if r <= k
                 );
                 if stop {
@@ -312,8 +325,10 @@ impl Engine<'_> {
 
 /// Runs `scenario` once with `strategy` and `seed`.
 ///
+/// A run still going at the scenario's `max_time_s` stops there; its
+/// unfinished threads count as not cleared.
+///
 /// # Errors
-/// [`SimError::TimeLimit`] if the run exceeds the scenario's `max_time_s`;
 /// [`SimError::Invalid`] if the scenario's server parameters are invalid.
 pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<RunOutput, SimError> {
     let server = scenario.server.build()?;
@@ -414,11 +429,15 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
             break;
         }
         if now > limit {
-            return Err(SimError::TimeLimit {
-                scenario: scenario.name.clone(),
-                strategy: strategy.name.to_owned(),
-                limit_s: scenario.max_time_s,
-            });
+            // The safety stop: whatever is still going stops here and did
+            // not clear (a strategy whose sleeps outgrow the run is a
+            // result to report, not an error that loses the others).
+            for t in 0..engine.threads.len() {
+                if engine.threads[t].phase != Phase::Done {
+                    engine.mark_done(t, limit, false);
+                }
+            }
+            break;
         }
         engine.events += 1;
         match kind {
@@ -542,15 +561,46 @@ starting = 1000000
                    [[clients]]\nworkload = { requests = 3, busy_s = 1e30, idle_s = 1e30 }\n";
         let scenario = Scenario::parse(src, "t.toml").unwrap_or_else(|e| panic!("{e}"));
         // A strategy may reject a quota that large (a typed error); none
-        // may panic, and those that run clear the job.
+        // may panic, and those that run either clear the job or are
+        // stopped, not cleared, at the scenario's time limit.
         let mut ran = 0;
         for info in crate::strategies::ALL {
             if let Ok(out) = run(&scenario, info, 1) {
-                assert_eq!(out.metrics.successes, 3, "{}", info.name);
+                if out.metrics.time_to_clear_s.is_some() {
+                    assert_eq!(out.metrics.successes, 3, "{}", info.name);
+                } else {
+                    assert!(out.metrics.successes < 3, "{}", info.name);
+                    let stop = scenario.max_time_s;
+                    assert!(
+                        (out.metrics.sim_time_s - stop).abs() < 1e-6,
+                        "{}",
+                        info.name
+                    );
+                }
                 ran += 1;
             }
         }
         assert!(ran > 0);
+    }
+
+    #[test]
+    fn a_run_past_max_time_stops_there_not_cleared() {
+        // Three requests from a stock of three, then one more that never
+        // succeeds: `null` hands each 429 back and tries again forever.
+        let src = "name = \"t\"\ndescription = \"t\"\nmax_time_s = 50\n\
+                   [server]\nkind = \"decrease_only\"\nstarting = 3\n\
+                   [[clients]]\nworkload = { requests = 3, duration_s = 1000 }\n\
+                   [[clients]]\nworkload = { requests = 1, duration_s = 1000 }\n";
+        let scenario = Scenario::parse(src, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let info = crate::strategies::find("null").unwrap_or_else(|e| panic!("{e}"));
+        let out = run(&scenario, &info, 1).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out.metrics.time_to_clear_s, None);
+        assert!(
+            (out.metrics.sim_time_s - 50.0).abs() < 1e-9,
+            "{}",
+            out.metrics.sim_time_s
+        );
+        assert_eq!(out.metrics.successes, 3);
     }
 
     #[test]

@@ -65,16 +65,6 @@ pub enum SimError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// A run did not finish within the scenario's `max_time_s`.
-    #[error("scenario `{scenario}` with strategy `{strategy}` was still running after {limit_s} simulated seconds; raise `max_time_s` or bound the workload")]
-    TimeLimit {
-        /// Scenario name.
-        scenario: String,
-        /// Strategy name.
-        strategy: String,
-        /// The limit reached.
-        limit_s: f64,
-    },
 }
 
 impl SimError {

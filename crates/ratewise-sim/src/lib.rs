@@ -28,11 +28,17 @@
 //! * [`server`] — simulated APIs: Heroku's token bucket, the decrease-only
 //!   server, any core `RateLimiter`, fixed windows, a capacity shared with
 //!   background tenants, an autoscaling capacity.
+//! * [`stack`] — an API as a stack of limits (core limiters and a
+//!   concurrency cap, each with its own refusal status) answering with real
+//!   header text in a chosen profile.
 //! * [`engine`] — the event loop that drives real `ratewise::client`
 //!   strategy objects through their sans-IO interface.
 //! * [`metrics`] — the published metrics, defined exactly, plus utilization,
 //!   waits, fairness and 429 totals.
 //! * [`strategies`] — the registry of strategy constructors.
+//! * [`rank`] — the decision: strategies ranked by a stated rule (Pareto
+//!   tiers of retry rate and time to clear, then max sleep and fairness),
+//!   flags, and every metric's definition and direction.
 //! * [`report`] — the text table, the JSON document and the HTML report.
 //!
 //! # Invariants
@@ -51,9 +57,11 @@
 pub mod engine;
 pub mod error;
 pub mod metrics;
+pub mod rank;
 pub mod report;
 pub mod scenario;
 pub mod server;
+pub mod stack;
 pub mod strategies;
 
 pub use engine::{run, RunOutput, Trace};
@@ -172,7 +180,14 @@ impl Experiment {
         self.scenario
             .time_to_clear_from
             .as_deref()
-            .map(Scenario::load)
+            .map(|name| {
+                Scenario::load(name).map_err(|e| {
+                    SimError::invalid(
+                        "time_to_clear_from",
+                        format!("the companion scenario `{name}` cannot be loaded: {e}"),
+                    )
+                })
+            })
             .transpose()
     }
 

@@ -22,20 +22,23 @@ use crate::server::ServerConfig;
 
 /// The scenarios shipped with ratewise: `(name, TOML source)`.
 pub const BUILT_IN: &[(&str, &str)] = &[
-    ("heroku", include_str!("../../../scenarios/heroku.toml")),
+    ("heroku", include_str!("../scenarios/heroku.toml")),
     (
         "heroku-workload",
-        include_str!("../../../scenarios/heroku-workload.toml"),
+        include_str!("../scenarios/heroku-workload.toml"),
     ),
-    ("emr-scan", include_str!("../../../scenarios/emr-scan.toml")),
+    ("emr-scan", include_str!("../scenarios/emr-scan.toml")),
     (
         "google-quota",
-        include_str!("../../../scenarios/google-quota.toml"),
+        include_str!("../scenarios/google-quota.toml"),
     ),
     (
         "dynamodb-autoscale",
-        include_str!("../../../scenarios/dynamodb-autoscale.toml"),
+        include_str!("../scenarios/dynamodb-autoscale.toml"),
     ),
+    ("github", include_str!("../scenarios/github.toml")),
+    ("shopify", include_str!("../scenarios/shopify.toml")),
+    ("stripe", include_str!("../scenarios/stripe.toml")),
 ];
 
 /// A complete scenario.
@@ -56,8 +59,9 @@ pub struct Scenario {
     /// published Heroku numbers include server boot and process exit).
     #[serde(default)]
     pub overhead_s: f64,
-    /// Safety stop: a run still going after this many simulated seconds is
-    /// an error rather than an endless loop.
+    /// Safety stop: a run still going after this many simulated seconds
+    /// stops there, and its unfinished threads count as not cleared (time to
+    /// clear `—`), rather than running forever.
     #[serde(default = "default_max_time")]
     pub max_time_s: f64,
     /// Name of a scenario whose time to clear fills the "time to clear"
@@ -280,6 +284,14 @@ impl Scenario {
     /// # Errors
     /// [`SimError::Scenario`] naming the file, line and field.
     pub fn parse(src: &str, file: &str) -> Result<Scenario, SimError> {
+        let mut scenario = Scenario::parse_alone(src, file)?;
+        scenario.resolve_companion(src, file, None)?;
+        Ok(scenario)
+    }
+
+    /// Parses and validates `src` without looking at its
+    /// `time_to_clear_from` companion.
+    fn parse_alone(src: &str, file: &str) -> Result<Scenario, SimError> {
         let scenario: Scenario = toml::from_str(src).map_err(|e| {
             let message = e.message().to_owned();
             // Tagged sections (`[server]`, `[latency]`) report the whole
@@ -332,9 +344,57 @@ impl Scenario {
                 path: name_or_path.to_owned(),
                 source,
             })?;
-            return Scenario::parse(&src, name_or_path);
+            let mut scenario = Scenario::parse_alone(&src, name_or_path)?;
+            scenario.resolve_companion(&src, name_or_path, path.parent())?;
+            return Ok(scenario);
         }
         Err(SimError::UnknownScenario(name_or_path.to_owned()))
+    }
+
+    /// Checks, before anything runs, that `time_to_clear_from` names a
+    /// built-in scenario or a valid scenario file (a relative path is taken
+    /// from `dir`, the directory of the file that names it, when there is
+    /// one), and rewrites a file reference to that resolved path so the
+    /// experiment loads the same file from any working directory.
+    fn resolve_companion(
+        &mut self,
+        src: &str,
+        file: &str,
+        dir: Option<&Path>,
+    ) -> Result<(), SimError> {
+        let Some(name) = self.time_to_clear_from.clone() else {
+            return Ok(());
+        };
+        if BUILT_IN.iter().any(|(n, _)| *n == name) {
+            return Ok(());
+        }
+        let candidate = match dir {
+            Some(d) if Path::new(&name).is_relative() => d.join(&name),
+            _ => Path::new(&name).to_path_buf(),
+        };
+        let located = |message: String| SimError::Scenario {
+            location: Location {
+                file: file.to_owned(),
+                line: locate_field(src, "time_to_clear_from"),
+                field: Some("time_to_clear_from".to_owned()),
+            },
+            message,
+        };
+        if !candidate.is_file() {
+            let names: Vec<&str> = BUILT_IN.iter().map(|(n, _)| *n).collect();
+            return Err(located(format!(
+                "`{name}` is neither a built-in scenario ({}) nor a scenario file (no file at `{}`)",
+                names.join(", "),
+                candidate.display()
+            )));
+        }
+        let shown = candidate.display().to_string();
+        let companion_src = std::fs::read_to_string(&candidate)
+            .map_err(|e| located(format!("cannot read `{shown}`: {e}")))?;
+        Scenario::parse_alone(&companion_src, &shown)
+            .map_err(|e| located(format!("the companion scenario is invalid: {e}")))?;
+        self.time_to_clear_from = Some(shown);
+        Ok(())
     }
 
     /// All built-in scenarios, parsed.
@@ -379,6 +439,7 @@ impl Scenario {
         }
         self.latency.validate()?;
         self.server.validate()?;
+        self.check_finite_capacity()?;
         if self.clients.is_empty() {
             return Err(SimError::invalid(
                 "clients",
@@ -440,6 +501,42 @@ impl Scenario {
             return Err(SimError::invalid(
                 "clients.threads",
                 format!("{total} clients in total; at most 100000 are supported"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A server that never refills offers a fixed number of successes; a
+    /// fixed job that needs more can never finish, so it is refused here,
+    /// before any run, naming that cause instead of the time limit it would
+    /// otherwise hit.
+    fn check_finite_capacity(&self) -> Result<(), SimError> {
+        let Some((field, total)) = self.server.total_capacity() else {
+            return Ok(());
+        };
+        // Groups that stop only after their requests are done.
+        let needed: u64 = self
+            .clients
+            .iter()
+            .filter(|c| {
+                c.leave_s.is_none()
+                    && c.workload.duration_s.is_none()
+                    && c.workload.stop_when_remaining_at_most.is_none()
+            })
+            .filter_map(|c| {
+                c.workload
+                    .requests
+                    .map(|r| r.saturating_mul(u64::from(c.processes) * u64::from(c.threads)))
+            })
+            .fold(0, u64::saturating_add);
+        if needed > 0 && (needed as f64) > total {
+            return Err(SimError::invalid(
+                field,
+                format!(
+                    "the server never refills and offers {total} successful requests in all, \
+                     but the clients' fixed jobs need {needed}: they can never finish \
+                     (give the server a refill rate or more starting capacity, or shrink the jobs)"
+                ),
             ));
         }
         Ok(())
@@ -511,13 +608,14 @@ fn key_at(src: &str, offset: usize) -> Option<String> {
 /// `clients.workload.duration_s`): the first `key =` line inside a matching
 /// table, or the table header itself.
 fn locate_field(src: &str, field: &str) -> Option<usize> {
-    // `clients[2].threads`: the third `[[clients]]` group.
-    let (group, plain) = match field
-        .strip_prefix("clients[")
-        .and_then(|r| r.split_once(']'))
-    {
-        Some((n, rest)) => (n.parse::<usize>().ok(), format!("clients{rest}")),
-        None => (None, field.to_owned()),
+    // `clients[2].threads`: the third `[[clients]]` group;
+    // `server.limits[1].status`: the second `[[server.limits]]`.
+    let (array, group, plain) = match field.split_once('[').and_then(|(a, r)| {
+        let (n, rest) = r.split_once(']')?;
+        Some((a.to_owned(), n.parse::<usize>().ok(), format!("{a}{rest}")))
+    }) {
+        Some((a, n, plain)) => (a, n, plain),
+        None => ("clients".to_owned(), None, field.to_owned()),
     };
     let field = plain.as_str();
     let mut seen_groups = 0usize;
@@ -530,7 +628,7 @@ fn locate_field(src: &str, field: &str) -> Option<usize> {
     for (i, raw) in src.lines().enumerate() {
         let line = raw.trim();
         if line.starts_with('[') {
-            if line.starts_with("[[clients]]") {
+            if line.starts_with(&format!("[[{array}]]")) {
                 seen_groups += 1;
             }
             current = line
@@ -544,7 +642,7 @@ fn locate_field(src: &str, field: &str) -> Option<usize> {
             continue;
         }
         let right_group =
-            !current.starts_with("clients") || group.is_none_or(|g| seen_groups == g + 1);
+            !current.starts_with(array.as_str()) || group.is_none_or(|g| seen_groups == g + 1);
         if !right_group {
             continue;
         }
@@ -666,5 +764,40 @@ workload = { requests = 5 }
     fn errors_in_a_later_client_group_point_at_that_group() {
         let src = format!("{OK}\n[[clients]]\nthreads = 0\nworkload = {{ requests = 5 }}\n");
         assert_located(&src, "my.toml:13", "clients[1].threads");
+    }
+
+    #[test]
+    fn a_server_without_capacity_names_the_cause() {
+        let src = OK.replace("starting = 10", "starting = 0");
+        assert_located(&src, "my.toml:6", "server.starting");
+        assert!(err_of(&src).contains("no capacity"));
+        let src = OK.replace(
+            "kind = \"decrease_only\"\nstarting = 10",
+            "kind = \"heroku_bucket\"\nrefill_per_s = 0",
+        );
+        assert_located(&src, "my.toml:6", "server.refill_per_s");
+        assert!(err_of(&src).contains("no capacity"));
+    }
+
+    #[test]
+    fn a_fixed_job_larger_than_a_finite_server_is_refused() {
+        // 2 threads × 6 requests = 12 > 10, and nothing else stops them.
+        let src = OK.replace("requests = 5", "requests = 6");
+        let msg = err_of(&src);
+        assert!(
+            msg.contains("my.toml:6") && msg.contains("server.starting"),
+            "{msg}"
+        );
+        assert!(msg.contains("need 12"), "{msg}");
+    }
+
+    #[test]
+    fn an_unknown_companion_is_located() {
+        let src = OK.replace(
+            "description = \"y\"",
+            "description = \"y\"\ntime_to_clear_from = \"nope\"",
+        );
+        assert_located(&src, "my.toml:3", "time_to_clear_from");
+        assert!(err_of(&src).contains("`nope` is neither a built-in scenario"));
     }
 }

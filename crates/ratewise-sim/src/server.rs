@@ -24,8 +24,21 @@ use serde::Deserialize;
 
 use crate::error::{non_negative, positive, SimError};
 
+/// A response as written on the wire: status, header lines and body. A
+/// server that sends one (the `stack` server) is read by the client with
+/// ratewise's own classifier and header parser, as a real client would.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wire {
+    /// HTTP status.
+    pub status: u16,
+    /// Header lines, in order.
+    pub headers: Vec<(&'static str, String)>,
+    /// Body, if any.
+    pub body: Option<String>,
+}
+
 /// One response as the client sees it.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Response {
     /// `true` for a 429 (or the API's equivalent).
     pub throttled: bool,
@@ -36,12 +49,23 @@ pub struct Response {
     /// Extra time the server holds an admitted request before answering
     /// (a leaky-bucket queue's scheduled departure); added to the latency.
     pub delay: Duration,
+    /// The response as written on the wire, when the server writes one;
+    /// then the client's outcome is read from it and `hints` is unused.
+    pub wire: Option<Box<Wire>>,
 }
 
 /// A simulated API's admission logic.
 pub trait ServerModel {
     /// Handles one request arriving at `now`.
     fn handle(&mut self, now: Timestamp) -> Response;
+    /// Handles one request arriving at `now` whose response, if admitted,
+    /// takes `service` to leave (plus the response's own `delay`): what a
+    /// server that caps concurrent requests needs. Defaults to
+    /// [`ServerModel::handle`].
+    fn handle_for(&mut self, now: Timestamp, service: Duration) -> Response {
+        let _ = service;
+        self.handle(now)
+    }
     /// Capacity left at `now` (for charts); does not consume anything.
     fn remaining(&mut self, now: Timestamp) -> f64;
     /// Successes the server could have granted from its first request (or
@@ -180,6 +204,29 @@ pub enum ServerConfig {
         #[serde(default)]
         background: Vec<BackgroundLoad>,
     },
+    /// An API as a stack of limits (see [`crate::stack`]): every limit must
+    /// admit a request, a refusal charges no other limit, each limit
+    /// refuses with its own status, and responses carry the headers of the
+    /// chosen profile.
+    Stack {
+        /// The limits, checked in this order; the first that refuses sets
+        /// the status.
+        limits: Vec<crate::stack::LimitConfig>,
+        /// Which rate-limit headers every response carries.
+        #[serde(default)]
+        headers: crate::stack::HeaderProfile,
+        /// What `Retry-After` a refusal carries.
+        #[serde(default)]
+        retry_after: crate::stack::RetryAfterMode,
+        /// The constant `Retry-After`, seconds (with `retry_after =
+        /// "constant"`).
+        #[serde(default)]
+        retry_after_s: Option<f64>,
+        /// The rate-limit headers describe the server as it was this many
+        /// seconds earlier (0: fresh).
+        #[serde(default)]
+        hints_stale_s: f64,
+    },
     /// Provisioned capacity that scales up after sustained high utilization,
     /// with a delay (the DynamoDB autoscaling case).
     Autoscaling {
@@ -287,9 +334,31 @@ impl ServerConfig {
             } => {
                 positive(*capacity, "server.capacity")?;
                 non_negative(*refill_per_s, "server.refill_per_s")?;
-                non_negative(*starting, "server.starting")
+                non_negative(*starting, "server.starting")?;
+                if *refill_per_s == 0.0 && *starting < 1.0 {
+                    return Err(SimError::invalid(
+                        "server.refill_per_s",
+                        format!(
+                            "the server has no capacity: refill_per_s = 0 and starting = {starting}, \
+                             so no request can ever succeed (set refill_per_s above 0 or starting to 1 or more)"
+                        ),
+                    ));
+                }
+                Ok(())
             }
-            ServerConfig::DecreaseOnly { starting } => non_negative(*starting, "server.starting"),
+            ServerConfig::DecreaseOnly { starting } => {
+                non_negative(*starting, "server.starting")?;
+                if *starting < 1.0 {
+                    return Err(SimError::invalid(
+                        "server.starting",
+                        format!(
+                            "the server has no capacity: a decrease-only server never refills and \
+                             starting = {starting}, so no request can ever succeed (set starting to 1 or more)"
+                        ),
+                    ));
+                }
+                Ok(())
+            }
             ServerConfig::Limiter {
                 algorithm,
                 rate_per_s,
@@ -338,6 +407,13 @@ impl ServerConfig {
                 }
                 Ok(())
             }
+            ServerConfig::Stack {
+                limits,
+                retry_after,
+                retry_after_s,
+                hints_stale_s,
+                ..
+            } => crate::stack::validate(limits, *retry_after, *retry_after_s, *hints_stale_s),
             ServerConfig::Autoscaling {
                 initial_rate_per_s,
                 max_rate_per_s,
@@ -369,6 +445,21 @@ impl ServerConfig {
         }
     }
 
+    /// For a server that never refills, the field that says so and the
+    /// number of successes it offers in all; `None` when capacity returns.
+    pub fn total_capacity(&self) -> Option<(&'static str, f64)> {
+        match *self {
+            ServerConfig::HerokuBucket {
+                refill_per_s,
+                starting,
+                capacity,
+            } => (refill_per_s == 0.0)
+                .then(|| ("server.refill_per_s", starting.min(capacity).floor())),
+            ServerConfig::DecreaseOnly { starting } => Some(("server.starting", starting.floor())),
+            _ => None,
+        }
+    }
+
     /// A one-line description for listings and reports.
     pub fn describe(&self) -> String {
         match self {
@@ -397,6 +488,45 @@ impl ServerConfig {
                 "shared API: {rate_per_s}/s total, {} background load steps",
                 background.len()
             ),
+            ServerConfig::Stack {
+                limits, headers, ..
+            } => {
+                let parts: Vec<String> = limits
+                    .iter()
+                    .map(|l| match l {
+                        crate::stack::LimitConfig::Rate {
+                            name,
+                            algorithm,
+                            limit,
+                            window_s,
+                            rate_per_s,
+                            burst,
+                            status,
+                            ..
+                        } => {
+                            let q = match (limit, window_s, rate_per_s, burst) {
+                                (Some(l), Some(w), _, _) => format!("{l} per {w} s"),
+                                (_, _, Some(r), Some(b)) => format!("{r}/s, burst {b}"),
+                                _ => "?".to_owned(),
+                            };
+                            format!(
+                                "{} {algorithm:?} {q} ({status})",
+                                name.as_deref().unwrap_or("rate")
+                            )
+                        }
+                        crate::stack::LimitConfig::Concurrency {
+                            name,
+                            max_in_flight,
+                            status,
+                            ..
+                        } => format!(
+                            "{} at most {max_in_flight} in flight ({status})",
+                            name.as_deref().unwrap_or("concurrency")
+                        ),
+                    })
+                    .collect();
+                format!("stack of {}; headers {headers:?}", parts.join(" + "))
+            }
             ServerConfig::Autoscaling {
                 initial_rate_per_s,
                 max_rate_per_s,
@@ -432,6 +562,26 @@ impl ServerConfig {
             ServerConfig::Shared {
                 rate_per_s, burst, ..
             } => Some((rate_per_s, burst)),
+            // The tightest rate limit (lowest sustained rate) of a stack.
+            ServerConfig::Stack { ref limits, .. } => limits
+                .iter()
+                .enumerate()
+                .filter_map(|(i, l)| {
+                    let q = l.limiter(&format!("server.limits[{i}]")).ok()??;
+                    let full = matches!(
+                        l,
+                        crate::stack::LimitConfig::Rate {
+                            start: crate::stack::Start::Full,
+                            ..
+                        }
+                    );
+                    let q = q.quota();
+                    Some((
+                        q.rate_per_second(),
+                        if full { q.burst() as f64 } else { 0.0 },
+                    ))
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0)),
             // The autoscaling server starts with no banked burst.
             ServerConfig::Autoscaling {
                 initial_rate_per_s, ..
@@ -482,28 +632,7 @@ impl ServerConfig {
                 start_full,
             } => {
                 let q = quota(rate_per_s, burst, "server.burst")?;
-                let clock = ManualClock::new();
-                let limiter: Box<dyn RateLimiter> = match (algorithm, start_full) {
-                    (LimiterAlgorithm::Gcra, true) => Box::new(Gcra::with_clock(q, clock)),
-                    (LimiterAlgorithm::Gcra, false) => Box::new(Gcra::empty_with_clock(q, clock)),
-                    (LimiterAlgorithm::TokenBucket, true) => {
-                        Box::new(TokenBucket::with_clock(q, clock))
-                    }
-                    (LimiterAlgorithm::TokenBucket, false) => {
-                        Box::new(TokenBucket::empty_with_clock(q, clock))
-                    }
-                    (LimiterAlgorithm::FixedWindow, _) => {
-                        Box::new(FixedWindow::with_clock(q, clock))
-                    }
-                    (LimiterAlgorithm::SlidingWindowLog, _) => {
-                        Box::new(SlidingWindowLog::with_clock(q, clock))
-                    }
-                    (LimiterAlgorithm::SlidingWindowCounter, _) => {
-                        Box::new(SlidingWindowCounter::with_clock(q, clock))
-                    }
-                    (LimiterAlgorithm::LeakyMeter, _) => Box::new(LeakyMeter::with_clock(q, clock)),
-                    (LimiterAlgorithm::LeakyQueue, _) => Box::new(LeakyQueue::with_clock(q, clock)),
-                };
+                let limiter = core_limiter(algorithm, q, start_full);
                 Box::new(LimiterServer::new(limiter, start_full))
             }
             ServerConfig::FixedWindow { limit, window_s } => {
@@ -514,6 +643,19 @@ impl ServerConfig {
                 burst,
                 ref background,
             } => Box::new(SharedServer::new(rate_per_s, burst, background.clone())),
+            ServerConfig::Stack {
+                ref limits,
+                headers,
+                retry_after,
+                retry_after_s,
+                hints_stale_s,
+            } => Box::new(crate::stack::StackServer::new(
+                limits,
+                headers,
+                retry_after,
+                retry_after_s,
+                hints_stale_s,
+            )?),
             ServerConfig::Autoscaling {
                 initial_rate_per_s,
                 max_rate_per_s,
@@ -532,6 +674,30 @@ impl ServerConfig {
                 scale_delay_s,
             )),
         })
+    }
+}
+
+/// A fresh core limiter of `algorithm` with quota `q` on its own manual
+/// clock (the simulator passes every time explicitly), full or — GCRA and
+/// the token bucket only — empty at time zero.
+pub(crate) fn core_limiter(
+    algorithm: LimiterAlgorithm,
+    q: Quota,
+    start_full: bool,
+) -> Box<dyn RateLimiter> {
+    let clock = ManualClock::new();
+    match (algorithm, start_full) {
+        (LimiterAlgorithm::Gcra, true) => Box::new(Gcra::with_clock(q, clock)),
+        (LimiterAlgorithm::Gcra, false) => Box::new(Gcra::empty_with_clock(q, clock)),
+        (LimiterAlgorithm::TokenBucket, true) => Box::new(TokenBucket::with_clock(q, clock)),
+        (LimiterAlgorithm::TokenBucket, false) => Box::new(TokenBucket::empty_with_clock(q, clock)),
+        (LimiterAlgorithm::FixedWindow, _) => Box::new(FixedWindow::with_clock(q, clock)),
+        (LimiterAlgorithm::SlidingWindowLog, _) => Box::new(SlidingWindowLog::with_clock(q, clock)),
+        (LimiterAlgorithm::SlidingWindowCounter, _) => {
+            Box::new(SlidingWindowCounter::with_clock(q, clock))
+        }
+        (LimiterAlgorithm::LeakyMeter, _) => Box::new(LeakyMeter::with_clock(q, clock)),
+        (LimiterAlgorithm::LeakyQueue, _) => Box::new(LeakyQueue::with_clock(q, clock)),
     }
 }
 
@@ -662,6 +828,7 @@ impl ServerModel for LimiterServer {
                     ..ServerHints::default()
                 },
                 delay: d.delay,
+                wire: None,
             },
             // Weight 1 never exceeds a burst of at least 1; treat the
             // impossible case as a refusal rather than panicking.

@@ -34,6 +34,9 @@ fn json_has_the_documented_shape() {
     let first = &doc["results"][0];
     for key in [
         "strategy",
+        "rank",
+        "pareto_tier",
+        "flags",
         "avg_retry_rate_pct",
         "max_sleep_s",
         "stdev_request_count",
@@ -50,6 +53,19 @@ fn json_has_the_documented_shape() {
     ] {
         assert!(first.get(key).is_some(), "missing {key}");
     }
+    // `null` never waits and gave up its calls; its flags say so.
+    let null = doc["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["strategy"] == "null")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        null["flags"],
+        serde_json::json!(["never_waits", "gave_up_calls"])
+    );
+    assert_eq!(null["rank"], results);
     let one: serde_json::Value =
         serde_json::from_str(&json("heroku", 1, 1)).unwrap_or_else(|e| panic!("{e}"));
     assert!(one["results"][0].get("max_sleep_s_min").is_none());

@@ -1,4 +1,5 @@
-//! The HTML report renders in a real browser with one sleep chart per
+//! The HTML report renders in a real browser: its first figure is the
+//! decision chart with every strategy on it, then one sleep chart per
 //! strategy.
 //!
 //! When `/usr/bin/chromium` exists the report is rendered headless and the
@@ -35,9 +36,9 @@ fn build(_: &StrategyParams) -> Result<Box<dyn Strategy>, String> {
     Ok(Box::new(Fixed))
 }
 
-fn report_html() -> (String, usize) {
+fn report_html() -> (String, Vec<String>) {
     let scenario = Scenario::load("heroku").unwrap_or_else(|e| panic!("{e}"));
-    let mut chosen: Vec<StrategyInfo> = ["eiprd", "eb", "eigd"]
+    let mut chosen: Vec<StrategyInfo> = ["eiprd", "eb", "eigd", "throttle"]
         .iter()
         .map(|n| ratewise_sim::strategies::find(n).unwrap_or_else(|e| panic!("{e}")))
         .collect();
@@ -46,33 +47,87 @@ fn report_html() -> (String, usize) {
         description: "test strategy",
         build,
     });
-    let n = chosen.len();
+    let names: Vec<String> = chosen.iter().map(|s| s.name.to_owned()).collect();
     let e = Experiment::new(scenario)
         .strategies(chosen)
         .run(|| {})
         .unwrap_or_else(|e| panic!("{e}"));
-    (report::html(&e), n)
+    (report::html(&e), names)
 }
 
-fn structural(html: &str, n: usize) {
+/// The markup of the first chart on the page.
+fn first_chart(html: &str) -> &str {
+    let start = html.find("<svg ").unwrap_or(0);
+    let end = html[start..]
+        .find("</svg>")
+        .map_or(html.len(), |e| start + e);
+    &html[start..end]
+}
+
+/// The first chart is the decision chart and has a point for every
+/// strategy, the default highlighted.
+fn decision_chart_first(html: &str, names: &[String]) {
+    let first = first_chart(html);
+    assert!(
+        first.contains("class=\"chart decision-chart\""),
+        "the first figure is not the decision chart: {}",
+        &first[..first.len().min(200)]
+    );
+    for name in names {
+        assert!(
+            first.contains(&format!("class=\"point\" data-strategy=\"{name}\""))
+                || first.contains(&format!("class=\"point default\" data-strategy=\"{name}\"")),
+            "{name} is missing from the decision chart"
+        );
+    }
+    assert_eq!(first.matches("<g class=\"point").count(), names.len());
+    assert!(
+        first.contains("class=\"point default\" data-strategy=\"throttle\""),
+        "the default strategy is not highlighted"
+    );
+}
+
+fn structural(html: &str, names: &[String]) {
+    let n = names.len();
+    decision_chart_first(html, names);
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert!(html.trim_end().ends_with("</html>"));
-    assert_eq!(html.matches("<svg ").count(), 2 * n);
-    assert_eq!(html.matches("</svg>").count(), 2 * n);
+    // Two comparison figures, then two charts per strategy.
+    assert_eq!(html.matches("<svg ").count(), 2 * n + 2);
+    assert_eq!(html.matches("</svg>").count(), 2 * n + 2);
     assert_eq!(html.matches("class=\"chart sleep-chart\"").count(), n);
     assert_eq!(html.matches("<section ").count(), n);
     // Self-contained: nothing fetched from the network.
     for bad in ["src=\"http", "href=\"http", "@import", "url("] {
         assert!(!html.contains(bad), "external reference: {bad}");
     }
+    // The server chart says its interval (heroku samples every 10 s) and
+    // labels its right axis; every metric is defined with its direction.
+    assert_eq!(
+        html.matches("responses per 10 s interval</text>").count(),
+        n
+    );
+    assert_eq!(
+        html.matches("server capacity left (requests)</text>")
+            .count(),
+        n
+    );
+    for defined in [
+        "lower is better",
+        "higher is better",
+        "Rule: ranked by Pareto tiers",
+    ] {
+        assert!(html.contains(defined), "{defined}");
+    }
     // 10 client series per sleep chart.
     assert!(html.matches("<polyline").count() >= n * (10 + 3));
 }
 
 #[test]
-fn report_has_one_chart_per_strategy_in_a_browser() {
-    let (html, n) = report_html();
-    structural(&html, n);
+fn report_opens_with_the_decision_chart_in_a_browser() {
+    let (html, names) = report_html();
+    let n = names.len();
+    structural(&html, &names);
     let chromium = Path::new("/usr/bin/chromium");
     if !chromium.exists() {
         assert!(
@@ -109,4 +164,13 @@ fn report_has_one_chart_per_strategy_in_a_browser() {
         "rendered DOM does not report {n} laid-out charts"
     );
     assert_eq!(dom.matches("class=\"chart sleep-chart\"").count(), n);
+    assert!(
+        dom.contains("data-first-chart=\"chart decision-chart\""),
+        "in the browser the first chart is not the decision chart"
+    );
+    assert!(
+        dom.contains(&format!("data-decision-points=\"{n}\"")),
+        "the browser did not lay out {n} points on the decision chart"
+    );
+    decision_chart_first(&dom, &names);
 }

@@ -74,6 +74,9 @@
 //! * `http` — classification of `http` crate responses for client throttling.
 
 #![warn(missing_docs)]
+// docs.rs (and `RUSTDOCFLAGS="--cfg docsrs" cargo +nightly doc`) labels
+// feature-gated items; `doc_cfg` is nightly-only, so stable never sees it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
 pub mod client;
@@ -100,6 +103,7 @@ mod test_support;
 pub mod time;
 pub mod token_bucket;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod wait;
 
 pub use decision::Decision;
@@ -118,6 +122,7 @@ pub use sliding_window_log::SlidingWindowLog;
 pub use time::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
 pub use token_bucket::TokenBucket;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use wait::TokioClock;
 
 /// The README's Rust examples, compiled and run as doc tests.

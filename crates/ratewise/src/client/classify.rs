@@ -440,6 +440,7 @@ mod http_support {
 
     use super::{Classifier, Outcome, Signal};
 
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     impl Classifier {
         /// Classifies an `http` status and header map (for example the
         /// `Parts` of a response whose body is still streaming), with the
@@ -523,6 +524,7 @@ mod http_support {
 }
 
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http_support::{classify_parts, outcome_parts};
 
 /// Tolerant, non-recursive scanners over untrusted bodies.

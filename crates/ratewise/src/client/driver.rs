@@ -50,6 +50,7 @@ impl<T: Classify, E> Classify for Result<T, E> {
 /// rule (Google's 403 reasons) needs [`Throttle::run_with`] and the
 /// classifier's body-aware methods.
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 impl<B> Classify for http::Response<B> {
     fn classify(&self) -> Outcome {
         super::classify::outcome_parts(&self.status(), self.headers(), std::time::SystemTime::now())
@@ -120,6 +121,7 @@ impl<R> std::fmt::Display for ThrottleError<R> {
 
 impl<R: std::fmt::Debug> std::error::Error for ThrottleError<R> {}
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// The throttle's notion of now on tokio's clock (origin: first use).
     pub fn now(&self) -> Timestamp {

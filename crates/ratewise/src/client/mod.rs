@@ -68,6 +68,7 @@ pub mod budget;
 mod config;
 pub mod cubic;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod driver;
 pub mod flood_guard;
 pub mod heroku;
@@ -79,6 +80,7 @@ pub mod throttle_strategy;
 
 pub use config::{secs_to_duration, ConfigError};
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use driver::{Classify, ThrottleError};
 pub use throttle::{Adaptation, StopReason, Throttle, ThrottleConfig, ThrottleMetrics};
 pub use throttle_strategy::ThrottleStrategy;

@@ -112,6 +112,7 @@ mod core;
 #[cfg(feature = "tokio")]
 mod driver;
 #[cfg(feature = "stream")]
+#[cfg_attr(docsrs, doc(cfg(feature = "stream")))]
 pub mod stream;
 
 pub use self::core::{
@@ -119,6 +120,7 @@ pub use self::core::{
     EventThrottleConfig, EventThrottleCore,
 };
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use self::driver::{Coalescer, Debouncer, EventThrottle};
 
 /// A debounce primitive that cannot be built.
