@@ -1,0 +1,118 @@
+//! Distributed rate limits on Redis for [`ratewise`]: one quota per key held
+//! by every replica of a service, decided by a Lua script in one round trip,
+//! with a failure policy for when Redis is down.
+//!
+//! ```no_run
+//! use ratewise::Quota;
+//! use ratewise_redis::{connect, RedisLimiter};
+//!
+//! # async fn run() -> Result<(), ratewise_redis::Error> {
+//! let conn = connect("redis://127.0.0.1:6379").await?;
+//! let limiter = RedisLimiter::new(conn, Quota::per_second(100)?)?;
+//! let d = limiter.check("user-42", 1).await?;
+//! if d.decision.allowed {
+//!     // serve the request
+//! } else {
+//!     println!("retry after {:?}", d.decision.retry_after);
+//! }
+//! assert!(!d.source.is_degraded() || limiter.stats().degraded() > 0);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `RedisLimiter` implements [`ratewise::backend::AsyncKeyedLimiter`] for any
+//! key that is `AsRef<[u8]>` (`str`, `String`, `[u8]`, `Vec<u8>`), so code
+//! written against the in-memory [`ratewise::KeyedLimiter`] switches backend
+//! by changing its constructor.
+//!
+//! # Algorithms on Redis
+//!
+//! Quotas are [`ratewise::Quota`]s (emission interval + burst) validated by
+//! the core; on Redis the interval is rounded *up* to whole microseconds,
+//! and the window (`burst × interval`) must stay under 2^52 µs (about 142
+//! years) so that every value is an exact integer in Lua. Every script
+//! returns integers (µs); decisions carry the same evidence as the
+//! in-memory limiters, at 1 µs resolution.
+//!
+//! | algorithm | Redis state per key | memory per key¹ | round trips | exactness |
+//! |---|---|---|---|---|
+//! | [`Gcra`](Algorithm::Gcra) (default) | one string (TAT) | ~ 72 B | 1 | exact `r·T + b`; identical to the core `Gcra` (tested) |
+//! | [`TokenBucket`](Algorithm::TokenBucket) | hash {credit, time} | ~ 96 B | 1 | decides exactly as GCRA |
+//! | [`FixedWindow`](Algorithm::FixedWindow) | hash {window, count} | ~ 88 B | 1 | up to `2b` across a window boundary |
+//! | [`SlidingWindowCounter`](Algorithm::SlidingWindowCounter) | hash {window, prev, cur} | ~ 96 B | 1 | `r·T + b` (estimate); `burst × window ≤ 2^52 µs` |
+//! | [`SlidingWindowLog`](Algorithm::SlidingWindowLog) | sorted set, ≤ `burst` members | ~ 80 B + ~ 40 B per admission time | 1 (O(burst) in the script) | exact: at most `b` in every window |
+//!
+//! ¹ Measured with `MEMORY USAGE` on Redis 7 for a short key, see
+//! `tests/redis_limits.rs` (`memory_per_key`).
+//!
+//! Every key is written with a time to live equal to its time to full, so a
+//! key disappears exactly when its state is that of a fresh key (plus
+//! [`Options::expiry_slack`]); a denial and a `peek` write nothing.
+//! By default the script reads Redis's own clock (`TIME`), so the
+//! application servers' clocks never matter; `check_at`/`peek_at` take the
+//! caller's time instead (for tests, or a caller that owns the clock).
+//!
+//! [`MultiLimiter`] checks several GCRA levels (per user, per endpoint,
+//! global) in one script: all are committed or none. In a Redis Cluster the
+//! keys of one decision must share a hash tag; see its docs.
+//!
+//! # Failure policy
+//!
+//! Every call to Redis runs under a command timeout (default 50 ms) and a
+//! circuit breaker ([`ResilienceConfig`]): after 3 consecutive failures the
+//! breaker opens and, for a cool-down (default 250 ms), decisions are made
+//! without waiting on Redis; then one probe goes to Redis, and a success
+//! closes the breaker. A dead Redis therefore costs one timeout per
+//! cool-down, not one per request. What answers meanwhile is the limiter's
+//! [`FailurePolicy`]:
+//!
+//! | policy | decision | `source` | choose it when |
+//! |---|---|---|---|
+//! | [`FailOpen`](FailurePolicy::FailOpen) (default) | admit | `FailOpen` | the limit protects against abuse, and an outage should not become one |
+//! | [`FailClosed`](FailurePolicy::FailClosed) | refuse, `retry_after` = time to the next probe | `FailClosed` | the limit protects a fragile or paid resource |
+//! | [`LocalFallback`](FailurePolicy::LocalFallback) ([`FailurePolicy::local_share`]) | an in-memory limiter with this instance's share of the quota | `LocalFallback` | you want the limit approximately kept through an outage |
+//! | [`Error`](FailurePolicy::Error) | `Err(Error::Redis / Timeout / CircuitOpen)` | — | the caller decides |
+//!
+//! Every decision says where it came from
+//! ([`BackendDecision::source`](ratewise::backend::BackendDecision)), and
+//! [`RedisLimiter::stats`] counts decisions per source, Redis errors,
+//! timeouts and breaker openings. Recovery is automatic: the connection
+//! manager reconnects, and the first successful probe closes the breaker.
+//!
+//! Bad requests are typed errors returned before anything is sent: an empty
+//! key, a key over 1 KiB ([`MAX_KEY_LEN`]), `n = 0`, `n > burst`, a quota
+//! too long for Redis, an explicit time out of range.
+
+mod core;
+mod error;
+mod limiter;
+mod multi;
+mod policy;
+
+use std::time::Duration;
+
+pub use crate::core::{MAX_KEY_LEN, MAX_MICROS};
+pub use error::Error;
+pub use limiter::{Algorithm, Options, RedisLimiter};
+pub use multi::{MultiDecision, MultiLimiter};
+pub use policy::{FailurePolicy, ResilienceConfig, StatsSnapshot};
+pub use redis::aio::ConnectionManager;
+
+/// Connects to `url` with a [`ConnectionManager`] tuned for rate limiting:
+/// connection attempts time out after 100 ms and reconnection backs off
+/// from 10 ms to at most 200 ms, so a limiter finds a restarted Redis
+/// within a fraction of a second. Fails if Redis is unreachable now.
+pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
+    let client = redis::Client::open(url)?;
+    Ok(ConnectionManager::new_with_config(client, manager_config()).await?)
+}
+
+/// The [`ConnectionManagerConfig`](redis::aio::ConnectionManagerConfig)
+/// [`connect`] uses.
+pub fn manager_config() -> redis::aio::ConnectionManagerConfig {
+    redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(100)))
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(200))
+        .set_number_of_retries(3)
+}

@@ -1,0 +1,57 @@
+-- Fixed window: a hash {w = window index, c = units counted in it};
+-- windows of W = emission x burst, aligned to time zero.
+local key = KEYS[1]
+local now = now_us(ARGV[1])
+local e = tonumber(ARGV[2])
+local b = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local peek = ARGV[5] == '1'
+local slack = tonumber(ARGV[6])
+local W = e * b
+local st = redis.call('HMGET', key, 'w', 'c')
+local idx = idiv(now, W)
+local cnt = 0
+if st[1] and st[2] then
+  idx = tonumber(st[1])
+  cnt = tonumber(st[2])
+end
+local t = math.max(now, idx * W)
+local k = idiv(t, W)
+local used = 0
+if k == idx then
+  used = cnt
+end
+local at = t
+if used + n > b then
+  at = (k + 1) * W
+end
+local allowed = at <= now
+local commit = allowed and not peek
+if commit then
+  local kn = idiv(now, W)
+  if kn ~= idx then
+    idx = kn
+    cnt = 0
+  end
+  cnt = cnt + n
+  redis.call('HSET', key, 'w', str(idx), 'c', str(cnt))
+end
+local t2 = math.max(now, idx * W)
+local k2 = idiv(t2, W)
+local window_end = (k2 + 1) * W
+local remaining = 0
+if now >= idx * W then
+  local u = 0
+  if k2 == idx then
+    u = cnt
+  end
+  remaining = math.max(0, b - u)
+end
+if commit then
+  expire_in(key, window_end - now, slack)
+end
+local retry = -1
+if not allowed then
+  retry = at - now
+end
+return {flag(allowed), remaining, window_end - now, retry}

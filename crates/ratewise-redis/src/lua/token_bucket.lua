@@ -1,0 +1,31 @@
+-- Token bucket: a hash {k = credit in µs of capacity, t = time of k}.
+-- Same arguments and answer as gcra.lua; decides exactly as GCRA does.
+local key = KEYS[1]
+local now = now_us(ARGV[1])
+local e = tonumber(ARGV[2])
+local b = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local peek = ARGV[5] == '1'
+local slack = tonumber(ARGV[6])
+local tau = e * b
+local st = redis.call('HMGET', key, 'k', 't')
+local credit = tau
+local last = now
+if st[1] and st[2] then
+  credit = tonumber(st[1])
+  last = tonumber(st[2])
+end
+-- An earlier `now` than the last write counts as no time passing.
+local t = math.max(now, last)
+credit = math.min(tau, credit + (t - last))
+local need = n * e
+if credit < need then
+  return {0, idiv(credit, e), tau - credit, need - credit}
+end
+if peek then
+  return {1, idiv(credit, e), tau - credit, -1}
+end
+local after = credit - need
+redis.call('HSET', key, 'k', str(after), 't', str(t))
+expire_in(key, tau - after, slack)
+return {1, idiv(after, e), tau - after, -1}
