@@ -72,9 +72,9 @@ impl MicroQuota {
         }
     }
 
-    /// The decision a script's four integers describe.
+    /// The decision a script's first four integers describe.
     pub(crate) fn decision(&self, v: &[i64]) -> Decision {
-        let us = |x: i64| Duration::from_micros(u64::try_from(x).unwrap_or(0));
+        let us = micros;
         Decision {
             allowed: v[0] == 1,
             limit: self.burst,
@@ -84,6 +84,11 @@ impl MicroQuota {
             delay: Duration::ZERO,
         }
     }
+}
+
+/// A script's non-negative microseconds as a `Duration`.
+pub(crate) fn micros(x: i64) -> Duration {
+    Duration::from_micros(u64::try_from(x).unwrap_or(0))
 }
 
 /// `now` as the scripts' first argument: microseconds, or -1 for Redis's

@@ -64,6 +64,8 @@ pub enum Error {
     Timeout(Duration),
     /// The circuit breaker is open: Redis failed repeatedly and is not being
     /// asked until the cool-down ends.
-    #[error("the circuit breaker is open after repeated Redis failures; retrying after the cool-down")]
+    #[error(
+        "the circuit breaker is open after repeated Redis failures; retrying after the cool-down"
+    )]
     CircuitOpen,
 }

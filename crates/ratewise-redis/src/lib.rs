@@ -36,11 +36,11 @@
 //!
 //! | algorithm | Redis state per key | memory per key¹ | round trips | exactness |
 //! |---|---|---|---|---|
-//! | [`Gcra`](Algorithm::Gcra) (default) | one string (TAT) | ~ 72 B | 1 | exact `r·T + b`; identical to the core `Gcra` (tested) |
-//! | [`TokenBucket`](Algorithm::TokenBucket) | hash {credit, time} | ~ 96 B | 1 | decides exactly as GCRA |
-//! | [`FixedWindow`](Algorithm::FixedWindow) | hash {window, count} | ~ 88 B | 1 | up to `2b` across a window boundary |
-//! | [`SlidingWindowCounter`](Algorithm::SlidingWindowCounter) | hash {window, prev, cur} | ~ 96 B | 1 | `r·T + b` (estimate); `burst × window ≤ 2^52 µs` |
-//! | [`SlidingWindowLog`](Algorithm::SlidingWindowLog) | sorted set, ≤ `burst` members | ~ 80 B + ~ 40 B per admission time | 1 (O(burst) in the script) | exact: at most `b` in every window |
+//! | [`Gcra`](Algorithm::Gcra) (default) | one string (TAT) | 72 B | 1 | exact `r·T + b`; identical to the core `Gcra` (tested) |
+//! | [`TokenBucket`](Algorithm::TokenBucket) | hash {credit, time} | 120 B | 1 | decides exactly as GCRA |
+//! | [`FixedWindow`](Algorithm::FixedWindow) | hash {window, count} | 120 B | 1 | up to `2b` across a window boundary |
+//! | [`SlidingWindowCounter`](Algorithm::SlidingWindowCounter) | hash {window, prev, cur} | 120 B | 1 | `r·T + b` (estimate); `burst × window ≤ 2^52 µs` |
+//! | [`SlidingWindowLog`](Algorithm::SlidingWindowLog) | sorted set, ≤ `burst` members | 120 B with one member, growing per admission time | 1 (O(burst) in the script) | exact: at most `b` in every window |
 //!
 //! ¹ Measured with `MEMORY USAGE` on Redis 7 for a short key, see
 //! `tests/redis_limits.rs` (`memory_per_key`).
@@ -93,7 +93,7 @@ use std::time::Duration;
 
 pub use crate::core::{MAX_KEY_LEN, MAX_MICROS};
 pub use error::Error;
-pub use limiter::{Algorithm, Options, RedisLimiter};
+pub use limiter::{Algorithm, Options, RedisLimiter, Timed};
 pub use multi::{MultiDecision, MultiLimiter};
 pub use policy::{FailurePolicy, ResilienceConfig, StatsSnapshot};
 pub use redis::aio::ConnectionManager;

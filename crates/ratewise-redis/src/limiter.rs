@@ -12,7 +12,7 @@ use ratewise::Quota;
 use redis::aio::ConnectionManager;
 use redis::Script;
 
-use crate::core::{now_arg, validate_key, Core, MicroQuota};
+use crate::core::{micros, now_arg, validate_key, Core, MicroQuota};
 use crate::error::Error;
 use crate::policy::{FailurePolicy, Resilience, ResilienceConfig, StatsSnapshot};
 
@@ -135,6 +135,26 @@ impl Options {
             policy: self.policy,
             res: Resilience::new(self.resilience),
         })
+    }
+}
+
+/// A decision and the time it was made at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timed {
+    /// The decision.
+    pub decision: BackendDecision,
+    /// The time the script used — Redis's clock (since the UNIX epoch) or
+    /// the caller's explicit `now`, to the microsecond; `None` when the
+    /// failure policy decided.
+    pub redis_time: Option<Duration>,
+}
+
+impl Timed {
+    fn untimed(decision: BackendDecision) -> Timed {
+        Timed {
+            decision,
+            redis_time: None,
+        }
     }
 }
 
@@ -339,6 +359,13 @@ impl RedisLimiter {
         self.inner.core.full_key(key.as_ref())
     }
 
+    /// [`RedisLimiter::check`], also returning the Redis time the script
+    /// decided at (for audits, and for checking the quota bound against
+    /// Redis's own clock).
+    pub async fn check_timed(&self, key: impl AsRef<[u8]>, n: u64) -> Result<Timed, Error> {
+        self.decide_timed(key.as_ref(), n, None, false, None).await
+    }
+
     async fn decide(
         &self,
         key: &[u8],
@@ -347,6 +374,19 @@ impl RedisLimiter {
         peek: bool,
         quota: Option<MicroQuota>,
     ) -> Result<BackendDecision, Error> {
+        self.decide_timed(key, n, now, peek, quota)
+            .await
+            .map(|t| t.decision)
+    }
+
+    async fn decide_timed(
+        &self,
+        key: &[u8],
+        n: u64,
+        now: Option<Duration>,
+        peek: bool,
+        quota: Option<MicroQuota>,
+    ) -> Result<Timed, Error> {
         validate_key(key)?;
         let q = quota.unwrap_or_else(|| self.micro_quota(key));
         q.validate_weight(n)?;
@@ -362,14 +402,13 @@ impl RedisLimiter {
             .arg(u8::from(peek))
             .arg(core.slack_ms);
         let mut conn = core.conn.clone();
-        match core
-            .res
-            .run(inv.invoke_async::<Vec<i64>>(&mut conn))
-            .await
-        {
-            Ok(v) if v.len() == 4 => {
+        match core.res.run(inv.invoke_async::<Vec<i64>>(&mut conn)).await {
+            Ok(v) if v.len() == 5 => {
                 core.count_backend();
-                Ok(BackendDecision::from_backend(q.decision(&v)))
+                Ok(Timed {
+                    decision: BackendDecision::from_backend(q.decision(&v)),
+                    redis_time: Some(micros(v[4])),
+                })
             }
             Ok(v) => {
                 let e = redis::RedisError::from((
@@ -378,8 +417,9 @@ impl RedisLimiter {
                     format!("{v:?}"),
                 ));
                 core.degrade(key, n, peek, q.burst, crate::policy::Failure::Redis(e))
+                    .map(Timed::untimed)
             }
-            Err(f) => core.degrade(key, n, peek, q.burst, f),
+            Err(f) => core.degrade(key, n, peek, q.burst, f).map(Timed::untimed),
         }
     }
 }
@@ -395,11 +435,7 @@ impl<K: AsRef<[u8]> + ?Sized + Sync> AsyncKeyedLimiter<K> for RedisLimiter {
         self.decide(key.as_ref(), n, None, false, None)
     }
 
-    fn peek(
-        &self,
-        key: &K,
-        n: u64,
-    ) -> impl Future<Output = Result<BackendDecision, Error>> + Send {
+    fn peek(&self, key: &K, n: u64) -> impl Future<Output = Result<BackendDecision, Error>> + Send {
         self.decide(key.as_ref(), n, None, true, None)
     }
 }

@@ -9,7 +9,7 @@ use ratewise::{Decision, Quota};
 use redis::aio::ConnectionManager;
 use redis::Script;
 
-use crate::core::{now_arg, validate_key, Core, MicroQuota};
+use crate::core::{micros, now_arg, validate_key, Core, MicroQuota};
 use crate::error::Error;
 use crate::limiter::Options;
 use crate::policy::{Failure, StatsSnapshot};
@@ -26,6 +26,9 @@ pub struct MultiDecision {
     /// Each level's own evidence, in level order (empty for a decision made
     /// by the failure policy).
     pub levels: Vec<Decision>,
+    /// The time the script decided at (Redis's clock or the explicit
+    /// `now`); `None` when the failure policy decided.
+    pub redis_time: Option<Duration>,
 }
 
 /// Several GCRA limits checked together: a request passes only if every
@@ -151,12 +154,8 @@ impl MultiLimiter {
         let mut conn = core.conn.clone();
         let first = keys[0].as_ref();
         let limit = levels[0].burst;
-        let v = match core
-            .res
-            .run(inv.invoke_async::<Vec<i64>>(&mut conn))
-            .await
-        {
-            Ok(v) if v.len() == 4 * levels.len() => v,
+        let v = match core.res.run(inv.invoke_async::<Vec<i64>>(&mut conn)).await {
+            Ok(v) if v.len() == 4 * levels.len() + 1 => v,
             Ok(_) => {
                 let e = redis::RedisError::from((
                     redis::ErrorKind::UnexpectedReturnType,
@@ -188,6 +187,7 @@ impl MultiLimiter {
             overall: BackendDecision::from_backend(overall),
             denied_level,
             levels: decisions,
+            redis_time: v.last().copied().map(micros),
         })
     }
 }
@@ -197,5 +197,6 @@ fn degraded(overall: BackendDecision) -> MultiDecision {
         denied_level: (!overall.decision.allowed).then_some(0),
         overall,
         levels: Vec::new(),
+        redis_time: None,
     }
 }

@@ -40,14 +40,15 @@ impl FailurePolicy {
     /// the fleet admits about what Redis would have.
     pub fn local_share(quota: Quota, instances: u32) -> Result<FailurePolicy, QuotaError> {
         let instances = u64::from(instances.max(1));
-        let emission = quota
-            .emission_nanos()
-            .checked_mul(instances)
-            .ok_or(QuotaError::TooLarge {
-                what: "emission interval × instances",
-                got: instances,
-                limit: u64::MAX / quota.emission_nanos(),
-            })?;
+        let emission =
+            quota
+                .emission_nanos()
+                .checked_mul(instances)
+                .ok_or(QuotaError::TooLarge {
+                    what: "emission interval × instances",
+                    got: instances,
+                    limit: u64::MAX / quota.emission_nanos(),
+                })?;
         let share = Quota::from_parts(emission, (quota.burst() / instances).max(1))?;
         Ok(FailurePolicy::LocalFallback(Arc::new(
             KeyedLimiter::builder(share).build(),

@@ -54,4 +54,4 @@ local retry = -1
 if not allowed then
   retry = at - now
 end
-return {flag(allowed), remaining, window_end - now, retry}
+return {flag(allowed), remaining, window_end - now, retry, now}

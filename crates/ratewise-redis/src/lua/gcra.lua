@@ -1,6 +1,6 @@
 -- GCRA: one string per key, the theoretical arrival time (TAT).
 -- KEYS[1] key; ARGV: now, emission, burst, n, peek, slack_ms.
--- Returns {allowed, remaining, reset_after, retry_after or -1} (µs).
+-- Returns {allowed, remaining, reset_after, retry_after or -1, now} (µs).
 local key = KEYS[1]
 local now = now_us(ARGV[1])
 local e = tonumber(ARGV[2])
@@ -19,7 +19,7 @@ if ahead > tau or peek then
   if ahead > tau then
     retry = ahead - tau
   end
-  return {flag(retry < 0), idiv(math.max(0, tau - a), e), a, retry}
+  return {flag(retry < 0), idiv(math.max(0, tau - a), e), a, retry, now}
 end
 redis.call('SET', key, str(new_tat), 'PX', math.max(1, cdiv(ahead, 1000) + slack))
-return {1, idiv(tau - ahead, e), ahead, -1}
+return {1, idiv(tau - ahead, e), ahead, -1, now}

@@ -1,6 +1,6 @@
 -- Several GCRA limits in one decision: check every level, then commit all
 -- or none. KEYS[i] is level i's key; ARGV: now, peek, slack_ms, n, then
--- (emission, burst) per level. Returns 4 integers per level, as gcra.lua.
+-- (emission, burst) per level. Returns 4 integers per level, as gcra.lua, then `now`.
 local now = now_us(ARGV[1])
 local peek = ARGV[2] == '1'
 local slack = tonumber(ARGV[3])
@@ -31,6 +31,7 @@ for i = 1, levels do
   new_tats[i] = new_tat
   aheads[i] = {ahead, tau, e}
 end
+out[4 * levels + 1] = now
 if denied or peek then
   return out
 end

@@ -86,4 +86,4 @@ local retry = -1
 if not allowed then
   retry = at - now
 end
-return {flag(allowed), remaining, reset_at - now, retry}
+return {flag(allowed), remaining, reset_at - now, retry, now}

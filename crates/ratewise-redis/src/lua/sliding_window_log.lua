@@ -66,4 +66,4 @@ local retry = -1
 if not allowed then
   retry = at - now
 end
-return {flag(allowed), remaining, empty_at - now, retry}
+return {flag(allowed), remaining, empty_at - now, retry, now}

@@ -20,12 +20,12 @@ local t = math.max(now, last)
 credit = math.min(tau, credit + (t - last))
 local need = n * e
 if credit < need then
-  return {0, idiv(credit, e), tau - credit, need - credit}
+  return {0, idiv(credit, e), tau - credit, need - credit, now}
 end
 if peek then
-  return {1, idiv(credit, e), tau - credit, -1}
+  return {1, idiv(credit, e), tau - credit, -1, now}
 end
 local after = credit - need
 redis.call('HSET', key, 'k', str(after), 't', str(t))
 expire_in(key, tau - after, slack)
-return {1, idiv(after, e), tau - after, -1}
+return {1, idiv(after, e), tau - after, -1, now}
