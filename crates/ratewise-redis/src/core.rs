@@ -34,7 +34,7 @@ impl MicroQuota {
     pub(crate) fn new(quota: Quota, counter: bool) -> Result<MicroQuota, QuotaError> {
         let emission_us = quota.emission_nanos().div_ceil(1000);
         let burst = quota.burst();
-        let window = emission_us.checked_mul(burst).unwrap_or(u64::MAX);
+        let window = emission_us.saturating_mul(burst);
         if window > MAX_MICROS {
             return Err(QuotaError::TooLarge {
                 what: "window (burst × emission interval) in microseconds on Redis",

@@ -2,21 +2,36 @@
 //! by every replica of a service, decided by a Lua script in one round trip,
 //! with a failure policy for when Redis is down.
 //!
-//! ```no_run
+//! ```
+//! use ratewise::backend::DecisionSource;
 //! use ratewise::Quota;
-//! use ratewise_redis::{connect, RedisLimiter};
+//! use ratewise_redis::{connect_lazy, Algorithm, FailurePolicy, Options, RedisLimiter};
 //!
-//! # async fn run() -> Result<(), ratewise_redis::Error> {
-//! let conn = connect("redis://127.0.0.1:6379").await?;
-//! let limiter = RedisLimiter::new(conn, Quota::per_second(100)?)?;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! # rt.block_on(async {
+//! // Your Redis URL here; nothing listens on port 1, so this example
+//! // shows the failure policy at work.
+//! let conn = connect_lazy("redis://127.0.0.1:1")?;
+//! let limiter = RedisLimiter::with_options(
+//!     conn,
+//!     Quota::per_second(100)?, // rate 100/s, burst 100, shared by every replica
+//!     Algorithm::Gcra,
+//!     Options { policy: FailurePolicy::FailClosed, ..Options::default() },
+//! )?;
+//!
 //! let d = limiter.check("user-42", 1).await?;
 //! if d.decision.allowed {
 //!     // serve the request
 //! } else {
-//!     println!("retry after {:?}", d.decision.retry_after);
+//!     // 429, with Retry-After from d.decision.retry_after
 //! }
-//! assert!(!d.source.is_degraded() || limiter.stats().degraded() > 0);
-//! # Ok(())
+//! // Redis could not answer (within 50 ms), so the policy did, and says so.
+//! assert_eq!(d.source, DecisionSource::FailClosed);
+//! assert!(!d.decision.allowed);
+//! assert_eq!(limiter.stats().fail_closed, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })
 //! # }
 //! ```
 //!
@@ -79,6 +94,12 @@
 //! timeouts and breaker openings. Recovery is automatic: the connection
 //! manager reconnects, and the first successful probe closes the breaker.
 //!
+//! Two consequences to know. A check that timed out may still reach Redis
+//! and be applied there later (the server was slow, not dead): the key is
+//! charged for a request the policy answered, which errs on the side of the
+//! limit. And while the breaker is open, a fail-open limiter enforces
+//! nothing; `local_share` is the middle ground.
+//!
 //! Bad requests are typed errors returned before anything is sent: an empty
 //! key, a key over 1 KiB ([`MAX_KEY_LEN`]), `n = 0`, `n > burst`, a quota
 //! too long for Redis, an explicit time out of range.
@@ -105,6 +126,17 @@ pub use redis::aio::ConnectionManager;
 pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
     let client = redis::Client::open(url)?;
     Ok(ConnectionManager::new_with_config(client, manager_config()).await?)
+}
+
+/// Like [`connect`], but connects on first use: never fails because Redis
+/// is down (the first decisions then come from the failure policy). Needs a
+/// tokio runtime.
+pub fn connect_lazy(url: &str) -> Result<ConnectionManager, Error> {
+    let client = redis::Client::open(url)?;
+    Ok(ConnectionManager::new_lazy_with_config(
+        client,
+        manager_config(),
+    )?)
 }
 
 /// The [`ConnectionManagerConfig`](redis::aio::ConnectionManagerConfig)
