@@ -1,7 +1,6 @@
 -- Fixed window: a hash {w = window index, c = units counted in it};
 -- windows of W = emission x burst, aligned to time zero.
 local key = KEYS[1]
-local now = now_us(ARGV[1])
 local e = tonumber(ARGV[2])
 local b = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
@@ -9,14 +8,14 @@ local peek = ARGV[5] == '1'
 local slack = tonumber(ARGV[6])
 local W = e * b
 local st = redis.call('HMGET', key, 'w', 'c')
-local idx = idiv(now, W)
+local idx = floor(now / W)
 local cnt = 0
 if st[1] and st[2] then
   idx = tonumber(st[1])
   cnt = tonumber(st[2])
 end
-local t = math.max(now, idx * W)
-local k = idiv(t, W)
+local t = max(now, idx * W)
+local k = floor(t / W)
 local used = 0
 if k == idx then
   used = cnt
@@ -28,16 +27,16 @@ end
 local allowed = at <= now
 local commit = allowed and not peek
 if commit then
-  local kn = idiv(now, W)
+  local kn = floor(now / W)
   if kn ~= idx then
     idx = kn
     cnt = 0
   end
   cnt = cnt + n
-  redis.call('HSET', key, 'w', str(idx), 'c', str(cnt))
+  redis.call('HSET', key, 'w', fmt('%.0f', idx), 'c', fmt('%.0f', cnt))
 end
-local t2 = math.max(now, idx * W)
-local k2 = idiv(t2, W)
+local t2 = max(now, idx * W)
+local k2 = floor(t2 / W)
 local window_end = (k2 + 1) * W
 local remaining = 0
 if now >= idx * W then
@@ -45,13 +44,13 @@ if now >= idx * W then
   if k2 == idx then
     u = cnt
   end
-  remaining = math.max(0, b - u)
+  remaining = max(0, b - u)
 end
 if commit then
-  expire_in(key, window_end - now, slack)
+  redis.call('PEXPIRE', key, max(1, ceil((window_end - now) / 1000) + slack))
 end
 local retry = -1
 if not allowed then
   retry = at - now
 end
-return {flag(allowed), remaining, window_end - now, retry, now}
+return {(allowed and 1 or 0), remaining, window_end - now, retry, now}

@@ -2,7 +2,6 @@
 -- KEYS[1] key; ARGV: now, emission, burst, n, peek, slack_ms.
 -- Returns {allowed, remaining, reset_after, retry_after or -1, now} (µs).
 local key = KEYS[1]
-local now = now_us(ARGV[1])
 local e = tonumber(ARGV[2])
 local b = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
@@ -10,7 +9,7 @@ local peek = ARGV[5] == '1'
 local slack = tonumber(ARGV[6])
 local tau = e * b
 local tat = tonumber(redis.call('GET', key)) or now
-local base = math.max(tat, now)
+local base = max(tat, now)
 local new_tat = base + n * e
 local ahead = new_tat - now
 if ahead > tau or peek then
@@ -19,7 +18,7 @@ if ahead > tau or peek then
   if ahead > tau then
     retry = ahead - tau
   end
-  return {flag(retry < 0), idiv(math.max(0, tau - a), e), a, retry, now}
+  return {(retry < 0 and 1 or 0), floor((max(0, tau - a)) / e), a, retry, now}
 end
-redis.call('SET', key, str(new_tat), 'PX', math.max(1, cdiv(ahead, 1000) + slack))
-return {1, idiv(tau - ahead, e), ahead, -1, now}
+redis.call('SET', key, fmt('%.0f', new_tat), 'PX', max(1, ceil(ahead / 1000) + slack))
+return {1, floor((tau - ahead) / e), ahead, -1, now}

@@ -2,7 +2,6 @@
 -- count, c = current count}; the estimate p x (W - elapsed) / W + c is kept
 -- multiplied by W, so it stays an exact integer (burst x W < 2^53).
 local key = KEYS[1]
-local now = now_us(ARGV[1])
 local e = tonumber(ARGV[2])
 local b = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
@@ -10,7 +9,7 @@ local peek = ARGV[5] == '1'
 local slack = tonumber(ARGV[6])
 local W = e * b
 local st = redis.call('HMGET', key, 'w', 'p', 'c')
-local idx = idiv(now, W)
+local idx = floor(now / W)
 local p = 0
 local c = 0
 if st[1] and st[2] and st[3] then
@@ -28,8 +27,8 @@ local function counts(k)
 end
 -- The earliest time the request passes (see the core's
 -- sliding_window_counter: p x (W - e) <= room x W).
-local t0 = math.max(now, idx * W)
-local k0 = idiv(t0, W)
+local t0 = max(now, idx * W)
+local k0 = floor(t0 / W)
 local at = (k0 + 2) * W
 for k = k0, k0 + 2 do
   local pk, ck = counts(k)
@@ -37,13 +36,13 @@ for k = k0, k0 + 2 do
     local room = b - ck - n
     local need = 0
     if pk > 0 then
-      need = W - math.min(W, idiv(room * W, pk))
+      need = W - min(W, floor((room * W) / pk))
     end
     local from = 0
     if k == k0 then
       from = t0 - k0 * W
     end
-    local off = math.max(need, from)
+    local off = max(need, from)
     if off < W then
       at = k * W + off
       break
@@ -53,7 +52,7 @@ end
 local allowed = at <= now
 local commit = allowed and not peek
 if commit then
-  local kn = idiv(now, W)
+  local kn = floor(now / W)
   if kn == idx + 1 then
     p = c
     c = 0
@@ -61,17 +60,17 @@ if commit then
     p = 0
     c = 0
   end
-  idx = math.max(idx, kn)
+  idx = max(idx, kn)
   c = c + n
-  redis.call('HSET', key, 'w', str(idx), 'p', str(p), 'c', str(c))
+  redis.call('HSET', key, 'w', fmt('%.0f', idx), 'p', fmt('%.0f', p), 'c', fmt('%.0f', c))
 end
-local t = math.max(now, idx * W)
-local k = idiv(t, W)
+local t = max(now, idx * W)
+local k = floor(t / W)
 local pk, ck = counts(k)
 local remaining = 0
 if now >= idx * W then
   local weighted = pk * (W - (t - k * W)) + ck * W
-  remaining = idiv(math.max(0, b * W - weighted), W)
+  remaining = floor((max(0, b * W - weighted)) / W)
 end
 local reset_at = now
 if ck > 0 then
@@ -80,10 +79,10 @@ elseif pk > 0 then
   reset_at = (k + 1) * W
 end
 if commit then
-  expire_in(key, reset_at - now, slack)
+  redis.call('PEXPIRE', key, max(1, ceil((reset_at - now) / 1000) + slack))
 end
 local retry = -1
 if not allowed then
   retry = at - now
 end
-return {flag(allowed), remaining, reset_at - now, retry, now}
+return {(allowed and 1 or 0), remaining, reset_at - now, retry, now}

@@ -3,7 +3,6 @@
 -- most `burst` units in every window (t - W, t]. Memory: up to `burst`
 -- members per key.
 local key = KEYS[1]
-local now = now_us(ARGV[1])
 local e = tonumber(ARGV[2])
 local b = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
@@ -15,8 +14,8 @@ local floor_ = -1
 if newest[2] then
   floor_ = tonumber(newest[2])
 end
-local t0 = math.max(now, floor_)
-local members = redis.call('ZRANGEBYSCORE', key, '(' .. str(t0 - W), '+inf')
+local t0 = max(now, floor_)
+local members = redis.call('ZRANGEBYSCORE', key, '(' .. fmt('%.0f', t0 - W), '+inf')
 local ats = {}
 local ws = {}
 local total = 0
@@ -39,7 +38,7 @@ if total + n > b then
 end
 local allowed = at <= now
 if allowed and not peek then
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', str(t0 - W))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%.0f', t0 - W))
   local last = #ats
   if last > 0 and ats[last] == now then
     redis.call('ZREM', key, members[last])
@@ -49,10 +48,10 @@ if allowed and not peek then
     ats[last] = now
     ws[last] = n
   end
-  redis.call('ZADD', key, str(now), str(now) .. ':' .. str(ws[last]))
+  redis.call('ZADD', key, fmt('%.0f', now), fmt('%.0f', now) .. ':' .. fmt('%.0f', ws[last]))
   total = total + n
-  floor_ = math.max(floor_, now)
-  expire_in(key, W, slack)
+  floor_ = max(floor_, now)
+  redis.call('PEXPIRE', key, max(1, ceil(W / 1000) + slack))
 end
 local empty_at = now
 if #ats > 0 then
@@ -60,10 +59,10 @@ if #ats > 0 then
 end
 local remaining = 0
 if now >= floor_ then
-  remaining = math.max(0, b - total)
+  remaining = max(0, b - total)
 end
 local retry = -1
 if not allowed then
   retry = at - now
 end
-return {flag(allowed), remaining, empty_at - now, retry, now}
+return {(allowed and 1 or 0), remaining, empty_at - now, retry, now}

@@ -1,7 +1,6 @@
 -- Token bucket: a hash {k = credit in µs of capacity, t = time of k}.
 -- Same arguments and answer as gcra.lua; decides exactly as GCRA does.
 local key = KEYS[1]
-local now = now_us(ARGV[1])
 local e = tonumber(ARGV[2])
 local b = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
@@ -16,16 +15,16 @@ if st[1] and st[2] then
   last = tonumber(st[2])
 end
 -- An earlier `now` than the last write counts as no time passing.
-local t = math.max(now, last)
-credit = math.min(tau, credit + (t - last))
+local t = max(now, last)
+credit = min(tau, credit + (t - last))
 local need = n * e
 if credit < need then
-  return {0, idiv(credit, e), tau - credit, need - credit, now}
+  return {0, floor(credit / e), tau - credit, need - credit, now}
 end
 if peek then
-  return {1, idiv(credit, e), tau - credit, -1, now}
+  return {1, floor(credit / e), tau - credit, -1, now}
 end
 local after = credit - need
-redis.call('HSET', key, 'k', str(after), 't', str(t))
-expire_in(key, tau - after, slack)
-return {1, idiv(after, e), tau - after, -1, now}
+redis.call('HSET', key, 'k', fmt('%.0f', after), 't', fmt('%.0f', t))
+redis.call('PEXPIRE', key, max(1, ceil((tau - after) / 1000) + slack))
+return {1, floor(after / e), tau - after, -1, now}
