@@ -17,6 +17,7 @@ use crate::error::Error;
 use crate::policy::{FailurePolicy, Resilience, ResilienceConfig, StatsSnapshot};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
+const SINGLE: &str = include_str!("lua/single.lua");
 
 /// The algorithm a [`RedisLimiter`] runs on Redis. Each is the Redis form of
 /// the core limiter of the same name and answers with the same
@@ -66,14 +67,17 @@ impl Algorithm {
 
     /// The Lua source of this algorithm's script.
     pub fn script_source(self) -> String {
-        let body = match self {
-            Algorithm::Gcra => include_str!("lua/gcra.lua"),
-            Algorithm::TokenBucket => include_str!("lua/token_bucket.lua"),
-            Algorithm::FixedWindow => include_str!("lua/fixed_window.lua"),
-            Algorithm::SlidingWindowCounter => include_str!("lua/sliding_window_counter.lua"),
-            Algorithm::SlidingWindowLog => include_str!("lua/sliding_window_log.lua"),
+        const WINDOW_END: &str = include_str!("lua/window_end.lua");
+        let (body, end) = match self {
+            Algorithm::Gcra => (include_str!("lua/gcra.lua"), ""),
+            Algorithm::TokenBucket => (include_str!("lua/token_bucket.lua"), ""),
+            Algorithm::FixedWindow => (include_str!("lua/fixed_window.lua"), WINDOW_END),
+            Algorithm::SlidingWindowCounter => {
+                (include_str!("lua/sliding_window_counter.lua"), WINDOW_END)
+            }
+            Algorithm::SlidingWindowLog => (include_str!("lua/sliding_window_log.lua"), WINDOW_END),
         };
-        format!("{PRELUDE}\n{body}")
+        format!("{PRELUDE}\n{SINGLE}\n{body}\n{end}")
     }
 
     pub(crate) fn script(self) -> &'static Script {

@@ -118,11 +118,7 @@ fn kill_mid_load(policy: FailurePolicy) {
         FailurePolicy::FailClosed => DecisionSource::FailClosed,
         _ => DecisionSource::LocalFallback,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::multi_thread_runtime();
     let l = limiter(&rt, &server.url(), policy);
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -213,11 +209,7 @@ fn kill_9_local_fallback() {
 #[test]
 fn client_pause_times_out_into_the_policy() {
     let server = redis_or_skip!();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::multi_thread_runtime();
     let l = limiter(&rt, &server.url(), FailurePolicy::FailClosed);
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Vec::new()));

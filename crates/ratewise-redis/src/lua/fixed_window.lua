@@ -1,11 +1,5 @@
 -- Fixed window: a hash {w = window index, c = units counted in it};
 -- windows of W = emission x burst, aligned to time zero.
-local key = KEYS[1]
-local e = tonumber(ARGV[2])
-local b = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local peek = ARGV[5] == '1'
-local slack = tonumber(ARGV[6])
 local W = e * b
 local st = redis.call('HMGET', key, 'w', 'c')
 local idx = floor(now / W)
@@ -37,7 +31,7 @@ if commit then
 end
 local t2 = max(now, idx * W)
 local k2 = floor(t2 / W)
-local window_end = (k2 + 1) * W
+local reset_at = (k2 + 1) * W
 local remaining = 0
 if now >= idx * W then
   local u = 0
@@ -46,11 +40,3 @@ if now >= idx * W then
   end
   remaining = max(0, b - u)
 end
-if commit then
-  redis.call('PEXPIRE', key, max(1, ceil((window_end - now) / 1000) + slack))
-end
-local retry = -1
-if not allowed then
-  retry = at - now
-end
-return {(allowed and 1 or 0), remaining, window_end - now, retry, now}

@@ -1,12 +1,4 @@
 -- GCRA: one string per key, the theoretical arrival time (TAT).
--- KEYS[1] key; ARGV: now, emission, burst, n, peek, slack_ms.
--- Returns {allowed, remaining, reset_after, retry_after or -1, now} (µs).
-local key = KEYS[1]
-local e = tonumber(ARGV[2])
-local b = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local peek = ARGV[5] == '1'
-local slack = tonumber(ARGV[6])
 local tau = e * b
 local tat = tonumber(redis.call('GET', key)) or now
 local base = max(tat, now)

@@ -1,12 +1,6 @@
 -- Sliding-window counter: a hash {w = window index, p = previous window's
 -- count, c = current count}; the estimate p x (W - elapsed) / W + c is kept
--- multiplied by W, so it stays an exact integer (burst x W < 2^53).
-local key = KEYS[1]
-local e = tonumber(ARGV[2])
-local b = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local peek = ARGV[5] == '1'
-local slack = tonumber(ARGV[6])
+-- multiplied by W, so it stays an exact integer (burst x W <= 2^52).
 local W = e * b
 local st = redis.call('HMGET', key, 'w', 'p', 'c')
 local idx = floor(now / W)
@@ -78,11 +72,3 @@ if ck > 0 then
 elseif pk > 0 then
   reset_at = (k + 1) * W
 end
-if commit then
-  redis.call('PEXPIRE', key, max(1, ceil((reset_at - now) / 1000) + slack))
-end
-local retry = -1
-if not allowed then
-  retry = at - now
-end
-return {(allowed and 1 or 0), remaining, reset_at - now, retry, now}

@@ -2,12 +2,6 @@
 -- time (score = at); admissions at the same microsecond merge. Exact: at
 -- most `burst` units in every window (t - W, t]. Memory: up to `burst`
 -- members per key.
-local key = KEYS[1]
-local e = tonumber(ARGV[2])
-local b = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local peek = ARGV[5] == '1'
-local slack = tonumber(ARGV[6])
 local W = e * b
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 local floor_ = -1
@@ -37,7 +31,8 @@ if total + n > b then
   end
 end
 local allowed = at <= now
-if allowed and not peek then
+local commit = allowed and not peek
+if commit then
   redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%.0f', t0 - W))
   local last = #ats
   if last > 0 and ats[last] == now then
@@ -51,18 +46,12 @@ if allowed and not peek then
   redis.call('ZADD', key, fmt('%.0f', now), fmt('%.0f', now) .. ':' .. fmt('%.0f', ws[last]))
   total = total + n
   floor_ = max(floor_, now)
-  redis.call('PEXPIRE', key, max(1, ceil(W / 1000) + slack))
 end
-local empty_at = now
+local reset_at = now
 if #ats > 0 then
-  empty_at = ats[#ats] + W
+  reset_at = ats[#ats] + W
 end
 local remaining = 0
 if now >= floor_ then
   remaining = max(0, b - total)
 end
-local retry = -1
-if not allowed then
-  retry = at - now
-end
-return {(allowed and 1 or 0), remaining, empty_at - now, retry, now}

@@ -1,11 +1,5 @@
 -- Token bucket: a hash {k = credit in µs of capacity, t = time of k}.
 -- Same arguments and answer as gcra.lua; decides exactly as GCRA does.
-local key = KEYS[1]
-local e = tonumber(ARGV[2])
-local b = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local peek = ARGV[5] == '1'
-local slack = tonumber(ARGV[6])
 local tau = e * b
 local st = redis.call('HMGET', key, 'k', 't')
 local credit = tau

@@ -11,6 +11,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// A two-worker tokio runtime (this machine's tests run on 2 cores).
+pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
 /// A running `redis-server` owned by a test.
 pub struct RedisServer {
     child: Option<Child>,
