@@ -212,7 +212,11 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
         .load_async(&mut conns[0].clone())
         .await
         .map_err(|e| (1u8, format!("cannot load a script on {}: {e}", args.url)))?;
-    let keys: Arc<Vec<String>> = Arc::new((0..args.keys).map(|i| format!("loadgen:{i}")).collect());
+    let keys: Arc<Vec<String>> = Arc::new(
+        (0..args.keys)
+            .map(|i| format!("loadgen:{}:{i}", args.algorithm))
+            .collect(),
+    );
     let counts = Arc::new(Counts::default());
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
@@ -225,6 +229,7 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
         let mode = args.mode;
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(1 << 16);
+            let mut first_error: Option<String> = None;
             let mut i = t;
             while !stop.load(Ordering::Relaxed) {
                 let key = &keys[i % keys.len()];
@@ -242,6 +247,16 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
                         }
                     }
                     _ => match limiter.check(key, 1).await {
+                        Ok(d) if d.source.is_degraded() && first_error.is_none() => {
+                            first_error = Some(format!("{:?} (see the limiter's stats)", d.source));
+                            let c = if d.decision.allowed {
+                                &counts.allowed
+                            } else {
+                                &counts.denied
+                            };
+                            c.fetch_add(1, Ordering::Relaxed);
+                            counts.degraded.fetch_add(1, Ordering::Relaxed);
+                        }
                         Ok(d) => {
                             let c = if d.decision.allowed {
                                 &counts.allowed
@@ -254,7 +269,8 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
                                 tokio::task::yield_now().await;
                             }
                         }
-                        Err(_) => {
+                        Err(e) => {
+                            first_error.get_or_insert_with(|| e.to_string());
                             counts.errors.fetch_add(1, Ordering::Relaxed);
                         }
                     },
@@ -262,7 +278,7 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
                 lat.push(u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX));
                 counts.decisions.fetch_add(1, Ordering::Relaxed);
             }
-            lat
+            (lat, first_error)
         }));
     }
     let progress = std::io::stderr().is_terminal();
@@ -280,12 +296,18 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
     }
     stop.store(true, Ordering::Relaxed);
     let mut lat = Vec::new();
+    let mut first_error = None;
     for t in tasks {
-        lat.extend(
-            t.await
-                .map_err(|e| (1u8, format!("a load task failed: {e}")))?,
-        );
+        let (l, e) = t
+            .await
+            .map_err(|e| (1u8, format!("a load task failed: {e}")))?;
+        lat.extend(l);
+        first_error = first_error.or(e);
     }
+    let stats: Vec<String> = limiters
+        .iter()
+        .map(|l| format!("{:?}", l.stats()))
+        .collect();
     let elapsed = start.elapsed().as_secs_f64();
     if progress {
         eprintln!();
@@ -318,6 +340,8 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
         "p50_us": pct(0.50),
         "p99_us": pct(0.99),
         "max_us": lat.last().copied().unwrap_or(0),
+        "first_error": first_error,
+        "limiter_stats": stats,
     });
     if args.json {
         println!("{out}");

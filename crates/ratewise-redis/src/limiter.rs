@@ -101,7 +101,10 @@ impl std::fmt::Display for Algorithm {
 pub struct Options {
     /// Prepended to every key (default `ratewise:`). It must not contain
     /// `{` or `}`, so that a hash tag in the caller's key decides the
-    /// Redis Cluster slot.
+    /// Redis Cluster slot. Limiters with different algorithms must not
+    /// share keys: each stores its own Redis type, and a key of another
+    /// type makes Redis answer `WRONGTYPE` (handled by the failure policy,
+    /// counted in `redis_errors`). Give each limiter its own prefix.
     pub prefix: String,
     /// What to answer when Redis cannot (default [`FailurePolicy::FailOpen`]).
     pub policy: FailurePolicy,
