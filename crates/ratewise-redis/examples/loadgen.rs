@@ -20,8 +20,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
+use ratewise::backend::{AsyncKeyedLimiter, BackendDecision};
 use ratewise::Quota;
-use ratewise_redis::{connect, Algorithm, FailurePolicy, Options, RedisLimiter, ResilienceConfig};
+use ratewise_redis::{
+    connect, Algorithm, FailurePolicy, LeaseConfig, Options, RedisLimiter, ResilienceConfig,
+    TwoTierLimiter,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -29,7 +33,7 @@ enum Mode {
     Limiter,
     /// The same round trips on a trivial EVALSHA: the floor.
     Floor,
-    /// Leased tokens admitted locally (not implemented yet).
+    /// `TwoTierLimiter`: tokens leased from Redis, admitted in process.
     TwoTier,
 }
 
@@ -113,6 +117,40 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// The limiter under test: both implement `AsyncKeyedLimiter`.
+#[derive(Clone)]
+enum Lim {
+    One(RedisLimiter),
+    Two(TwoTierLimiter),
+}
+
+impl Lim {
+    async fn check(&self, key: &str) -> Result<BackendDecision, ratewise_redis::Error> {
+        match self {
+            Lim::One(l) => AsyncKeyedLimiter::<str>::check(l, key, 1).await,
+            Lim::Two(l) => AsyncKeyedLimiter::<str>::check(l, key, 1).await,
+        }
+    }
+
+    fn stats(&self) -> String {
+        match self {
+            Lim::One(l) => format!("{:?}", l.stats()),
+            Lim::Two(l) => format!("{:?} {:?}", l.stats(), l.lease_stats()),
+        }
+    }
+
+    /// Calls that reached (or tried to reach) Redis.
+    fn redis_calls(&self) -> u64 {
+        match self {
+            Lim::One(l) => {
+                let s = l.stats();
+                s.backend + s.redis_errors + s.timeouts
+            }
+            Lim::Two(l) => l.lease_stats().redis_calls,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Counts {
     decisions: AtomicU64,
@@ -152,11 +190,6 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> Result<(), (u8, String)> {
     let bad = |m: String| (2u8, m);
-    if args.mode == Mode::TwoTier {
-        return Err(bad(
-            "--mode two-tier: the leased two-tier mode is not implemented yet".into(),
-        ));
-    }
     if args.concurrency == 0 || args.keys == 0 || args.connections == 0 {
         return Err(bad(
             "--concurrency, --keys and --connections must be at least 1".into(),
@@ -186,22 +219,23 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
             .map_err(|e| (2u8, format!("invalid quota: {e}")))?,
         Policy::Error => FailurePolicy::Error,
     };
+    let options = Options {
+        policy: policy.clone(),
+        resilience: ResilienceConfig {
+            timeout: args.timeout,
+            ..ResilienceConfig::default()
+        },
+        ..Options::default()
+    };
     let limiters = conns
         .iter()
-        .map(|c| {
-            RedisLimiter::with_options(
-                c.clone(),
-                quota,
-                args.algorithm,
-                Options {
-                    policy: policy.clone(),
-                    resilience: ResilienceConfig {
-                        timeout: args.timeout,
-                        ..ResilienceConfig::default()
-                    },
-                    ..Options::default()
-                },
-            )
+        .map(|c| match args.mode {
+            Mode::TwoTier => {
+                TwoTierLimiter::new(c.clone(), quota, options.clone(), LeaseConfig::default())
+                    .map(Lim::Two)
+            }
+            _ => RedisLimiter::with_options(c.clone(), quota, args.algorithm, options.clone())
+                .map(Lim::One),
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| (2u8, format!("invalid limiter: {e}")))?;
@@ -231,7 +265,14 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
             let mut lat = Vec::with_capacity(1 << 16);
             let mut first_error: Option<String> = None;
             let mut i = t;
+            let mut n = 0u32;
             while !stop.load(Ordering::Relaxed) {
+                // Decisions made in process never wait on anything: let the
+                // runtime's timers and I/O run now and then.
+                n = n.wrapping_add(1);
+                if n % 16 == 0 {
+                    tokio::task::yield_now().await;
+                }
                 let key = &keys[i % keys.len()];
                 i = i.wrapping_add(args.concurrency);
                 let t0 = Instant::now();
@@ -246,7 +287,7 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
                             }
                         }
                     }
-                    _ => match limiter.check(key, 1).await {
+                    _ => match limiter.check(key).await {
                         Ok(d) if d.source.is_degraded() && first_error.is_none() => {
                             first_error = Some(format!("{:?} (see the limiter's stats)", d.source));
                             let c = if d.decision.allowed {
@@ -295,6 +336,7 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
         }
     }
     stop.store(true, Ordering::Relaxed);
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let mut lat = Vec::new();
     let mut first_error = None;
     for t in tasks {
@@ -304,10 +346,11 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
         lat.extend(l);
         first_error = first_error.or(e);
     }
-    let stats: Vec<String> = limiters
-        .iter()
-        .map(|l| format!("{:?}", l.stats()))
-        .collect();
+    let stats: Vec<String> = limiters.iter().map(Lim::stats).collect();
+    let redis_calls: u64 = match args.mode {
+        Mode::Floor => get(&counts.decisions),
+        _ => limiters.iter().map(Lim::redis_calls).sum(),
+    };
     let elapsed = start.elapsed().as_secs_f64();
     if progress {
         eprintln!();
@@ -320,7 +363,6 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
             lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1]
         }
     };
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let decisions = get(&counts.decisions);
     let out = serde_json::json!({
         "mode": match args.mode { Mode::Floor => "floor", Mode::TwoTier => "two-tier", Mode::Limiter => "limiter" },
@@ -340,6 +382,8 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
         "p50_us": pct(0.50),
         "p99_us": pct(0.99),
         "max_us": lat.last().copied().unwrap_or(0),
+        "redis_calls": redis_calls,
+        "redis_calls_per_decision": redis_calls as f64 / decisions.max(1) as f64,
         "first_error": first_error,
         "limiter_stats": stats,
     });

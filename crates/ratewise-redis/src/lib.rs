@@ -67,6 +67,13 @@
 //! application servers' clocks never matter; `check_at`/`peek_at` take the
 //! caller's time instead (for tests, or a caller that owns the clock).
 //!
+//! [`TwoTierLimiter`] serves hot keys in process: it leases batches of
+//! tokens from the key's GCRA bucket on Redis (one script call per lease,
+//! sized to this process's own rate) and admits locally, remembering a
+//! refusal until its `retry_after`; every admitted unit was taken from the
+//! global bucket first. Its module docs state the bound and the fairness
+//! cost.
+//!
 //! [`MultiLimiter`] checks several GCRA levels (per user, per endpoint,
 //! global) in one script: all are committed or none. In a Redis Cluster the
 //! keys of one decision must share a hash tag; see its docs.
@@ -109,6 +116,7 @@ mod error;
 mod limiter;
 mod multi;
 mod policy;
+pub mod two_tier;
 
 use std::time::Duration;
 
@@ -118,6 +126,7 @@ pub use limiter::{Algorithm, Options, RedisLimiter, Timed};
 pub use multi::{MultiDecision, MultiLimiter};
 pub use policy::{FailurePolicy, ResilienceConfig, StatsSnapshot};
 pub use redis::aio::ConnectionManager;
+pub use two_tier::{LeaseConfig, LeaseStats, TwoTierLimiter};
 
 /// Connects to `url` with a [`ConnectionManager`] tuned for rate limiting:
 /// connection attempts time out after 100 ms and reconnection backs off

@@ -13,7 +13,8 @@ use ratewise::{
     SlidingWindowCounter, SlidingWindowLog, Timestamp, TokenBucket,
 };
 use ratewise_redis::{
-    connect, Algorithm, Error, FailurePolicy, MultiLimiter, Options, RedisLimiter,
+    connect, Algorithm, Error, FailurePolicy, LeaseConfig, MultiLimiter, Options, RedisLimiter,
+    TwoTierLimiter,
 };
 
 fn rt() -> tokio::runtime::Runtime {
@@ -548,4 +549,96 @@ fn memory_per_key() {
         "memory per key: {}; redis_rate-style string, same key length: {peer} B",
         report.join(", ")
     );
+}
+
+/// Two-tier mode: 4 limiters (as 4 processes, each on its own connection)
+/// with 4 tasks each hammer one key. Every admitted unit was leased from
+/// the Redis bucket first, so the total stays within `r·T + b`; and most
+/// decisions never reach Redis.
+#[test]
+fn two_tier_leases_never_exceed_the_global_quota() {
+    let server = redis_or_skip!();
+    let rt = common::multi_thread_runtime();
+    let quota = Quota::per_second(500).unwrap().with_burst(50).unwrap();
+    let run = Duration::from_millis(1000);
+    let (admitted, decisions, leased, redis_calls, elapsed) = rt.block_on(async {
+        let mut limiters = Vec::new();
+        for _ in 0..4 {
+            let conn = connect(&server.url()).await.expect("connect");
+            limiters.push(
+                TwoTierLimiter::new(conn, quota, Options::default(), LeaseConfig::default())
+                    .unwrap(),
+            );
+        }
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for l in &limiters {
+            for _ in 0..4 {
+                let l = l.clone();
+                tasks.push(tokio::spawn(async move {
+                    let (mut admitted, mut decisions) = (0u64, 0u64);
+                    while start.elapsed() < run {
+                        let d = l.check("hot", 1).await.expect("decision");
+                        assert_eq!(d.source, DecisionSource::Backend);
+                        admitted += u64::from(d.decision.allowed);
+                        decisions += 1;
+                        tokio::task::yield_now().await;
+                    }
+                    (admitted, decisions)
+                }));
+            }
+        }
+        let (mut admitted, mut decisions) = (0, 0);
+        for t in tasks {
+            let (a, d) = t.await.unwrap();
+            admitted += a;
+            decisions += d;
+        }
+        let elapsed = start.elapsed();
+        let leased = limiters.iter().map(|l| l.lease_stats().leased).sum::<u64>();
+        let calls = limiters
+            .iter()
+            .map(|l| l.lease_stats().redis_calls)
+            .sum::<u64>();
+        (admitted, decisions, leased, calls, elapsed)
+    });
+    let bound = quota.units_in(u64::try_from(elapsed.as_nanos()).unwrap()) + quota.burst();
+    assert!(admitted <= leased, "admitted {admitted} > leased {leased}");
+    assert!(leased <= bound, "leased {leased} > r·T + b = {bound}");
+    assert!(admitted >= quota.burst(), "admitted only {admitted}");
+    assert!(
+        redis_calls * 10 < decisions,
+        "{redis_calls} Redis calls for {decisions} decisions"
+    );
+}
+
+#[test]
+fn two_tier_rejects_bad_input_before_redis() {
+    let server = redis_or_skip!();
+    let rt = rt();
+    let conn = rt.block_on(connect(&server.url())).unwrap();
+    let l = TwoTierLimiter::new(
+        conn,
+        Quota::per_second(10).unwrap(),
+        Options::default(),
+        LeaseConfig::default(),
+    )
+    .unwrap();
+    rt.block_on(async {
+        assert!(matches!(l.check("", 1).await, Err(Error::EmptyKey)));
+        assert!(matches!(
+            l.check("k", 0).await,
+            Err(Error::Check(CheckError::ZeroWeight))
+        ));
+        assert!(matches!(
+            l.check("k", 11).await,
+            Err(Error::Check(CheckError::ExceedsBurst { .. }))
+        ));
+        // A weighted request larger than the adaptive lease still passes.
+        assert!(l.check("k", 10).await.unwrap().decision.allowed);
+        let d = l.check("k", 1).await.unwrap();
+        assert!(!d.decision.allowed);
+        assert!(d.decision.retry_after.is_some());
+    });
+    assert_eq!(l.lease_stats().leased, 10);
 }
