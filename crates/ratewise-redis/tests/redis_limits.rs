@@ -14,7 +14,7 @@ use ratewise::{
 };
 use ratewise_redis::{
     connect, Algorithm, Error, FailurePolicy, LeaseConfig, MultiLimiter, Options, RedisLimiter,
-    TwoTierLimiter,
+    ResilienceConfig, TwoTierLimiter,
 };
 
 fn rt() -> tokio::runtime::Runtime {
@@ -24,13 +24,25 @@ fn rt() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+/// Default options with a patient timeout: these tests check decisions,
+/// not timeouts (the fault tests do), and share a busy machine.
+fn patient() -> Options {
+    Options {
+        resilience: ResilienceConfig {
+            timeout: Duration::from_secs(5),
+            ..ResilienceConfig::default()
+        },
+        ..Options::default()
+    }
+}
+
 fn options() -> Options {
     Options {
         // Explicit-time tests move their clock faster or slower than real
         // time; keep keys alive for the whole test.
         expiry_slack: Duration::from_secs(600),
         policy: FailurePolicy::Error,
-        ..Options::default()
+        ..patient()
     }
 }
 
@@ -193,7 +205,8 @@ fn eight_connections_keep_the_bound_in_total_and_in_every_window() {
         let mut limiters = Vec::new();
         for _ in 0..8 {
             let conn = connect(&server.url()).await.expect("connect");
-            limiters.push(RedisLimiter::new(conn, quota).unwrap());
+            limiters
+                .push(RedisLimiter::with_options(conn, quota, Algorithm::Gcra, patient()).unwrap());
         }
         let start = Instant::now();
         let mut tasks = Vec::new();
@@ -257,7 +270,7 @@ fn keys_expire_when_back_to_full() {
         let conn = rt.block_on(connect(&server.url())).unwrap();
         // 10 per 100 ms: interval 10 ms.
         let quota = Quota::per(10, Duration::from_millis(100)).unwrap();
-        let l = RedisLimiter::with_options(conn, quota, alg, Options::default()).unwrap();
+        let l = RedisLimiter::with_options(conn, quota, alg, patient()).unwrap();
         // Explicit time: the TTL is exactly the time to full.
         let key = fresh_key();
         let now = Duration::from_secs(1_000_000) + Duration::from_millis(20);
@@ -292,7 +305,7 @@ fn keys_expire_when_back_to_full() {
         for alg in Algorithm::ALL {
             let conn = connect(&server.url()).await.unwrap();
             let quota = Quota::per(10, Duration::from_millis(100)).unwrap();
-            let l = RedisLimiter::with_options(conn, quota, alg, Options::default()).unwrap();
+            let l = RedisLimiter::with_options(conn, quota, alg, patient()).unwrap();
             let mut set = tokio::task::JoinSet::new();
             for w in 0..32 {
                 let l = l.clone();
@@ -565,10 +578,8 @@ fn two_tier_leases_never_exceed_the_global_quota() {
         let mut limiters = Vec::new();
         for _ in 0..4 {
             let conn = connect(&server.url()).await.expect("connect");
-            limiters.push(
-                TwoTierLimiter::new(conn, quota, Options::default(), LeaseConfig::default())
-                    .unwrap(),
-            );
+            limiters
+                .push(TwoTierLimiter::new(conn, quota, patient(), LeaseConfig::default()).unwrap());
         }
         let start = Instant::now();
         let mut tasks = Vec::new();
@@ -620,7 +631,7 @@ fn two_tier_rejects_bad_input_before_redis() {
     let l = TwoTierLimiter::new(
         conn,
         Quota::per_second(10).unwrap(),
-        Options::default(),
+        options(),
         LeaseConfig::default(),
     )
     .unwrap();
