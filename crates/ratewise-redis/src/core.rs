@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use ratewise::backend::{BackendDecision, DecisionSource};
 use ratewise::{CheckError, Decision, Quota, QuotaError};
-use redis::aio::ConnectionManager;
 
 use crate::error::Error;
 use crate::policy::{policy_decision, Failure, FailurePolicy, Resilience};
@@ -125,7 +124,7 @@ pub(crate) fn validate_key(key: &[u8]) -> Result<(), Error> {
 /// Connection, key prefix, expiry slack, failure policy, breaker.
 #[derive(Debug)]
 pub(crate) struct Core {
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: crate::Connection,
     pub(crate) prefix: Vec<u8>,
     pub(crate) slack_ms: u64,
     pub(crate) policy: FailurePolicy,

@@ -35,6 +35,11 @@
 //! # }
 //! ```
 //!
+//! Limiters take a [`Connection`]: one server through [`connect`] (a
+//! reconnecting [`ConnectionManager`]) or a Redis Cluster through
+//! [`connect_cluster`] (the `redis` crate's async cluster client, which
+//! follows slot moves by itself).
+//!
 //! `RedisLimiter` implements [`ratewise::backend::AsyncKeyedLimiter`] for any
 //! key that is `AsRef<[u8]>` (`str`, `String`, `[u8]`, `Vec<u8>`), so code
 //! written against the in-memory [`ratewise::KeyedLimiter`] switches backend
@@ -101,6 +106,11 @@
 //! timeouts and breaker openings. Recovery is automatic: the connection
 //! manager reconnects, and the first successful probe closes the breaker.
 //!
+//! The breaker belongs to the limiter, not to a Cluster node: with one
+//! master dead, the keys of the live masters are still answered by Redis
+//! only while the failures stay under the threshold (the Cluster tests
+//! raise it; a limiter per node group is the alternative).
+//!
 //! Two consequences to know. A check that timed out may still reach Redis
 //! and be applied there later (the server was slow, not dead): the key is
 //! charged for a request the policy answered, which errs on the side of the
@@ -111,6 +121,7 @@
 //! key, a key over 1 KiB ([`MAX_KEY_LEN`]), `n = 0`, `n > burst`, a quota
 //! too long for Redis, an explicit time out of range.
 
+mod connection;
 mod core;
 mod error;
 mod limiter;
@@ -118,42 +129,12 @@ mod multi;
 mod policy;
 pub mod two_tier;
 
-use std::time::Duration;
-
 pub use crate::core::{MAX_KEY_LEN, MAX_MICROS};
+pub use connection::{connect, connect_cluster, connect_lazy, manager_config, Connection};
 pub use error::Error;
 pub use limiter::{Algorithm, Options, RedisLimiter, Timed};
 pub use multi::{MultiDecision, MultiLimiter};
 pub use policy::{FailurePolicy, ResilienceConfig, StatsSnapshot};
 pub use redis::aio::ConnectionManager;
+pub use redis::cluster_async::ClusterConnection;
 pub use two_tier::{LeaseConfig, LeaseStats, TwoTierLimiter};
-
-/// Connects to `url` with a [`ConnectionManager`] tuned for rate limiting:
-/// connection attempts time out after 100 ms and reconnection backs off
-/// from 10 ms to at most 200 ms, so a limiter finds a restarted Redis
-/// within a fraction of a second. Fails if Redis is unreachable now.
-pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
-    let client = redis::Client::open(url)?;
-    Ok(ConnectionManager::new_with_config(client, manager_config()).await?)
-}
-
-/// Like [`connect`], but connects on first use: never fails because Redis
-/// is down (the first decisions then come from the failure policy). Needs a
-/// tokio runtime.
-pub fn connect_lazy(url: &str) -> Result<ConnectionManager, Error> {
-    let client = redis::Client::open(url)?;
-    Ok(ConnectionManager::new_lazy_with_config(
-        client,
-        manager_config(),
-    )?)
-}
-
-/// The [`ConnectionManagerConfig`](redis::aio::ConnectionManagerConfig)
-/// [`connect`] uses.
-pub fn manager_config() -> redis::aio::ConnectionManagerConfig {
-    redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_millis(100)))
-        .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_millis(200))
-        .set_number_of_retries(3)
-}

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use ratewise::backend::{AsyncKeyedLimiter, BackendDecision};
 use ratewise::Quota;
-use redis::aio::ConnectionManager;
 use redis::Script;
 
 use crate::core::{micros, now_arg, validate_key, Core, MicroQuota};
@@ -129,14 +128,14 @@ impl Default for Options {
 }
 
 impl Options {
-    pub(crate) fn into_core(self, conn: ConnectionManager) -> Result<Core, Error> {
+    pub(crate) fn into_core(self, conn: impl Into<crate::Connection>) -> Result<Core, Error> {
         if self.prefix.contains(['{', '}']) {
             return Err(Error::InvalidPrefix {
                 prefix: self.prefix,
             });
         }
         Ok(Core {
-            conn,
+            conn: conn.into(),
             prefix: self.prefix.into_bytes(),
             slack_ms: u64::try_from(self.expiry_slack.as_millis()).unwrap_or(u64::MAX),
             policy: self.policy,
@@ -187,13 +186,13 @@ struct Inner {
 
 impl RedisLimiter {
     /// A GCRA limiter with the default [`Options`].
-    pub fn new(conn: ConnectionManager, quota: Quota) -> Result<RedisLimiter, Error> {
+    pub fn new(conn: impl Into<crate::Connection>, quota: Quota) -> Result<RedisLimiter, Error> {
         RedisLimiter::with_options(conn, quota, Algorithm::Gcra, Options::default())
     }
 
     /// A limiter running `algorithm` with `options`.
     pub fn with_options(
-        conn: ConnectionManager,
+        conn: impl Into<crate::Connection>,
         quota: Quota,
         algorithm: Algorithm,
         options: Options,

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use ratewise::backend::BackendDecision;
 use ratewise::{Decision, Quota};
-use redis::aio::ConnectionManager;
 use redis::Script;
 
 use crate::core::{micros, now_arg, validate_key, Core, MicroQuota};
@@ -73,7 +72,7 @@ impl MultiLimiter {
     /// Under [`FailurePolicy::LocalFallback`](crate::FailurePolicy::LocalFallback),
     /// the fallback limiter decides on the first level's key alone.
     pub fn new(
-        conn: ConnectionManager,
+        conn: impl Into<crate::Connection>,
         levels: impl IntoIterator<Item = Quota>,
         options: Options,
     ) -> Result<MultiLimiter, Error> {

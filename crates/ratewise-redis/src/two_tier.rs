@@ -34,7 +34,6 @@ use std::time::{Duration, Instant};
 
 use ratewise::backend::{AsyncKeyedLimiter, BackendDecision, DecisionSource};
 use ratewise::{Decision, Quota};
-use redis::aio::ConnectionManager;
 use redis::Script;
 
 use crate::core::{micros, validate_key, Core, MicroQuota};
@@ -143,7 +142,7 @@ enum Take {
 impl TwoTierLimiter {
     /// A two-tier limiter over GCRA buckets on Redis.
     pub fn new(
-        conn: ConnectionManager,
+        conn: impl Into<crate::Connection>,
         quota: Quota,
         options: Options,
         config: LeaseConfig,

@@ -25,6 +25,7 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    extra: Vec<String>,
 }
 
 /// Starts a server or returns from the calling test (skip) when the binary
@@ -58,6 +59,11 @@ impl RedisServer {
     /// A fresh server, or `None` (skip) when `redis-server` is not installed
     /// and `CI` is unset.
     pub fn start() -> Option<RedisServer> {
+        RedisServer::start_with(&[])
+    }
+
+    /// A fresh server with extra command-line arguments.
+    pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
         if !binary_present() {
             if std::env::var_os("CI").is_some() {
                 panic!("redis-server is not installed; CI must install it (apt-get install redis-server redis-tools)");
@@ -81,6 +87,7 @@ impl RedisServer {
                 child: None,
                 port: free_port(),
                 dir: dir.clone(),
+                extra: extra.iter().map(|a| a.to_string()).collect(),
             };
             if s.spawn() {
                 return Some(s);
@@ -100,6 +107,7 @@ impl RedisServer {
             .args(["--protected-mode", "yes"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -173,6 +181,88 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("could not restart redis-server on port {}", self.port);
+    }
+}
+
+/// A Redis Cluster of `masters` servers (no replicas), created with
+/// `redis-cli --cluster create`; `None` (skip) outside CI without the
+/// binaries.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize) -> Option<RedisCluster> {
+        let cli = Command::new("redis-cli")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !cli {
+            if std::env::var_os("CI").is_some() {
+                panic!("redis-cli is not installed; CI must install redis-tools");
+            }
+            eprintln!("skipping: redis-cli is not installed");
+            return None;
+        }
+        let mut nodes = Vec::new();
+        for _ in 0..masters {
+            let conf = "nodes.conf";
+            nodes.push(RedisServer::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                conf,
+                "--cluster-require-full-coverage",
+                "no",
+            ])?);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        Some(cluster)
+    }
+
+    /// Waits (at most 10 s) until every live node reports `cluster_state:ok`
+    /// and knows every slot.
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut n.sync())
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_assigned:16384")
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
     }
 }
 
