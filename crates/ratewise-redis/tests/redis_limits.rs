@@ -239,9 +239,10 @@ fn eight_connections_keep_the_bound_in_total_and_in_every_window() {
     assert!(decisions > admitted, "the load must exceed the quota");
     let bound = quota.units_in(u64::try_from(elapsed.as_nanos()).unwrap()) + quota.burst();
     assert!(admitted <= bound, "admitted {admitted} > r·T + b = {bound}");
-    // The quota was actually used: GCRA admits at the rate under load.
+    // The quota was actually used: GCRA admits at the rate under load (half
+    // of the run's refill, to tolerate a stalled machine).
     assert!(
-        admitted >= quota.burst() + quota.units_in(1_000_000_000),
+        admitted >= quota.burst() + quota.units_in(750_000_000),
         "admitted only {admitted}"
     );
     stamps.sort_unstable();
@@ -268,12 +269,13 @@ fn keys_expire_when_back_to_full() {
     let mut sync = server.sync();
     for alg in Algorithm::ALL {
         let conn = rt.block_on(connect(&server.url())).unwrap();
-        // 10 per 100 ms: interval 10 ms.
-        let quota = Quota::per(10, Duration::from_millis(100)).unwrap();
+        // 10 per 100 s: long enough that a stalled test machine cannot let
+        // the key expire between the check and the PTTL.
+        let quota = Quota::per(10, Duration::from_secs(100)).unwrap();
         let l = RedisLimiter::with_options(conn, quota, alg, patient()).unwrap();
         // Explicit time: the TTL is exactly the time to full.
         let key = fresh_key();
-        let now = Duration::from_secs(1_000_000) + Duration::from_millis(20);
+        let now = Duration::from_secs(1_000_000) + Duration::from_millis(20_020);
         let d = rt.block_on(l.check_at(&key, 3, now)).unwrap().decision;
         assert!(d.allowed);
         let pttl: i64 = redis::cmd("PTTL")
@@ -282,7 +284,7 @@ fn keys_expire_when_back_to_full() {
             .unwrap();
         let ttf = i64::try_from(d.reset_after.as_micros().div_ceil(1000)).unwrap();
         assert!(
-            pttl <= ttf && pttl >= ttf - 20,
+            pttl <= ttf && pttl >= ttf - 2_000,
             "{alg}: PTTL {pttl} ms, time to full {ttf} ms"
         );
         // Peek and denial write nothing.
