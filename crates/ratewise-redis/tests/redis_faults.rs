@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use ratewise::backend::DecisionSource;
 use ratewise::Quota;
-use ratewise_redis::{connect, Algorithm, FailurePolicy, Options, RedisLimiter, ResilienceConfig};
+use ratewise_redis::{
+    connect, Algorithm, FailurePolicy, LeaseConfig, Options, RedisLimiter, ResilienceConfig,
+    TwoTierLimiter,
+};
 
 const TIMEOUT: Duration = Duration::from_millis(50);
 const COOL_DOWN: Duration = Duration::from_millis(250);
@@ -249,4 +252,64 @@ fn client_pause_times_out_into_the_policy() {
     );
     assert!(stats.short_circuited > stats.timeouts, "{stats:?}");
     assert!(recovered <= Duration::from_secs(1), "{recovered:?}");
+}
+
+/// Two-tier mode: with Redis killed, a key without a lease is answered by
+/// the policy within the timeout, and counted; after the restart, leases
+/// come from Redis again within 1 s.
+#[test]
+fn two_tier_survives_kill_9() {
+    let mut server = redis_or_skip!();
+    let rt = common::multi_thread_runtime();
+    let l = rt.block_on(async {
+        let conn = connect(&server.url()).await.expect("connect");
+        TwoTierLimiter::new(
+            conn,
+            Quota::per_second(1000).unwrap(),
+            Options {
+                policy: FailurePolicy::FailClosed,
+                resilience: ResilienceConfig {
+                    timeout: TIMEOUT,
+                    failure_threshold: 3,
+                    cool_down: COOL_DOWN,
+                },
+                ..Options::default()
+            },
+            LeaseConfig::default(),
+        )
+        .unwrap()
+    });
+    rt.block_on(async {
+        for _ in 0..200 {
+            let d = l.check("warm", 1).await.unwrap();
+            assert_eq!(d.source, DecisionSource::Backend);
+        }
+    });
+    server.kill9();
+    let (worst, degraded) = rt.block_on(async {
+        let (mut worst, mut degraded) = (Duration::ZERO, 0u64);
+        for k in 0..50 {
+            let t = Instant::now();
+            let d = l.check(format!("cold-{k}"), 1).await.unwrap();
+            worst = worst.max(t.elapsed());
+            assert_eq!(d.source, DecisionSource::FailClosed);
+            assert!(!d.decision.allowed);
+            degraded += 1;
+        }
+        (worst, degraded)
+    });
+    assert!(worst <= TIMEOUT + MARGIN, "{worst:?}");
+    assert_eq!(l.stats().fail_closed, degraded);
+    server.restart();
+    let t = Instant::now();
+    rt.block_on(async {
+        while l.check("after", 1).await.unwrap().source != DecisionSource::Backend {
+            assert!(
+                t.elapsed() < Duration::from_secs(3),
+                "leases did not come back"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    assert!(t.elapsed() <= Duration::from_secs(1), "{:?}", t.elapsed());
 }
