@@ -85,6 +85,14 @@ impl MicroQuota {
     }
 }
 
+/// The script `body` after the shared prelude, built once into `cell`.
+pub(crate) fn script_with_prelude(
+    cell: &'static std::sync::OnceLock<redis::Script>,
+    body: &str,
+) -> &'static redis::Script {
+    cell.get_or_init(|| redis::Script::new(&format!("{}\n{body}", include_str!("lua/prelude.lua"))))
+}
+
 /// A script's non-negative microseconds as a `Duration`.
 pub(crate) fn micros(x: i64) -> Duration {
     Duration::from_micros(u64::try_from(x).unwrap_or(0))

@@ -58,13 +58,7 @@ struct Inner {
 
 fn script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
-    SCRIPT.get_or_init(|| {
-        Script::new(&format!(
-            "{}\n{}",
-            include_str!("lua/prelude.lua"),
-            include_str!("lua/gcra_multi.lua")
-        ))
-    })
+    crate::core::script_with_prelude(&SCRIPT, include_str!("lua/gcra_multi.lua"))
 }
 
 impl MultiLimiter {

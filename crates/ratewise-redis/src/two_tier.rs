@@ -124,13 +124,7 @@ struct Refill {
 
 fn script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
-    SCRIPT.get_or_init(|| {
-        Script::new(&format!(
-            "{}\n{}",
-            include_str!("lua/prelude.lua"),
-            include_str!("lua/lease.lua")
-        ))
-    })
+    crate::core::script_with_prelude(&SCRIPT, include_str!("lua/lease.lua"))
 }
 
 enum Take {
@@ -251,6 +245,17 @@ impl TwoTierLimiter {
         Take::Empty
     }
 
+    /// The answer a lease gives without Redis (counted), if it gives one.
+    fn local_answer(&self, take: Take) -> Option<BackendDecision> {
+        let d = match take {
+            Take::Admitted(left) => self.decision(true, left, 0),
+            Take::Denied(wait) => self.decision(false, 0, wait),
+            Take::Empty => return None,
+        };
+        self.inner.local.fetch_add(1, Ordering::Relaxed);
+        Some(d)
+    }
+
     /// Admits `n` units for `key`, from this process's lease when it can.
     pub async fn check(&self, key: impl AsRef<[u8]>, n: u64) -> Result<BackendDecision, Error> {
         let key = key.as_ref();
@@ -262,30 +267,14 @@ impl TwoTierLimiter {
         let Some(lease) = self.lease(key, now) else {
             return Ok(self.decision(false, 0, i.config.lease_ttl.as_nanos() as u64));
         };
-        match Self::take(&lease, n, now) {
-            Take::Admitted(left) => {
-                i.local.fetch_add(1, Ordering::Relaxed);
-                return Ok(self.decision(true, left, 0));
-            }
-            Take::Denied(wait) => {
-                i.local.fetch_add(1, Ordering::Relaxed);
-                return Ok(self.decision(false, 0, wait));
-            }
-            Take::Empty => {}
+        if let Some(d) = self.local_answer(Self::take(&lease, n, now)) {
+            return Ok(d);
         }
         let mut refill = lease.refill.lock().await;
         // Someone else may have refilled while this caller waited.
         let now = self.now();
-        match Self::take(&lease, n, now) {
-            Take::Admitted(left) => {
-                i.local.fetch_add(1, Ordering::Relaxed);
-                return Ok(self.decision(true, left, 0));
-            }
-            Take::Denied(wait) => {
-                i.local.fetch_add(1, Ordering::Relaxed);
-                return Ok(self.decision(false, 0, wait));
-            }
-            Take::Empty => {}
+        if let Some(d) = self.local_answer(Self::take(&lease, n, now)) {
+            return Ok(d);
         }
         if now >= lease.expires.load(Ordering::Acquire) {
             let stale = lease.tokens.swap(0, Ordering::AcqRel);
