@@ -1,0 +1,447 @@
+//! [`RedisLimiter`]: one quota per key, held in Redis, decided by a Lua
+//! script in one round trip.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::time::Duration;
+
+use ratewise::backend::{AsyncKeyedLimiter, BackendDecision};
+use ratewise::Quota;
+use redis::Script;
+
+use crate::core::{micros, now_arg, validate_key, Core, MicroQuota};
+use crate::error::Error;
+use crate::policy::{FailurePolicy, Resilience, ResilienceConfig, StatsSnapshot};
+
+const PRELUDE: &str = include_str!("lua/prelude.lua");
+const SINGLE: &str = include_str!("lua/single.lua");
+
+/// The algorithm a [`RedisLimiter`] runs on Redis. Each is the Redis form of
+/// the core limiter of the same name and answers with the same
+/// [`Decision`](ratewise::Decision) evidence; see the crate docs' table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Generic cell rate algorithm: one string per key (the default).
+    #[default]
+    Gcra,
+    /// Token bucket: a two-field hash per key; decides exactly as GCRA.
+    TokenBucket,
+    /// Fixed window of `burst × interval`: a two-field hash per key.
+    FixedWindow,
+    /// Sliding-window counter: a three-field hash per key.
+    SlidingWindowCounter,
+    /// Sliding-window log: a sorted set of up to `burst` members per key.
+    SlidingWindowLog,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the crate docs' order.
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindowCounter,
+        Algorithm::SlidingWindowLog,
+    ];
+
+    /// A short lowercase name: `gcra`, `token-bucket`, `fixed-window`,
+    /// `sliding-window-counter`, `sliding-window-log`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::Gcra => "gcra",
+            Algorithm::TokenBucket => "token-bucket",
+            Algorithm::FixedWindow => "fixed-window",
+            Algorithm::SlidingWindowCounter => "sliding-window-counter",
+            Algorithm::SlidingWindowLog => "sliding-window-log",
+        }
+    }
+
+    /// The algorithm named `name` (see [`Algorithm::name`]).
+    pub fn from_name(name: &str) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// The Lua source of this algorithm's script.
+    pub fn script_source(self) -> String {
+        const WINDOW_END: &str = include_str!("lua/window_end.lua");
+        let (body, end) = match self {
+            Algorithm::Gcra => (include_str!("lua/gcra.lua"), ""),
+            Algorithm::TokenBucket => (include_str!("lua/token_bucket.lua"), ""),
+            Algorithm::FixedWindow => (include_str!("lua/fixed_window.lua"), WINDOW_END),
+            Algorithm::SlidingWindowCounter => {
+                (include_str!("lua/sliding_window_counter.lua"), WINDOW_END)
+            }
+            Algorithm::SlidingWindowLog => (include_str!("lua/sliding_window_log.lua"), WINDOW_END),
+        };
+        format!("{PRELUDE}\n{SINGLE}\n{body}\n{end}")
+    }
+
+    pub(crate) fn script(self) -> &'static Script {
+        static SCRIPTS: [OnceLock<Script>; 5] = [const { OnceLock::new() }; 5];
+        let i = Algorithm::ALL
+            .iter()
+            .position(|&a| a == self)
+            .unwrap_or_default();
+        SCRIPTS[i].get_or_init(|| Script::new(&self.script_source()))
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Options for a [`RedisLimiter`] or a [`MultiLimiter`](crate::MultiLimiter).
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Prepended to every key (default `ratewise:`). It must not contain
+    /// `{` or `}`, so that a hash tag in the caller's key decides the
+    /// Redis Cluster slot. Limiters with different algorithms must not
+    /// share keys: each stores its own Redis type, and a key of another
+    /// type makes Redis answer `WRONGTYPE` (handled by the failure policy,
+    /// counted in `redis_errors`). Give each limiter its own prefix.
+    pub prefix: String,
+    /// What to answer when Redis cannot (default [`FailurePolicy::FailOpen`]).
+    pub policy: FailurePolicy,
+    /// Command timeout and circuit breaker.
+    pub resilience: ResilienceConfig,
+    /// Added to every key's time to live (default zero). Keys expire on
+    /// Redis's clock; a caller passing its own `now` (`check_at`) whose
+    /// clock may run slower than Redis's sets a slack so that keys never
+    /// expire before their state is back to a fresh key's.
+    pub expiry_slack: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            prefix: "ratewise:".to_owned(),
+            policy: FailurePolicy::FailOpen,
+            resilience: ResilienceConfig::default(),
+            expiry_slack: Duration::ZERO,
+        }
+    }
+}
+
+impl Options {
+    pub(crate) fn into_core(self, conn: impl Into<crate::Connection>) -> Result<Core, Error> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(Error::InvalidPrefix {
+                prefix: self.prefix,
+            });
+        }
+        Ok(Core {
+            conn: conn.into(),
+            prefix: self.prefix.into_bytes(),
+            slack_ms: u64::try_from(self.expiry_slack.as_millis()).unwrap_or(u64::MAX),
+            policy: self.policy,
+            res: Resilience::new(self.resilience),
+        })
+    }
+}
+
+/// A decision and the time it was made at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timed {
+    /// The decision.
+    pub decision: BackendDecision,
+    /// The time the script used — Redis's clock (since the UNIX epoch) or
+    /// the caller's explicit `now`, to the microsecond; `None` when the
+    /// failure policy decided.
+    pub redis_time: Option<Duration>,
+}
+
+impl Timed {
+    fn untimed(decision: BackendDecision) -> Timed {
+        Timed {
+            decision,
+            redis_time: None,
+        }
+    }
+}
+
+/// A keyed rate limiter whose state lives in Redis: every process sharing
+/// the Redis server shares each key's quota.
+///
+/// Cloning is cheap and shares everything (connection, counters, breaker).
+/// See the [crate docs](crate) for an example, the algorithms and the
+/// failure policies.
+#[derive(Clone, Debug)]
+pub struct RedisLimiter {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    core: Core,
+    algorithm: Algorithm,
+    quota: RwLock<MicroQuota>,
+    has_overrides: AtomicBool,
+    overrides: RwLock<HashMap<Vec<u8>, MicroQuota>>,
+}
+
+impl RedisLimiter {
+    /// A GCRA limiter with the default [`Options`].
+    pub fn new(conn: impl Into<crate::Connection>, quota: Quota) -> Result<RedisLimiter, Error> {
+        RedisLimiter::with_options(conn, quota, Algorithm::Gcra, Options::default())
+    }
+
+    /// A limiter running `algorithm` with `options`.
+    pub fn with_options(
+        conn: impl Into<crate::Connection>,
+        quota: Quota,
+        algorithm: Algorithm,
+        options: Options,
+    ) -> Result<RedisLimiter, Error> {
+        let quota = MicroQuota::new(quota, algorithm == Algorithm::SlidingWindowCounter)?;
+        Ok(RedisLimiter {
+            inner: Arc::new(Inner {
+                core: options.into_core(conn)?,
+                algorithm,
+                quota: RwLock::new(quota),
+                has_overrides: AtomicBool::new(false),
+                overrides: RwLock::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The algorithm this limiter runs.
+    pub fn algorithm(&self) -> Algorithm {
+        self.inner.algorithm
+    }
+
+    /// The default quota.
+    pub fn quota(&self) -> Quota {
+        self.inner
+            .quota
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .quota
+    }
+
+    /// The quota in force for `key`: its override, or the default.
+    pub fn key_quota(&self, key: impl AsRef<[u8]>) -> Quota {
+        self.micro_quota(key.as_ref()).quota
+    }
+
+    fn counter(&self) -> bool {
+        self.inner.algorithm == Algorithm::SlidingWindowCounter
+    }
+
+    /// Replaces the default quota; the next call uses it (the parameters
+    /// travel with every call, nothing in Redis is rewritten).
+    pub fn set_quota(&self, quota: Quota) -> Result<(), Error> {
+        let q = MicroQuota::new(quota, self.counter())?;
+        *self
+            .inner
+            .quota
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = q;
+        Ok(())
+    }
+
+    /// Gives `key` its own quota, from its next call on.
+    pub fn set_key_quota(&self, key: impl AsRef<[u8]>, quota: Quota) -> Result<(), Error> {
+        let key = key.as_ref();
+        validate_key(key)?;
+        let q = MicroQuota::new(quota, self.counter())?;
+        let mut map = self
+            .inner
+            .overrides
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.insert(key.to_vec(), q);
+        self.inner.has_overrides.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Returns `key` to the default quota.
+    pub fn clear_key_quota(&self, key: impl AsRef<[u8]>) {
+        let mut map = self
+            .inner
+            .overrides
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.remove(key.as_ref());
+        self.inner
+            .has_overrides
+            .store(!map.is_empty(), Ordering::Release);
+    }
+
+    fn micro_quota(&self, key: &[u8]) -> MicroQuota {
+        if self.inner.has_overrides.load(Ordering::Acquire) {
+            let map = self
+                .inner
+                .overrides
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(q) = map.get(key) {
+                return *q;
+            }
+        }
+        *self
+            .inner
+            .quota
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Admits `n` units for `key` on Redis's clock, consuming them; a
+    /// refusal consumes (and writes) nothing. When Redis cannot answer, the
+    /// failure policy does, and the decision's `source` says so.
+    pub async fn check(&self, key: impl AsRef<[u8]>, n: u64) -> Result<BackendDecision, Error> {
+        self.decide(key.as_ref(), n, None, false, None).await
+    }
+
+    /// What [`RedisLimiter::check`] would answer; writes nothing.
+    pub async fn peek(&self, key: impl AsRef<[u8]>, n: u64) -> Result<BackendDecision, Error> {
+        self.decide(key.as_ref(), n, None, true, None).await
+    }
+
+    /// [`RedisLimiter::check`] at the caller's time `now` (a duration since
+    /// an origin the caller keeps fixed, such as the UNIX epoch; at most
+    /// about 142 years). Windows are aligned to that origin. For tests and
+    /// for callers that own the clock; do not mix with Redis-clock calls on
+    /// the same keys.
+    pub async fn check_at(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u64,
+        now: Duration,
+    ) -> Result<BackendDecision, Error> {
+        self.decide(key.as_ref(), n, Some(now), false, None).await
+    }
+
+    /// [`RedisLimiter::peek`] at the caller's time `now`.
+    pub async fn peek_at(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u64,
+        now: Duration,
+    ) -> Result<BackendDecision, Error> {
+        self.decide(key.as_ref(), n, Some(now), true, None).await
+    }
+
+    /// [`RedisLimiter::check`] with a quota for this call only (it wins over
+    /// the key's override and the default).
+    pub async fn check_with_quota(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u64,
+        quota: Quota,
+    ) -> Result<BackendDecision, Error> {
+        let q = MicroQuota::new(quota, self.counter())?;
+        self.decide(key.as_ref(), n, None, false, Some(q)).await
+    }
+
+    /// Forgets `key`'s state: its next request finds a full quota. Returns
+    /// the Redis error if Redis cannot be reached (no policy applies).
+    pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), Error> {
+        let key = key.as_ref();
+        validate_key(key)?;
+        let core = &self.inner.core;
+        let full = core.full_key(key);
+        let mut conn = core.conn.clone();
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(full);
+        core.res
+            .run(cmd.query_async::<i64>(&mut conn))
+            .await
+            .map(drop)
+            .map_err(Error::from)
+    }
+
+    /// Decision counts by source, Redis failures, breaker openings.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.inner.core.res.stats.snapshot()
+    }
+
+    /// The key this limiter stores `key` under in Redis (prefix + key).
+    pub fn redis_key(&self, key: impl AsRef<[u8]>) -> Vec<u8> {
+        self.inner.core.full_key(key.as_ref())
+    }
+
+    /// [`RedisLimiter::check`], also returning the Redis time the script
+    /// decided at (for audits, and for checking the quota bound against
+    /// Redis's own clock).
+    pub async fn check_timed(&self, key: impl AsRef<[u8]>, n: u64) -> Result<Timed, Error> {
+        self.decide_timed(key.as_ref(), n, None, false, None).await
+    }
+
+    async fn decide(
+        &self,
+        key: &[u8],
+        n: u64,
+        now: Option<Duration>,
+        peek: bool,
+        quota: Option<MicroQuota>,
+    ) -> Result<BackendDecision, Error> {
+        self.decide_timed(key, n, now, peek, quota)
+            .await
+            .map(|t| t.decision)
+    }
+
+    async fn decide_timed(
+        &self,
+        key: &[u8],
+        n: u64,
+        now: Option<Duration>,
+        peek: bool,
+        quota: Option<MicroQuota>,
+    ) -> Result<Timed, Error> {
+        validate_key(key)?;
+        let q = quota.unwrap_or_else(|| self.micro_quota(key));
+        q.validate_weight(n)?;
+        let now = now_arg(now)?;
+        let core = &self.inner.core;
+        let script = self.inner.algorithm.script();
+        let mut inv = script.prepare_invoke();
+        inv.key(core.full_key(key))
+            .arg(now)
+            .arg(q.emission_us)
+            .arg(q.burst)
+            .arg(n)
+            .arg(u8::from(peek))
+            .arg(core.slack_ms);
+        let mut conn = core.conn.clone();
+        match core.res.run(inv.invoke_async::<Vec<i64>>(&mut conn)).await {
+            Ok(v) if v.len() == 5 => {
+                core.count_backend();
+                Ok(Timed {
+                    decision: BackendDecision::from_backend(q.decision(&v)),
+                    redis_time: Some(micros(v[4])),
+                })
+            }
+            Ok(v) => {
+                let e = redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "a ratewise script answered with the wrong number of values",
+                    format!("{v:?}"),
+                ));
+                core.degrade(key, n, peek, q.burst, crate::policy::Failure::Redis(e))
+                    .map(Timed::untimed)
+            }
+            Err(f) => core.degrade(key, n, peek, q.burst, f).map(Timed::untimed),
+        }
+    }
+}
+
+impl<K: AsRef<[u8]> + ?Sized + Sync> AsyncKeyedLimiter<K> for RedisLimiter {
+    type Error = Error;
+
+    fn check(
+        &self,
+        key: &K,
+        n: u64,
+    ) -> impl Future<Output = Result<BackendDecision, Error>> + Send {
+        self.decide(key.as_ref(), n, None, false, None)
+    }
+
+    fn peek(&self, key: &K, n: u64) -> impl Future<Output = Result<BackendDecision, Error>> + Send {
+        self.decide(key.as_ref(), n, None, true, None)
+    }
+}

@@ -1,0 +1,274 @@
+//! Test harness: a private `redis-server` on a free loopback port in a
+//! temporary directory, no persistence, stopped (SIGKILL) on drop.
+//!
+//! Without the binary the tests print why and skip — unless `CI` is set,
+//! where they fail.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A two-worker tokio runtime (this machine's tests run on 2 cores).
+pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A running `redis-server` owned by a test.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+/// Starts a server or returns from the calling test (skip) when the binary
+/// is missing outside CI.
+#[macro_export]
+macro_rules! redis_or_skip {
+    () => {
+        match common::RedisServer::start() {
+            Some(s) => s,
+            None => return,
+        }
+    };
+}
+
+fn binary_present() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
+    l.local_addr().expect("local address").port()
+}
+
+impl RedisServer {
+    /// A fresh server, or `None` (skip) when `redis-server` is not installed
+    /// and `CI` is unset.
+    pub fn start() -> Option<RedisServer> {
+        RedisServer::start_with(&[])
+    }
+
+    /// A fresh server with extra command-line arguments.
+    pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
+        if !binary_present() {
+            if std::env::var_os("CI").is_some() {
+                panic!("redis-server is not installed; CI must install it (apt-get install redis-server redis-tools)");
+            }
+            eprintln!(
+                "skipping: redis-server is not installed (install redis-server to run this test)"
+            );
+            return None;
+        }
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ratewise-redis-test-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create the server's temporary directory");
+        // A port taken between our probe and the server's bind makes the
+        // server exit; try a few ports.
+        for _ in 0..5 {
+            let mut s = RedisServer {
+                child: None,
+                port: free_port(),
+                dir: dir.clone(),
+                extra: extra.iter().map(|a| a.to_string()).collect(),
+            };
+            if s.spawn() {
+                return Some(s);
+            }
+        }
+        panic!("could not start redis-server on a free port after 5 attempts");
+    }
+
+    /// Starts the process on `self.port` and waits until it answers PING
+    /// (at most 5 s). `false` if it exited (port taken).
+    fn spawn(&mut self) -> bool {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--protected-mode", "yes"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(_)) = c.try_wait() {
+                    self.child = None;
+                    return false;
+                }
+            }
+            if self.ping() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!(
+            "redis-server on port {} did not answer PING within 5 s",
+            self.port
+        );
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING").query::<String>(&mut c).is_ok()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A plain synchronous connection for inspecting the server.
+    pub fn sync(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .expect("client")
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connect to the test server")
+    }
+
+    pub fn dbsize(&self) -> u64 {
+        redis::cmd("DBSIZE")
+            .query(&mut self.sync())
+            .expect("DBSIZE")
+    }
+
+    /// `kill -9`: the process dies at once, connections drop.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (after [`kill9`]).
+    pub fn restart(&mut self) {
+        for _ in 0..50 {
+            if self.spawn() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("could not restart redis-server on port {}", self.port);
+    }
+}
+
+/// A Redis Cluster of `masters` servers (no replicas), created with
+/// `redis-cli --cluster create`; `None` (skip) outside CI without the
+/// binaries.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize) -> Option<RedisCluster> {
+        let cli = Command::new("redis-cli")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !cli {
+            if std::env::var_os("CI").is_some() {
+                panic!("redis-cli is not installed; CI must install redis-tools");
+            }
+            eprintln!("skipping: redis-cli is not installed");
+            return None;
+        }
+        let mut nodes = Vec::new();
+        for _ in 0..masters {
+            let conf = "nodes.conf";
+            nodes.push(RedisServer::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                conf,
+                "--cluster-require-full-coverage",
+                "no",
+            ])?);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        Some(cluster)
+    }
+
+    /// Waits (at most 10 s) until every live node reports `cluster_state:ok`
+    /// and knows every slot.
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut n.sync())
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_assigned:16384")
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill9();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

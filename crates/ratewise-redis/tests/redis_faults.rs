@@ -1,0 +1,315 @@
+//! Faults: redis-server killed with SIGKILL mid-load and restarted on the
+//! same port; a server paused with CLIENT PAUSE. Every decision returns
+//! within the command timeout plus a margin, the failure policy is honoured
+//! and counted, the breaker stops calling a dead Redis, and decisions come
+//! from Redis again within 1 s of it being back.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ratewise::backend::DecisionSource;
+use ratewise::Quota;
+use ratewise_redis::{
+    connect, Algorithm, FailurePolicy, LeaseConfig, Options, RedisLimiter, ResilienceConfig,
+    TwoTierLimiter,
+};
+
+const TIMEOUT: Duration = Duration::from_millis(50);
+const COOL_DOWN: Duration = Duration::from_millis(250);
+/// Scheduling slack on a busy 2-core machine.
+const MARGIN: Duration = Duration::from_millis(150);
+const TASKS: usize = 16;
+
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    at: Instant,
+    latency: Duration,
+    source: DecisionSource,
+    allowed: bool,
+}
+
+fn limiter(rt: &tokio::runtime::Runtime, url: &str, policy: FailurePolicy) -> RedisLimiter {
+    let conn = rt.block_on(connect(url)).expect("connect");
+    RedisLimiter::with_options(
+        conn,
+        Quota::per_second(1000).unwrap(),
+        Algorithm::Gcra,
+        Options {
+            policy,
+            resilience: ResilienceConfig {
+                timeout: TIMEOUT,
+                failure_threshold: 3,
+                cool_down: COOL_DOWN,
+            },
+            ..Options::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Load from `TASKS` tasks until `stop`; every decision is recorded.
+fn load(
+    rt: &tokio::runtime::Runtime,
+    l: &RedisLimiter,
+    stop: &Arc<AtomicBool>,
+    seen: &Arc<Mutex<Vec<Seen>>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..TASKS)
+        .map(|i| {
+            let (l, stop, seen) = (l.clone(), stop.clone(), seen.clone());
+            rt.spawn(async move {
+                let key = format!("user-{}", i % 4);
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let d = l.check(&key, 1).await.expect("the policy answers");
+                    seen.lock().unwrap().push(Seen {
+                        at: t,
+                        latency: t.elapsed(),
+                        source: d.source,
+                        allowed: d.decision.allowed,
+                    });
+                    // A degraded decision is made in memory without
+                    // awaiting anything: pace the loop as a server's
+                    // request rate would, and let the runtime's other
+                    // tasks (the reconnection) run.
+                    if d.source.is_degraded() {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    } else {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// Polls until a decision comes from Redis; returns how long that took and
+/// how many degraded decisions the polling itself got.
+fn until_backend(rt: &tokio::runtime::Runtime, l: &RedisLimiter) -> (Duration, usize) {
+    let t = Instant::now();
+    let mut degraded = 0;
+    loop {
+        let d = rt.block_on(l.check("probe", 1)).unwrap();
+        if d.source == DecisionSource::Backend {
+            return (t.elapsed(), degraded);
+        }
+        degraded += 1;
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "Redis decisions did not come back"
+        );
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(5)).await });
+    }
+}
+
+/// Waits (bounded) until at least `n` decisions have been recorded.
+fn wait_for(seen: &Arc<Mutex<Vec<Seen>>>, n: usize) {
+    let t = Instant::now();
+    while seen.lock().unwrap().len() < n {
+        assert!(t.elapsed() < Duration::from_secs(5), "no load progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn kill_mid_load(policy: FailurePolicy) {
+    let mut server = redis_or_skip!();
+    let expected = match &policy {
+        FailurePolicy::FailOpen => DecisionSource::FailOpen,
+        FailurePolicy::FailClosed => DecisionSource::FailClosed,
+        _ => DecisionSource::LocalFallback,
+    };
+    let rt = common::multi_thread_runtime();
+    let l = limiter(&rt, &server.url(), policy);
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let tasks = load(&rt, &l, &stop, &seen);
+    wait_for(&seen, 500);
+    server.kill9();
+    let killed = Instant::now();
+    let before = seen.lock().unwrap().len();
+    // Let the outage span several cool-downs under load.
+    wait_for(&seen, before + 2000);
+    while killed.elapsed() < COOL_DOWN * 3 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.restart();
+    let (recovered, probes) = until_backend(&rt, &l);
+    let settled = seen.lock().unwrap().len();
+    wait_for(&seen, settled + 200);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        rt.block_on(t).unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    let worst = seen.iter().map(|s| s.latency).max().unwrap();
+    assert!(
+        worst <= TIMEOUT + MARGIN,
+        "a decision took {worst:?} (timeout {TIMEOUT:?})"
+    );
+    let degraded: Vec<&Seen> = seen.iter().filter(|s| s.source.is_degraded()).collect();
+    assert!(!degraded.is_empty(), "no decision was made without Redis");
+    assert!(degraded.iter().all(|s| s.source == expected));
+    match expected {
+        DecisionSource::FailOpen => assert!(degraded.iter().all(|s| s.allowed)),
+        DecisionSource::FailClosed => assert!(degraded.iter().all(|s| !s.allowed)),
+        _ => {
+            // The local share: 1000/s over 4 instances = 250/s, burst 250,
+            // per key; 4 keys, over the span of degraded decisions.
+            let first = degraded.iter().map(|s| s.at).min().unwrap();
+            let last = degraded.iter().map(|s| s.at + s.latency).max().unwrap();
+            let allowed = degraded.iter().filter(|s| s.allowed).count() as f64;
+            let bound = 4.0 * (250.0 + 250.0 * (last - first).as_secs_f64());
+            assert!(allowed > 0.0 && allowed <= bound, "{allowed} > {bound}");
+        }
+    }
+    // Decisions after recovery come from Redis.
+    assert!(seen[settled..]
+        .iter()
+        .any(|s| s.source == DecisionSource::Backend));
+    assert!(
+        recovered <= Duration::from_secs(1),
+        "Redis decisions came back {recovered:?} after the restart"
+    );
+    // Counted: every degraded decision, and the breaker spared Redis.
+    let stats = l.stats();
+    println!(
+        "{expected:?}: worst decision {worst:?}, back on Redis {recovered:?} after restart, {} degraded, {stats:?}",
+        degraded.len()
+    );
+    assert_eq!(stats.degraded() as usize, degraded.len() + probes);
+    assert!(stats.breaker_opened >= 1);
+    let failed_calls = stats.redis_errors + stats.timeouts;
+    let cool_downs = killed.elapsed().as_millis() / COOL_DOWN.as_millis() + 2;
+    assert!(
+        failed_calls <= (TASKS as u64) * (cool_downs as u64),
+        "{failed_calls} failed Redis calls for {} degraded decisions",
+        degraded.len()
+    );
+    assert!(stats.short_circuited > failed_calls, "{stats:?}");
+}
+
+#[test]
+fn kill_9_fail_open() {
+    kill_mid_load(FailurePolicy::FailOpen);
+}
+
+#[test]
+fn kill_9_fail_closed() {
+    kill_mid_load(FailurePolicy::FailClosed);
+}
+
+#[test]
+fn kill_9_local_fallback() {
+    kill_mid_load(FailurePolicy::local_share(Quota::per_second(1000).unwrap(), 4).unwrap());
+}
+
+/// `CLIENT PAUSE`: Redis accepts connections but answers nothing. Decisions
+/// time out into the policy, the breaker opens, and Redis decides again
+/// within 1 s after the pause ends.
+#[test]
+fn client_pause_times_out_into_the_policy() {
+    let server = redis_or_skip!();
+    let rt = common::multi_thread_runtime();
+    let l = limiter(&rt, &server.url(), FailurePolicy::FailClosed);
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let tasks = load(&rt, &l, &stop, &seen);
+    wait_for(&seen, 500);
+    let pause = Duration::from_millis(800);
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause.as_millis() as u64)
+        .arg("ALL")
+        .query::<()>(&mut server.sync())
+        .unwrap();
+    let paused = Instant::now();
+    let before = seen.lock().unwrap().len();
+    wait_for(&seen, before + 200);
+    while paused.elapsed() < pause {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (recovered, _) = until_backend(&rt, &l);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        rt.block_on(t).unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    let worst = seen.iter().map(|s| s.latency).max().unwrap();
+    assert!(worst <= TIMEOUT + MARGIN, "a decision took {worst:?}");
+    let degraded: Vec<&Seen> = seen.iter().filter(|s| s.source.is_degraded()).collect();
+    assert!(!degraded.is_empty());
+    assert!(degraded
+        .iter()
+        .all(|s| s.source == DecisionSource::FailClosed && !s.allowed));
+    let stats = l.stats();
+    println!("CLIENT PAUSE: worst decision {worst:?}, back on Redis {recovered:?} after the pause, {stats:?}");
+    assert!(
+        stats.timeouts >= 1 && stats.breaker_opened >= 1,
+        "{stats:?}"
+    );
+    assert!(stats.short_circuited > stats.timeouts, "{stats:?}");
+    assert!(recovered <= Duration::from_secs(1), "{recovered:?}");
+}
+
+/// Two-tier mode: with Redis killed, a key without a lease is answered by
+/// the policy within the timeout, and counted; after the restart, leases
+/// come from Redis again within 1 s.
+#[test]
+fn two_tier_survives_kill_9() {
+    let mut server = redis_or_skip!();
+    let rt = common::multi_thread_runtime();
+    let l = rt.block_on(async {
+        let conn = connect(&server.url()).await.expect("connect");
+        TwoTierLimiter::new(
+            conn,
+            Quota::per_second(1000).unwrap(),
+            Options {
+                policy: FailurePolicy::FailClosed,
+                resilience: ResilienceConfig {
+                    timeout: TIMEOUT,
+                    failure_threshold: 3,
+                    cool_down: COOL_DOWN,
+                },
+                ..Options::default()
+            },
+            LeaseConfig::default(),
+        )
+        .unwrap()
+    });
+    rt.block_on(async {
+        for _ in 0..200 {
+            let d = l.check("warm", 1).await.unwrap();
+            assert_eq!(d.source, DecisionSource::Backend);
+        }
+    });
+    server.kill9();
+    let (worst, degraded) = rt.block_on(async {
+        let (mut worst, mut degraded) = (Duration::ZERO, 0u64);
+        for k in 0..50 {
+            let t = Instant::now();
+            let d = l.check(format!("cold-{k}"), 1).await.unwrap();
+            worst = worst.max(t.elapsed());
+            assert_eq!(d.source, DecisionSource::FailClosed);
+            assert!(!d.decision.allowed);
+            degraded += 1;
+        }
+        (worst, degraded)
+    });
+    assert!(worst <= TIMEOUT + MARGIN, "{worst:?}");
+    assert_eq!(l.stats().fail_closed, degraded);
+    server.restart();
+    let t = Instant::now();
+    rt.block_on(async {
+        while l.check("after", 1).await.unwrap().source != DecisionSource::Backend {
+            assert!(
+                t.elapsed() < Duration::from_secs(3),
+                "leases did not come back"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    assert!(t.elapsed() <= Duration::from_secs(1), "{:?}", t.elapsed());
+}
