@@ -79,6 +79,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
+pub mod borrowing;
 pub mod client;
 pub mod concurrency;
 pub mod debounce;
