@@ -58,6 +58,17 @@ enum Command {
         #[arg(long)]
         report: Option<PathBuf>,
     },
+    /// Server side: compare admission controllers (adaptive concurrency
+    /// limits) in front of a server whose capacity moves.
+    Overload {
+        /// A server-side scenario: steady-overload, capacity-halving,
+        /// latency-spike or bursty; all of them when omitted.
+        #[arg(long)]
+        scenario: Option<String>,
+        /// The seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// List the strategies the simulator can drive.
     Strategies,
     /// List the built-in scenarios.
@@ -189,6 +200,42 @@ fn list(out: &mut impl Write, rows: &[(&str, &str)]) -> io::Result<()> {
 
 fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
     match cli.command {
+        Command::Overload { scenario, seed } => {
+            use ratewise_sim::overload::{self, Controller, OverloadScenario};
+            let scenarios = match scenario {
+                None => OverloadScenario::all(),
+                Some(name) => vec![OverloadScenario::by_name(&name).ok_or_else(|| {
+                    let names: Vec<&str> = OverloadScenario::all().iter().map(|s| s.name).collect();
+                    CliError::Usage(format!(
+                        "--scenario {name}: no such server-side scenario (there are: {})",
+                        names.join(", ")
+                    ))
+                })?],
+            };
+            for s in scenarios {
+                writeln!(
+                    out,
+                    "{}: {} (capacity {:.0}/s, no-load p99 {:.0} ms)",
+                    s.name,
+                    s.description,
+                    s.capacity_per_s(),
+                    s.no_load_p99_ms()
+                )?;
+                let results: Vec<_> = Controller::ALL
+                    .iter()
+                    .map(|&c| overload::run(&s, c, seed))
+                    .collect();
+                writeln!(out, "{}", overload::table(&results))?;
+            }
+            writeln!(
+                out,
+                "Goodput: responses within the client timeout. Share: of the capacity available. \
+                 Refused: at admission (503). TimedOut: of admitted. p50 of successes, p99 of all \
+                 admitted (lower is better). Recovery: seconds after each change until p99 is \
+                 within 2x the no-load p99. Swing: the limit's (max-min)/mean in steady state."
+            )?;
+            Ok(())
+        }
         Command::Strategies => {
             let rows: Vec<(&str, &str)> = strategies::ALL
                 .iter()

@@ -57,6 +57,7 @@
 pub mod engine;
 pub mod error;
 pub mod metrics;
+pub mod overload;
 pub mod rank;
 pub mod report;
 pub mod scenario;

@@ -1,0 +1,59 @@
+//! The server-side simulator: deterministic, and it tells admission control
+//! from none.
+
+use ratewise_sim::overload::{run, Controller, OverloadScenario};
+
+#[test]
+fn same_seed_same_numbers() {
+    let s = OverloadScenario::capacity_halving();
+    for c in [Controller::Aimd, Controller::Envoy, Controller::Vegas] {
+        assert_eq!(run(&s, c, 4), run(&s, c, 4), "{}", c.name());
+    }
+    assert_ne!(
+        run(&s, Controller::None, 4).arrived,
+        run(&s, Controller::None, 5).arrived
+    );
+}
+
+#[test]
+fn steady_overload_needs_admission_control() {
+    let s = OverloadScenario::steady_overload();
+    let bound = 2.0 * s.no_load_p99_ms();
+    let none = run(&s, Controller::None, 1);
+    // Without it, the queue grows for the whole minute: most requests time
+    // out and the survivors waited far beyond the no-load latency.
+    assert!(none.timed_out_share > 0.5, "{none:?}");
+    assert!(none.p99_latency_ms > 10.0 * bound);
+    // A fixed limit tuned for this capacity, and Envoy's gradient, keep the
+    // queue short and the goodput near capacity.
+    for c in [Controller::FixedTuned, Controller::Envoy] {
+        let r = run(&s, c, 1);
+        assert!(r.p99_latency_ms <= bound, "{}: {r:?}", c.name());
+        assert!(r.goodput_share >= 0.9, "{}: {r:?}", c.name());
+        assert!(r.refused_share > 0.25, "the excess is refused, not queued");
+    }
+}
+
+#[test]
+fn a_latency_spike_without_a_capacity_change_need_not_cost_goodput() {
+    // 100 ms more per response, the same capacity: in flight grows by
+    // Little's law, and a limit that does not grow with it refuses work the
+    // server could do (the fixed limit), where AIMD, which reacts to losses
+    // only, keeps every request.
+    let s = OverloadScenario::latency_spike();
+    let fixed = run(&s, Controller::FixedTuned, 2);
+    let aimd = run(&s, Controller::Aimd, 2);
+    assert!(
+        aimd.goodput_share > fixed.goodput_share + 0.1,
+        "{aimd:?} {fixed:?}"
+    );
+    assert!(aimd.refused_share < 0.01);
+}
+
+#[test]
+fn timelines_cover_the_run() {
+    let s = OverloadScenario::bursty();
+    let r = run(&s, Controller::Gradient2, 3);
+    assert_eq!(r.timeline.len() as u64, s.duration_ms / 1000);
+    assert!(r.timeline.iter().all(|p| p.1 >= 1.0 && p.2 >= 0.0));
+}
