@@ -1,0 +1,151 @@
+//! [`Verdict`]: the decision for one request against every policy of its
+//! set, held inline (no allocation), and how it becomes headers.
+
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use ratewise::backend::DecisionSource;
+use ratewise::headers_out::{self, HeaderBuf, HeaderStyle};
+use ratewise::Decision;
+
+use crate::policy::{PolicySet, MAX_POLICIES};
+
+/// One policy's state after a decision: what `RateLimit` says about it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PolicyState {
+    /// The policy's position in its set.
+    pub index: usize,
+    /// Whether this policy refused the request.
+    pub violated: bool,
+    /// The policy's limit (burst).
+    pub limit: u64,
+    /// `r`: units left.
+    pub remaining: u64,
+    /// `t`: whole seconds until quota is available again (see
+    /// [`headers_out::reset_param`]).
+    pub reset_secs: u64,
+    /// Time until the policy is back at full capacity.
+    pub reset_after: Duration,
+}
+
+impl PolicyState {
+    pub(crate) fn from_decision(index: usize, d: &Decision, violated: bool) -> Self {
+        PolicyState {
+            index,
+            violated,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset_secs: headers_out::reset_param(d),
+            reset_after: d.reset_after,
+        }
+    }
+}
+
+/// The decision for one request against every policy of its set.
+#[derive(Clone, Copy, Debug)]
+pub struct Verdict {
+    /// Whether every policy admitted the request.
+    pub allowed: bool,
+    /// On refusal, how long until the request would pass.
+    pub retry_after: Option<Duration>,
+    /// Who decided (degraded sources are counted in metrics).
+    pub source: DecisionSource,
+    states: [PolicyState; MAX_POLICIES],
+    len: usize,
+}
+
+impl Verdict {
+    pub(crate) fn empty() -> Self {
+        Verdict {
+            allowed: true,
+            retry_after: None,
+            source: DecisionSource::Backend,
+            states: [PolicyState::default(); MAX_POLICIES],
+            len: 0,
+        }
+    }
+
+    pub(crate) fn push(&mut self, s: PolicyState) {
+        if self.len < MAX_POLICIES {
+            self.states[self.len] = s;
+            self.len += 1;
+        }
+    }
+
+    /// Each policy's state, in the set's order.
+    pub fn states(&self) -> &[PolicyState] {
+        &self.states[..self.len]
+    }
+
+    /// The state the legacy three-field headers describe: the violated
+    /// policy with the longest wait, or (admitted) the one with the fewest
+    /// units left.
+    pub fn most_constraining(&self) -> Option<&PolicyState> {
+        let s = self.states();
+        if self.allowed {
+            s.iter()
+                .min_by_key(|p| (p.remaining, std::cmp::Reverse(p.reset_secs)))
+        } else {
+            s.iter()
+                .filter(|p| p.violated)
+                .max_by_key(|p| p.reset_secs)
+                .or_else(|| s.first())
+        }
+    }
+
+    /// Writes this verdict's headers into `headers`: `RateLimit-Policy` and
+    /// `RateLimit` for every policy of the set (style `draft`), the legacy
+    /// trios for the [most constraining](Verdict::most_constraining)
+    /// policy, and `Retry-After` on a refusal. The values are formatted on
+    /// the stack by [`ratewise::headers_out`]; `http` copies each once.
+    pub(crate) fn write_headers(
+        &self,
+        set: &PolicySet,
+        style: HeaderStyle,
+        headers: &mut HeaderMap,
+    ) {
+        if style.draft && self.len > 0 {
+            headers.insert(RATELIMIT_POLICY.clone(), set.policy_header());
+            let mut buf = HeaderBuf::<1024>::new();
+            for s in self.states() {
+                let name = set.policies.get(s.index).map_or("", |p| &p.name);
+                // Names are validated at build time and 8 policies fit.
+                let _ = buf.push_limit(name, s.remaining, Duration::from_secs(s.reset_secs));
+            }
+            insert(headers, &RATELIMIT, buf.as_bytes());
+        }
+        if let Some(s) = self.most_constraining() {
+            let d = Decision {
+                allowed: !s.violated,
+                limit: s.limit,
+                remaining: s.remaining,
+                reset_after: s.reset_after,
+                retry_after: None,
+                delay: Duration::ZERO,
+            };
+            let mut emit = |name: &'static str, value: &[u8]| {
+                insert(headers, &HeaderName::from_static(name), value)
+            };
+            if style.legacy {
+                headers_out::write_trio(headers_out::LEGACY_NAMES, &d, &mut emit);
+            }
+            if style.x_prefixed {
+                headers_out::write_trio(headers_out::X_NAMES, &d, &mut emit);
+            }
+        }
+        if let (false, Some(retry)) = (self.allowed, self.retry_after) {
+            headers_out::write_retry_after(retry, |_, v| {
+                insert(headers, &http::header::RETRY_AFTER, v)
+            });
+        }
+    }
+}
+
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static(headers_out::RATELIMIT_POLICY);
+static RATELIMIT: HeaderName = HeaderName::from_static(headers_out::RATELIMIT);
+
+fn insert(headers: &mut HeaderMap, name: &HeaderName, value: &[u8]) {
+    if let Ok(v) = HeaderValue::from_bytes(value) {
+        headers.insert(name.clone(), v);
+    }
+}
