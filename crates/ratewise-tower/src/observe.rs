@@ -76,11 +76,16 @@ pub(crate) struct LayerMetrics {
 
 impl LayerMetrics {
     pub(crate) fn get(&self) -> &LayerHandles {
-        self.handles.get_or_init(|| LayerHandles {
-            latency: metrics::histogram!("ratewise_decision_seconds"),
-            backend_healthy: metrics::gauge!("ratewise_backend_healthy"),
-            bypass_disabled: metrics::counter!("ratewise_bypassed_total", "reason" => "disabled"),
-            bypass_predicate: metrics::counter!("ratewise_bypassed_total", "reason" => "bypass"),
+        self.handles.get_or_init(|| {
+            let backend_healthy = metrics::gauge!("ratewise_backend_healthy");
+            // Healthy until a degraded decision says otherwise.
+            backend_healthy.set(1.0);
+            LayerHandles {
+                latency: metrics::histogram!("ratewise_decision_seconds"),
+                backend_healthy,
+                bypass_disabled: metrics::counter!("ratewise_bypassed_total", "reason" => "disabled"),
+                bypass_predicate: metrics::counter!("ratewise_bypassed_total", "reason" => "bypass"),
+            }
         })
     }
 
