@@ -344,7 +344,18 @@ impl RateLimitLayerBuilder {
     }
 }
 
+/// Longest policy name, in bytes (so eight policies always fit a header).
+pub const MAX_NAME_LEN: usize = 64;
+
 fn check_name(name: &str) -> Result<(), BuildError> {
+    if name.len() > MAX_NAME_LEN {
+        return Err(BuildError::InvalidName {
+            name: name.to_string(),
+            source: headers_out::HeaderWriteError::Overflow {
+                capacity: MAX_NAME_LEN,
+            },
+        });
+    }
     let mut b = headers_out::HeaderBuf::<256>::new();
     b.push_policy(&PolicyInfo {
         name,

@@ -112,7 +112,7 @@ pub use key::{
 };
 pub use layer::{
     BackendFailure, BuildError, RateLimit, RateLimitHandle, RateLimitLayer, RateLimitLayerBuilder,
-    ResponseFuture, Route, UnknownPolicy,
+    ResponseFuture, Route, UnknownPolicy, MAX_NAME_LEN,
 };
 pub use policy::{Policy, Scope, DEFAULT_MAX_KEYS, MAX_POLICIES};
 pub use verdict::{PolicyState, Verdict};

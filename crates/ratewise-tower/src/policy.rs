@@ -302,7 +302,7 @@ impl PolicySet {
 
     /// Re-renders `RateLimit-Policy` after a quota change.
     pub(crate) fn refresh_policy_header(&self) {
-        let mut buf = ratewise::headers_out::HeaderBuf::<1024>::new();
+        let mut buf = ratewise::headers_out::HeaderBuf::<4096>::new();
         for p in &self.policies {
             let q = p.quota();
             // Names are validated when the layer is built.

@@ -106,13 +106,17 @@ impl Verdict {
     ) {
         if style.draft && self.len > 0 {
             headers.insert(RATELIMIT_POLICY.clone(), set.policy_header());
-            let mut buf = HeaderBuf::<1024>::new();
-            for s in self.states() {
-                let name = set.policies.get(s.index).map_or("", |p| &p.name);
-                // Names are validated at build time and 8 policies fit.
-                let _ = buf.push_limit(name, s.remaining, Duration::from_secs(s.reset_secs));
+            // A small buffer for the common case (a few short names); the
+            // large one only when that overflows.
+            let mut small = HeaderBuf::<256>::new();
+            if self.write_limits(set, &mut small).is_ok() {
+                insert(headers, &RATELIMIT, small.as_bytes());
+            } else {
+                let mut large = HeaderBuf::<4096>::new();
+                // Names are at most 64 bytes (checked at build time): 8 fit.
+                let _ = self.write_limits(set, &mut large);
+                insert(headers, &RATELIMIT, large.as_bytes());
             }
-            insert(headers, &RATELIMIT, buf.as_bytes());
         }
         if let Some(s) = self.most_constraining() {
             let d = Decision {
@@ -138,6 +142,20 @@ impl Verdict {
                 insert(headers, &http::header::RETRY_AFTER, v)
             });
         }
+    }
+}
+
+impl Verdict {
+    fn write_limits<const N: usize>(
+        &self,
+        set: &PolicySet,
+        buf: &mut HeaderBuf<N>,
+    ) -> Result<(), headers_out::HeaderWriteError> {
+        for s in self.states() {
+            let name = set.policies.get(s.index).map_or("", |p| &p.name);
+            buf.push_limit(name, s.remaining, Duration::from_secs(s.reset_secs))?;
+        }
+        Ok(())
     }
 }
 
