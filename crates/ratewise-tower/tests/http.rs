@@ -31,6 +31,16 @@ fn app(layer: RateLimitLayer) -> Router {
         .layer(layer)
 }
 
+/// A layer with one policy, on a manual clock.
+fn one_policy(key: KeySource, policy: Policy) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .key(key)
+        .policy(policy)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap()
+}
+
 fn per_second(n: u64) -> Quota {
     Quota::per_second(n).unwrap()
 }
@@ -195,15 +205,10 @@ async fn a_refusal_is_problem_json_and_charges_no_other_policy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
-    let untrusted = RateLimitLayer::builder()
-        .key(KeySource::client_ip(TrustedProxies::new(
-            1,
-            ["10.0.0.0/8".parse().unwrap()],
-        )))
-        .policy(Policy::per_key("ip", per_second(2)))
-        .clock(ManualClock::new())
-        .build()
-        .unwrap();
+    let untrusted = one_policy(
+        KeySource::client_ip(TrustedProxies::new(1, ["10.0.0.0/8".parse().unwrap()])),
+        Policy::per_key("ip", per_second(2)),
+    );
     let handle = untrusted.handle();
     let client = HttpClient::new(serve(app(untrusted)).await);
     let mut replies = Vec::new();
@@ -216,15 +221,10 @@ async fn a_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
     assert_eq!(handle.status().sets[0].policies[0].keys_tracked, Some(1));
 
     // The same requests through a trusted proxy (this peer) are six clients.
-    let trusted = RateLimitLayer::builder()
-        .key(KeySource::client_ip(TrustedProxies::new(
-            1,
-            ["127.0.0.0/8".parse().unwrap()],
-        )))
-        .policy(Policy::per_key("ip", per_second(2)))
-        .clock(ManualClock::new())
-        .build()
-        .unwrap();
+    let trusted = one_policy(
+        KeySource::client_ip(TrustedProxies::new(1, ["127.0.0.0/8".parse().unwrap()])),
+        Policy::per_key("ip", per_second(2)),
+    );
     let client = HttpClient::new(serve(app(trusted)).await);
     let mut replies = Vec::new();
     for i in 0..6 {
@@ -236,14 +236,10 @@ async fn a_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_clients_are_grouped_by_their_64() {
-    let layer = RateLimitLayer::builder()
-        .key(KeySource::client_ip(
-            TrustedProxies::new(1, ["127.0.0.1/32".parse().unwrap()]).forwarded(),
-        ))
-        .policy(Policy::per_key("ip", per_second(3)))
-        .clock(ManualClock::new())
-        .build()
-        .unwrap();
+    let layer = one_policy(
+        KeySource::client_ip(TrustedProxies::new(1, ["127.0.0.1/32".parse().unwrap()]).forwarded()),
+        Policy::per_key("ip", per_second(3)),
+    );
     let handle = layer.handle();
     let client = HttpClient::new(serve(app(layer)).await);
     let mut same_64 = Vec::new();
@@ -274,16 +270,14 @@ async fn ipv6_peer_addresses_work_end_to_end() {
     drop(probe);
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen2 = seen.clone();
-    let layer = RateLimitLayer::builder()
-        .key(KeySource::custom(move |info| {
+    let layer = one_policy(
+        KeySource::custom(move |info| {
             let key = KeySource::peer_ip().extract(info);
             seen2.lock().unwrap().push(key.clone());
             key
-        }))
-        .policy(Policy::per_key("ip", per_second(1)))
-        .clock(ManualClock::new())
-        .build()
-        .unwrap();
+        }),
+        Policy::per_key("ip", per_second(1)),
+    );
     let addr = common::serve_on("::1", app(layer)).await;
     let client = HttpClient::new(addr);
     assert_eq!(client.get("/", &[]).await.status, StatusCode::OK);
@@ -298,12 +292,7 @@ async fn ipv6_peer_addresses_work_end_to_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clones_share_one_limiter() {
-    let layer = RateLimitLayer::builder()
-        .key(KeySource::Global)
-        .policy(Policy::per_key("all", per_second(4)))
-        .clock(ManualClock::new())
-        .build()
-        .unwrap();
+    let layer = one_policy(KeySource::Global, Policy::per_key("all", per_second(4)));
     // Two servers, each with its own clone of the layer.
     let a = HttpClient::new(serve(app(layer.clone())).await);
     let b = HttpClient::new(serve(app(layer.clone())).await);
@@ -488,12 +477,7 @@ async fn bypass_missing_keys_cost_routes_tiers_and_runtime_quotas() {
 async fn a_dropped_request_is_charged_exactly_once() {
     let started = Arc::new(tokio::sync::Notify::new());
     let started2 = started.clone();
-    let layer = RateLimitLayer::builder()
-        .key(KeySource::Global)
-        .policy(Policy::per_key("p", per_second(3)))
-        .clock(ManualClock::new())
-        .build()
-        .unwrap();
+    let layer = one_policy(KeySource::Global, Policy::per_key("p", per_second(3)));
     let handle = layer.handle();
     let router = Router::new()
         .route(
