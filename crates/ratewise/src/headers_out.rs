@@ -241,24 +241,49 @@ impl<const N: usize> HeaderBuf<N> {
         Ok(())
     }
 
-    /// Appends `v` in decimal, formatted on the stack.
+    /// Appends `v` in decimal, written in place two digits at a time (the
+    /// `itoa` method: a 200-byte digit-pair table, no division per digit).
     ///
     /// # Errors
     /// [`HeaderWriteError::Overflow`].
-    pub fn push_u64(&mut self, mut v: u64) -> Result<(), HeaderWriteError> {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        self.room(digits.len() - i)?;
-        self.put(&digits[i..]);
+    pub fn push_u64(&mut self, v: u64) -> Result<(), HeaderWriteError> {
+        let n = v.checked_ilog10().map_or(1, |l| l as usize + 1);
+        self.room(n)?;
+        self.put_digits(v, n);
         Ok(())
+    }
+
+    /// Writes the `n` digits of `v` (room already checked).
+    #[inline]
+    fn put_digits(&mut self, mut v: u64, n: usize) {
+        const PAIRS: &[u8; 200] = b"\
+            0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
+        let out = &mut self.bytes[self.len..self.len + n];
+        let mut i = n;
+        while v >= 100 {
+            let p = (v % 100) as usize * 2;
+            v /= 100;
+            i -= 2;
+            out[i..i + 2].copy_from_slice(&PAIRS[p..p + 2]);
+        }
+        if v >= 10 {
+            let p = v as usize * 2;
+            out[..2].copy_from_slice(&PAIRS[p..p + 2]);
+        } else {
+            out[0] = b'0' + v as u8;
+        }
+        self.len += n;
+    }
+
+    /// Appends a literal of known length (copied inline, no `memcpy` call).
+    #[inline]
+    fn put_lit<const M: usize>(&mut self, s: &[u8; M]) {
+        self.bytes[self.len..self.len + M].copy_from_slice(s);
+        self.len += M;
     }
 
     /// Appends `s` as a structured-field String: quoted, with `"` and `\`
@@ -271,24 +296,30 @@ impl<const N: usize> HeaderBuf<N> {
         check_printable(s)?;
         let escapes = s.bytes().filter(|b| matches!(b, b'"' | b'\\')).count();
         self.room(s.len() + escapes + 2)?;
-        self.put(b"\"");
-        for b in s.bytes() {
-            if matches!(b, b'"' | b'\\') {
-                self.put(b"\\");
+        self.put_lit(b"\"");
+        if escapes == 0 {
+            self.put(s.as_bytes());
+        } else {
+            for b in s.bytes() {
+                if matches!(b, b'"' | b'\\') {
+                    self.put(b"\\");
+                }
+                self.put(&[b]);
             }
-            self.put(&[b]);
         }
-        self.put(b"\"");
+        self.put_lit(b"\"");
         Ok(())
     }
 
-    /// Appends `key=value` as a structured-field parameter (`;q=100`).
-    fn push_param(&mut self, key: &str, value: u64) -> Result<(), HeaderWriteError> {
-        self.room(key.len() + 2)?;
-        self.put(b";");
-        self.put(key.as_bytes());
-        self.put(b"=");
-        self.push_u64(value)
+    /// Appends a structured-field parameter: `key` is the literal `;q=`
+    /// (with its separator), `value` its integer.
+    #[inline]
+    fn push_param(&mut self, key: &[u8; 3], value: u64) -> Result<(), HeaderWriteError> {
+        let n = value.checked_ilog10().map_or(1, |l| l as usize + 1);
+        self.room(3 + n)?;
+        self.put_lit(key);
+        self.put_digits(value, n);
+        Ok(())
     }
 
     /// Runs `write` as one list member: a `", "` separator first unless the
@@ -301,7 +332,7 @@ impl<const N: usize> HeaderBuf<N> {
         let result = (|| {
             if start > 0 {
                 self.room(2)?;
-                self.put(b", ");
+                self.put_lit(b", ");
             }
             write(self)
         })();
@@ -319,8 +350,8 @@ impl<const N: usize> HeaderBuf<N> {
     pub fn push_policy(&mut self, policy: &PolicyInfo<'_>) -> Result<(), HeaderWriteError> {
         self.member(|b| {
             b.push_sf_string(policy.name)?;
-            b.push_param("q", policy.quota)?;
-            b.push_param("w", ceil_secs(policy.window))
+            b.push_param(b";q=", policy.quota)?;
+            b.push_param(b";w=", ceil_secs(policy.window))
         })
     }
 
@@ -337,8 +368,8 @@ impl<const N: usize> HeaderBuf<N> {
     ) -> Result<(), HeaderWriteError> {
         self.member(|b| {
             b.push_sf_string(name)?;
-            b.push_param("r", remaining)?;
-            b.push_param("t", ceil_secs(reset))
+            b.push_param(b";r=", remaining)?;
+            b.push_param(b";t=", ceil_secs(reset))
         })
     }
 
@@ -457,13 +488,15 @@ impl Decision {
         style: HeaderStyle,
         mut emit: impl FnMut(&'static str, &[u8]),
     ) -> Result<(), HeaderWriteError> {
-        let mut policy_field = HeaderBuf::<256>::new();
-        let mut state_field = HeaderBuf::<256>::new();
         if style.draft {
-            policy_field.push_policy(policy)?;
-            state_field.push_decision(policy.name, self)?;
-            emit(RATELIMIT_POLICY, policy_field.as_bytes());
-            emit(RATELIMIT, state_field.as_bytes());
+            // One buffer, reused: each value is handed over before the next
+            // is written.
+            let mut field = HeaderBuf::<256>::new();
+            field.push_policy(policy)?;
+            emit(RATELIMIT_POLICY, field.as_bytes());
+            field.clear();
+            field.push_decision(policy.name, self)?;
+            emit(RATELIMIT, field.as_bytes());
         }
         if style.legacy {
             write_trio(LEGACY_NAMES, self, &mut emit);
@@ -553,6 +586,33 @@ mod tests {
                 (RATELIMIT.into(), r#""p";r=7;t=3"#.into()),
             ]
         );
+    }
+
+    #[test]
+    fn digits_match_the_standard_formatter() {
+        let mut cases = vec![0, 1, 9, 10, 99, 100, 101, 999, 1000, u64::MAX, u64::MAX - 1];
+        let mut x = 1u64;
+        while let Some(next) = x.checked_mul(10) {
+            cases.extend([x - 1, x, x + 1, next / 2]);
+            x = next;
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            cases.push(seed >> (seed % 64));
+        }
+        for v in cases {
+            let mut b = HeaderBuf::<24>::new();
+            b.push_u64(v).unwrap();
+            assert_eq!(b.as_str(), v.to_string());
+        }
+        let mut tight = HeaderBuf::<3>::new();
+        assert!(tight.push_u64(1000).is_err());
+        assert!(tight.is_empty());
+        tight.push_u64(999).unwrap();
+        assert_eq!(tight.as_str(), "999");
     }
 
     #[test]
