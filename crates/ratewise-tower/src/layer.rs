@@ -507,8 +507,8 @@ impl Shared {
         }
     }
 
-    fn refusal(&self, set: &PolicySet, v: &Verdict) -> Response<Bytes> {
-        let mut res = problem::quota_exceeded(set, v);
+    fn refusal(&self, set: &PolicySet, v: &Verdict, grpc: bool) -> Response<Bytes> {
+        let mut res = problem::quota_exceeded(set, v, grpc);
         v.write_headers(set, self.style, res.headers_mut());
         res
     }
@@ -746,6 +746,7 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let shared = self.shared.clone();
         let info = RequestInfo::new(&req);
+        let grpc = problem::is_grpc(info.headers);
         if !shared.enabled.load(Ordering::Relaxed) {
             shared.metrics.get().bypass_disabled.increment(1);
             return ResponseFuture::inner(self.inner.call(req), None, shared);
@@ -783,6 +784,7 @@ where
                     req: Some(req),
                     key: Some(key),
                     start,
+                    grpc,
                 },
                 shared,
             };
@@ -797,7 +799,8 @@ where
                 let name = set.policies.get(i).map_or("", |p| &*p.name);
                 tracing::debug!(policy = name, error = %e, "request can never be admitted");
                 return ResponseFuture::done(
-                    problem::simple(
+                    problem::simple_for(
+                        grpc,
                         StatusCode::BAD_REQUEST,
                         &format!("policy \"{name}\" can never admit this request: {e}"),
                     ),
@@ -819,7 +822,7 @@ where
             let headers = show.then_some((verdict, set_index));
             ResponseFuture::inner(self.inner.call(req), headers, shared)
         } else {
-            let res = shared.refusal(set, &verdict);
+            let res = shared.refusal(set, &verdict, grpc);
             ResponseFuture::done(res, shared)
         }
     }
@@ -849,6 +852,7 @@ pin_project! {
             req: Option<Request<ReqB>>,
             key: Option<Key>,
             start: quanta::Instant,
+            grpc: bool,
         },
         Inner {
             #[pin]
@@ -915,7 +919,9 @@ where
                     req,
                     key,
                     start,
+                    grpc,
                 } => {
+                    let grpc = *grpc;
                     let outcome = ready!(decision.as_mut().poll(cx));
                     let (Some(mut svc), Some(request), Some(key)) =
                         (inner.take(), req.take(), key.take())
@@ -948,7 +954,7 @@ where
                                 }
                             } else {
                                 State::Done {
-                                    response: Some(shared.refusal(set, &v)),
+                                    response: Some(shared.refusal(set, &v, grpc)),
                                 }
                             }
                         }

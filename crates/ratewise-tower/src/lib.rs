@@ -66,7 +66,11 @@
 //!    the draft's `quota-exceeded` type listing the `violated-policies`;
 //!    admitted responses carry the same headers (configurable), and the
 //!    legacy `RateLimit-*` / `X-RateLimit-*` trios are options
-//!    ([`HeaderStyle`](ratewise::headers_out::HeaderStyle)).
+//!    ([`HeaderStyle`](ratewise::headers_out::HeaderStyle)). A gRPC call
+//!    (`content-type: application/grpc…`, e.g. a tonic service behind axum
+//!    or tonic's own server) is refused as gRPC expects: a trailers-only
+//!    `RESOURCE_EXHAUSTED` with the delay in `grpc-retry-pushback-ms`
+//!    (gRFC A6, whole milliseconds rounded up) next to the same headers.
 //!
 //! The headers are formatted by [`ratewise::headers_out`] on the stack;
 //! `RateLimit-Policy` is rendered once and shared.

@@ -1,6 +1,8 @@
 //! RFC 9457 `application/problem+json` bodies for the layer's own
 //! responses.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use ratewise::headers_out::{retry_after_secs, QUOTA_EXCEEDED_TYPE};
@@ -44,8 +46,63 @@ fn respond(status: StatusCode, problem: &Problem) -> Response<Bytes> {
     res
 }
 
-/// `429 Too Many Requests` with the draft's quota-exceeded problem.
-pub(crate) fn quota_exceeded(set: &PolicySet, v: &Verdict) -> Response<Bytes> {
+/// Whether a request is a gRPC call (`content-type: application/grpc…`):
+/// its refusals are gRPC statuses rather than HTTP errors.
+pub(crate) fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The gRPC status code for one of the layer's HTTP answers.
+const fn grpc_code(status: StatusCode) -> u16 {
+    match status.as_u16() {
+        429 => 8,  // RESOURCE_EXHAUSTED
+        401 => 16, // UNAUTHENTICATED
+        400 => 3,  // INVALID_ARGUMENT
+        503 => 14, // UNAVAILABLE
+        _ => 2,    // UNKNOWN
+    }
+}
+
+/// A trailers-only gRPC error (HTTP 200, `grpc-status`, `grpc-message`),
+/// with the retry delay as `grpc-retry-pushback-ms` (gRFC A6), rounded up
+/// to whole milliseconds.
+pub(crate) fn grpc(status: StatusCode, message: &str, retry: Option<Duration>) -> Response<Bytes> {
+    let mut res = Response::new(Bytes::new());
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert("grpc-status", HeaderValue::from(grpc_code(status)));
+    // grpc-message is percent-encoded; keep to unreserved printable ASCII.
+    let message: String = message
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '%' || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&message) {
+        h.insert("grpc-message", v);
+    }
+    if let Some(retry) = retry {
+        let ms = retry.as_nanos().div_ceil(1_000_000);
+        h.insert(
+            "grpc-retry-pushback-ms",
+            HeaderValue::from(u64::try_from(ms).unwrap_or(u64::MAX)),
+        );
+    }
+    res
+}
+
+/// `429 Too Many Requests` with the draft's quota-exceeded problem, or for a
+/// gRPC call `RESOURCE_EXHAUSTED` with the retry delay.
+pub(crate) fn quota_exceeded(set: &PolicySet, v: &Verdict, grpc_call: bool) -> Response<Bytes> {
     let violated: Vec<String> = v
         .states()
         .iter()
@@ -63,7 +120,23 @@ pub(crate) fn quota_exceeded(set: &PolicySet, v: &Verdict) -> Response<Bytes> {
         ),
         violated_policies: violated,
     };
+    if grpc_call {
+        return grpc(
+            StatusCode::TOO_MANY_REQUESTS,
+            &problem.detail,
+            v.retry_after,
+        );
+    }
     respond(StatusCode::TOO_MANY_REQUESTS, &problem)
+}
+
+/// Any other status, `about:blank` (or its gRPC status for a gRPC call).
+pub(crate) fn simple_for(grpc_call: bool, status: StatusCode, detail: &str) -> Response<Bytes> {
+    if grpc_call {
+        grpc(status, detail, None)
+    } else {
+        simple(status, detail)
+    }
 }
 
 /// Any other status, `about:blank`.
