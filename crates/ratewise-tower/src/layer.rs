@@ -215,7 +215,8 @@ impl RateLimitLayerBuilder {
     }
 
     /// The weight of each request (default 1). A weight of 0 passes
-    /// without being checked.
+    /// without being checked; a weight larger than a policy's burst can
+    /// never pass and is answered `400 Bad Request` (nothing is charged).
     pub fn cost(mut self, f: impl Fn(&RequestInfo<'_>) -> u64 + Send + Sync + 'static) -> Self {
         self.cost = Some(Arc::new(f));
         self
@@ -250,6 +251,9 @@ impl RateLimitLayerBuilder {
 
     /// Starts in shadow mode: decisions are made and counted, refusals are
     /// never sent (switch at run time with [`RateLimitHandle::set_shadow`]).
+    /// A request shadow mode lets through is not charged, and no rate-limit
+    /// headers are sent while it is on, so clients see nothing of a limit
+    /// being dark-launched.
     pub fn shadow(mut self, yes: bool) -> Self {
         self.shadow = yes;
         self
