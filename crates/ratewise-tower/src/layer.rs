@@ -22,7 +22,7 @@ use crate::key::{Key, KeySource, MissingKey, RequestInfo};
 use crate::observe::{BackendStatus, LayerMetrics, PolicyStatus, SetStatus, Status, WarnGate};
 use crate::policy::{Policy, PolicyRuntime, PolicySet, Refusal, Scope, MAX_POLICIES};
 use crate::problem;
-use crate::verdict::{PolicyState, Verdict};
+use crate::verdict::{PolicyState, ReadyHeaders, Verdict};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u64 + Send + Sync>;
@@ -445,7 +445,7 @@ impl Shared {
             }
         } else {
             for s in v.states().iter().filter(|s| s.violated) {
-                let p = &set.policies[s.index];
+                let p = &set.policies[usize::from(s.index)];
                 if shadow {
                     p.shadow_refused.add(1);
                     p.metrics.get().shadow_refused.increment(1);
@@ -459,7 +459,7 @@ impl Shared {
                     .states()
                     .iter()
                     .find(|s| s.violated)
-                    .map_or("", |s| &*set.policies[s.index].name);
+                    .map_or("", |s| &*set.policies[usize::from(s.index)].name);
                 tracing::warn!(
                     %key,
                     policy = violated,
@@ -479,6 +479,13 @@ impl Shared {
             self.refresh_key_gauges();
         }
         v.allowed || shadow
+    }
+
+    /// Records the time since `since` (on the layer's clock) in the
+    /// decision-latency histogram.
+    fn record_latency(&self, since: Timestamp) {
+        let ns = self.clock.now().as_nanos().saturating_sub(since.as_nanos());
+        self.metrics.get().latency.record(ns as f64 * 1e-9);
     }
 
     fn refresh_key_gauges(&self) {
@@ -776,19 +783,21 @@ where
             },
         };
         let set_index = shared.select(&info);
-        let start = quanta::Instant::now();
         if let Some(backend) = &shared.backend {
+            let start = quanta::Instant::now();
             let decision = backend.check(key.clone(), cost);
             let clone = self.inner.clone();
             let inner = std::mem::replace(&mut self.inner, clone);
             return ResponseFuture {
                 state: State::Deciding {
-                    decision,
-                    inner: Some(inner),
-                    req: Some(req),
-                    key: Some(key),
-                    start,
-                    grpc,
+                    pending: Box::new(Pending {
+                        decision,
+                        inner: Some(inner),
+                        req: Some(req),
+                        key: Some(key),
+                        start,
+                        grpc,
+                    }),
                 },
                 shared,
             };
@@ -815,17 +824,16 @@ where
         };
         let proceed = shared.record(set, &verdict, &key, now);
         tracing::debug!(allowed = verdict.allowed, proceed, "decided");
-        shared
-            .metrics
-            .get()
-            .latency
-            .record(start.elapsed().as_secs_f64());
         drop(_entered);
         if proceed {
             let show = shared.on_admitted && !shared.shadow.load(Ordering::Relaxed);
-            let headers = show.then_some((verdict, set_index));
+            let headers = show.then(|| verdict.render(set, shared.style));
+            // Measured on the layer's clock, read once more: the decision
+            // already read it, so this costs one clock read, not two.
+            shared.record_latency(now);
             ResponseFuture::inner(self.inner.call(req), headers, shared)
         } else {
+            shared.record_latency(now);
             let res = shared.refusal(set, &verdict, grpc);
             ResponseFuture::done(res, shared)
         }
@@ -850,18 +858,15 @@ pin_project! {
     where
         S: Service<Request<ReqB>>,
     {
+        // Boxed: the request and a service clone are large, and only the
+        // async-backend path needs them; in-memory futures stay small.
         Deciding {
-            decision: BackendFuture,
-            inner: Option<S>,
-            req: Option<Request<ReqB>>,
-            key: Option<Key>,
-            start: quanta::Instant,
-            grpc: bool,
+            pending: Box<Pending<S, ReqB>>,
         },
         Inner {
             #[pin]
             fut: S::Future,
-            headers: Option<(Verdict, usize)>,
+            headers: Option<ReadyHeaders>,
         },
         Done {
             response: Option<Response<Bytes>>,
@@ -869,11 +874,21 @@ pin_project! {
     }
 }
 
+/// What the async-backend path holds while the backend decides.
+struct Pending<S, ReqB> {
+    decision: BackendFuture,
+    inner: Option<S>,
+    req: Option<Request<ReqB>>,
+    key: Option<Key>,
+    start: quanta::Instant,
+    grpc: bool,
+}
+
 impl<S, ReqB> ResponseFuture<S, ReqB>
 where
     S: Service<Request<ReqB>>,
 {
-    fn inner(fut: S::Future, headers: Option<(Verdict, usize)>, shared: Arc<Shared>) -> Self {
+    fn inner(fut: S::Future, headers: Option<ReadyHeaders>, shared: Arc<Shared>) -> Self {
         ResponseFuture {
             state: State::Inner { fut, headers },
             shared,
@@ -903,8 +918,8 @@ where
             let next = match this.state.project() {
                 StateProj::Inner { fut, headers } => {
                     let mut res = ready!(fut.poll(cx))?;
-                    if let Some((v, set)) = headers.take() {
-                        v.write_headers(&shared.sets[set], shared.style, res.headers_mut());
+                    if let Some(h) = headers.take() {
+                        h.apply(res.headers_mut());
                     }
                     return Poll::Ready(Ok(res.map(RateLimitBody::inner)));
                 }
@@ -917,14 +932,15 @@ where
                     });
                     return Poll::Ready(Ok(res.map(RateLimitBody::full)));
                 }
-                StateProj::Deciding {
-                    decision,
-                    inner,
-                    req,
-                    key,
-                    start,
-                    grpc,
-                } => {
+                StateProj::Deciding { pending } => {
+                    let Pending {
+                        decision,
+                        inner,
+                        req,
+                        key,
+                        start,
+                        grpc,
+                    } = &mut **pending;
                     let grpc = *grpc;
                     let outcome = ready!(decision.as_mut().poll(cx));
                     let (Some(mut svc), Some(request), Some(key)) =
@@ -954,7 +970,7 @@ where
                                     shared.on_admitted && !shared.shadow.load(Ordering::Relaxed);
                                 State::Inner {
                                     fut: svc.call(request),
-                                    headers: show.then_some((v, 0)),
+                                    headers: show.then(|| v.render(set, shared.style)),
                                 }
                             } else {
                                 State::Done {

@@ -9,7 +9,7 @@
 //! | `ratewise_refused_total{policy}` | counter | requests a policy refused (429 sent) |
 //! | `ratewise_shadow_refused_total{policy}` | counter | refusals shadow mode let through |
 //! | `ratewise_keys_tracked{policy}` | gauge | keys a per-key policy holds (refreshed every 1 024 decisions and on each status snapshot) |
-//! | `ratewise_decision_seconds` | histogram | time to decide (key, engine, headers) |
+//! | `ratewise_decision_seconds` | histogram | time to decide: the limiters, the bookkeeping and the headers (on the layer's clock, so zero on a frozen `ManualClock`; for an async backend, until its answer) |
 //! | `ratewise_degraded_total{source}` | counter | decisions a backend made without its store (`fail_open`, `fail_closed`, `local_fallback`) |
 //! | `ratewise_backend_healthy` | gauge | 1 while the backend's store answers, 0 after a degraded decision or error |
 //! | `ratewise_bypassed_total{reason}` | counter | requests not checked (`disabled`, `bypass`) |

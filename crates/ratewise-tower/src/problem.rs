@@ -107,7 +107,11 @@ pub(crate) fn quota_exceeded(set: &PolicySet, v: &Verdict, grpc_call: bool) -> R
         .states()
         .iter()
         .filter(|s| s.violated)
-        .filter_map(|s| set.policies.get(s.index).map(|p| p.name.to_string()))
+        .filter_map(|s| {
+            set.policies
+                .get(usize::from(s.index))
+                .map(|p| p.name.to_string())
+        })
         .collect();
     let wait = v.retry_after.map_or(1, retry_after_secs);
     let problem = Problem {

@@ -14,7 +14,7 @@ use crate::policy::{PolicySet, MAX_POLICIES};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PolicyState {
     /// The policy's position in its set.
-    pub index: usize,
+    pub index: u8,
     /// Whether this policy refused the request.
     pub violated: bool,
     /// The policy's limit (burst).
@@ -31,7 +31,8 @@ pub struct PolicyState {
 impl PolicyState {
     pub(crate) fn from_decision(index: usize, d: &Decision, violated: bool) -> Self {
         PolicyState {
-            index,
+            // A set holds at most MAX_POLICIES (8) policies.
+            index: index as u8,
             violated,
             limit: d.limit,
             remaining: d.remaining,
@@ -93,51 +94,93 @@ impl Verdict {
         }
     }
 
-    /// Writes this verdict's headers into `headers`: `RateLimit-Policy` and
-    /// `RateLimit` for every policy of the set (style `draft`), the legacy
-    /// trios for the [most constraining](Verdict::most_constraining)
-    /// policy, and `Retry-After` on a refusal. The values are formatted on
-    /// the stack by [`ratewise::headers_out`]; `http` copies each once.
-    pub(crate) fn write_headers(
-        &self,
-        set: &PolicySet,
-        style: HeaderStyle,
-        headers: &mut HeaderMap,
-    ) {
+    /// Renders this verdict's headers: `RateLimit-Policy` and `RateLimit`
+    /// for every policy of the set (style `draft`), the legacy trios for the
+    /// [most constraining](Verdict::most_constraining) policy, and
+    /// `Retry-After` on a refusal. The values are formatted on the stack by
+    /// [`ratewise::headers_out`]; `http` copies each once. The result is
+    /// small, so an admitted request's future carries it rather than the
+    /// whole verdict.
+    pub(crate) fn render(&self, set: &PolicySet, style: HeaderStyle) -> ReadyHeaders {
+        let mut out = ReadyHeaders {
+            policy: None,
+            state: None,
+            trio: None,
+            style,
+            retry: None,
+        };
         if style.draft && self.len > 0 {
-            headers.insert(RATELIMIT_POLICY.clone(), set.policy_header());
+            out.policy = Some(set.policy_header());
             // A small buffer for the common case (a few short names); the
             // large one only when that overflows.
-            let mut small = HeaderBuf::<256>::new();
-            if self.write_limits(set, &mut small).is_ok() {
-                insert(headers, &RATELIMIT, small.as_bytes());
+            let mut small = HeaderBuf::<128>::new(); // one policy always fits
+            out.state = if self.write_limits(set, &mut small).is_ok() {
+                HeaderValue::from_bytes(small.as_bytes()).ok()
             } else {
                 let mut large = HeaderBuf::<4096>::new();
                 // Names are at most 64 bytes (checked at build time): 8 fit.
                 let _ = self.write_limits(set, &mut large);
-                insert(headers, &RATELIMIT, large.as_bytes());
-            }
+                HeaderValue::from_bytes(large.as_bytes()).ok()
+            };
         }
-        if let Some(s) = self.most_constraining() {
-            let d = Decision {
+        if style.legacy || style.x_prefixed {
+            out.trio = self.most_constraining().map(|s| Decision {
                 allowed: !s.violated,
                 limit: s.limit,
                 remaining: s.remaining,
                 reset_after: s.reset_after,
                 retry_after: None,
                 delay: Duration::ZERO,
-            };
+            });
+        }
+        if !self.allowed {
+            out.retry = self.retry_after;
+        }
+        out
+    }
+
+    /// Writes this verdict's headers into `headers` (see
+    /// [`Verdict::render`]).
+    pub(crate) fn write_headers(
+        &self,
+        set: &PolicySet,
+        style: HeaderStyle,
+        headers: &mut HeaderMap,
+    ) {
+        self.render(set, style).apply(headers);
+    }
+}
+
+/// A verdict's headers, rendered and waiting for the response.
+pub(crate) struct ReadyHeaders {
+    policy: Option<HeaderValue>,
+    state: Option<HeaderValue>,
+    trio: Option<Decision>,
+    style: HeaderStyle,
+    retry: Option<Duration>,
+}
+
+impl ReadyHeaders {
+    /// Inserts the headers into a response's map.
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        if let Some(v) = self.policy {
+            headers.insert(RATELIMIT_POLICY.clone(), v);
+        }
+        if let Some(v) = self.state {
+            headers.insert(RATELIMIT.clone(), v);
+        }
+        if let Some(d) = self.trio {
             let mut emit = |name: &'static str, value: &[u8]| {
                 insert(headers, &HeaderName::from_static(name), value)
             };
-            if style.legacy {
+            if self.style.legacy {
                 headers_out::write_trio(headers_out::LEGACY_NAMES, &d, &mut emit);
             }
-            if style.x_prefixed {
+            if self.style.x_prefixed {
                 headers_out::write_trio(headers_out::X_NAMES, &d, &mut emit);
             }
         }
-        if let (false, Some(retry)) = (self.allowed, self.retry_after) {
+        if let Some(retry) = self.retry {
             headers_out::write_retry_after(retry, |_, v| {
                 insert(headers, &http::header::RETRY_AFTER, v)
             });
@@ -152,7 +195,10 @@ impl Verdict {
         buf: &mut HeaderBuf<N>,
     ) -> Result<(), headers_out::HeaderWriteError> {
         for s in self.states() {
-            let name = set.policies.get(s.index).map_or("", |p| &p.name);
+            let name = set
+                .policies
+                .get(usize::from(s.index))
+                .map_or("", |p| &p.name);
             buf.push_limit(name, s.remaining, Duration::from_secs(s.reset_secs))?;
         }
         Ok(())
