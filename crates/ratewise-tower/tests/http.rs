@@ -616,3 +616,53 @@ fn misconfiguration_is_a_typed_error() {
         BuildError::TooManyPolicies { count: 9, .. }
     ));
 }
+
+/// Any ratewise algorithm can back a policy: a per-key sliding-window log
+/// and a global fixed window, checked together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_algorithm_backs_a_policy() {
+    use ratewise::keyed::NoClock;
+    use ratewise::{FixedWindow, SlidingWindowLog};
+    let clock = ManualClock::new();
+    let per_key = Quota::per(3, Duration::from_secs(1)).unwrap();
+    let log = KeyedLimiter::<Key>::builder(per_key)
+        .limiter(|q| SlidingWindowLog::with_clock(q, NoClock))
+        .clock(NoClock)
+        .build();
+    let everyone = Quota::per(5, Duration::from_secs(1)).unwrap();
+    let layer = RateLimitLayer::builder()
+        .key(KeySource::header(HeaderName::from_static("x-api-key")))
+        .policy(Policy::per_key_with("user", per_key, log))
+        .policy(Policy::global_with(
+            "all",
+            everyone,
+            FixedWindow::with_clock(everyone, NoClock),
+        ))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let client = HttpClient::new(serve(app(layer)).await);
+    let mut a = Vec::new();
+    for _ in 0..4 {
+        a.push(client.get("/", &[("x-api-key", "a")]).await);
+    }
+    assert_eq!(statuses(&a), (3, 1));
+    let problem: Problem = serde_json::from_slice(&a[3].body).unwrap();
+    assert_eq!(problem.violated_policies, ["user"]);
+    let mut b = Vec::new();
+    for _ in 0..3 {
+        b.push(client.get("/", &[("x-api-key", "b")]).await);
+    }
+    // The global window has 2 of its 5 left for b; b's own refusal by
+    // "all" charged b's log nothing.
+    assert_eq!(statuses(&b), (2, 1));
+    let problem: Problem = serde_json::from_slice(&b[2].body).unwrap();
+    assert_eq!(problem.violated_policies, ["all"]);
+    let items = parse_rate_limit_field(b[2].header("ratelimit").unwrap().as_bytes());
+    assert_eq!(items[0].remaining, Some(1));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        client.get("/", &[("x-api-key", "b")]).await.status,
+        StatusCode::OK
+    );
+}
