@@ -11,7 +11,10 @@
 //!
 //! The servers run on one tokio worker thread and wrk on one thread, so on
 //! a 2-core machine each has a core. Rounds alternate the three servers;
-//! the table reports the median round of each and the ratios.
+//! the table reports the median round of each and the ratios: requests per
+//! second and p99 as wrk sees them, and the server's on-CPU time per
+//! request as the scheduler accounts it, which a busy machine distorts far
+//! less than throughput.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -95,6 +98,20 @@ struct Run {
     rps: f64,
     p99_ms: f64,
     non_2xx: u64,
+    /// Server on-CPU microseconds per request (all of this process's
+    /// threads, as the scheduler accounts them: robust on a busy machine).
+    cpu_us: f64,
+    requests: u64,
+}
+
+/// This process's on-CPU nanoseconds: the sum over its threads (Linux).
+fn process_cpu_ns() -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
 }
 
 fn parse_duration_ms(s: &str) -> Option<f64> {
@@ -109,6 +126,7 @@ fn parse_duration_ms(s: &str) -> Option<f64> {
 }
 
 fn wrk(addr: SocketAddr, script: &std::path::Path, seconds: u64, connections: u32) -> Run {
+    let cpu0 = process_cpu_ns();
     let out = Command::new("wrk")
         .args([
             "-t1",
@@ -121,11 +139,17 @@ fn wrk(addr: SocketAddr, script: &std::path::Path, seconds: u64, connections: u3
         .arg(format!("http://{addr}/"))
         .output()
         .expect("wrk is installed (apt-get install wrk)");
+    let cpu = match (cpu0, process_cpu_ns()) {
+        (Some(a), Some(b)) if b > a => (b - a) as f64,
+        _ => f64::NAN,
+    };
     let text = String::from_utf8_lossy(&out.stdout);
     let mut run = Run {
         rps: 0.0,
         p99_ms: f64::NAN,
         non_2xx: 0,
+        cpu_us: f64::NAN,
+        requests: 0,
     };
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -133,10 +157,12 @@ fn wrk(addr: SocketAddr, script: &std::path::Path, seconds: u64, connections: u3
             ["Requests/sec:", v] => run.rps = v.parse().unwrap_or(0.0),
             ["99%", v] => run.p99_ms = parse_duration_ms(v).unwrap_or(f64::NAN),
             ["Non-2xx", "or", "3xx", "responses:", v] => run.non_2xx = v.parse().unwrap_or(0),
+            [n, "requests", "in", ..] => run.requests = n.parse().unwrap_or(0),
             _ => {}
         }
     }
     assert!(run.rps > 0.0, "could not read wrk's output:\n{text}");
+    run.cpu_us = cpu / 1000.0 / run.requests.max(1) as f64;
     run
 }
 
@@ -187,19 +213,20 @@ fn main() -> Result<(), Infallible> {
         for (i, (name, addr)) in servers.iter().enumerate() {
             let r = wrk(*addr, &script, seconds, connections);
             eprintln!(
-                "round {round}: {name:<26} {:>10.0} req/s  p99 {:>7.2} ms  non-2xx {}",
-                r.rps, r.p99_ms, r.non_2xx
+                "round {round}: {name:<26} {:>10.0} req/s  p99 {:>7.2} ms  server {:>6.2} µs CPU/req  non-2xx {}",
+                r.rps, r.p99_ms, r.cpu_us, r.non_2xx
             );
             results[i].push(r);
         }
     }
     let _ = std::fs::remove_file(&script);
-    let summary: Vec<(f64, f64)> = results
+    let summary: Vec<(f64, f64, f64)> = results
         .iter()
         .map(|runs| {
             (
                 median(runs.iter().map(|r| r.rps).collect()),
                 median(runs.iter().map(|r| r.p99_ms).collect()),
+                median(runs.iter().map(|r| r.cpu_us).collect()),
             )
         })
         .collect();
@@ -207,18 +234,20 @@ fn main() -> Result<(), Infallible> {
         "wrk -t1 -c{connections} -d{seconds}s, {KEYS} keys, median of {rounds} rounds; server on 1 tokio worker"
     );
     println!(
-        "{:<26} {:>10} {:>9} {:>10}",
-        "server", "req/s", "p99 ms", "vs floor"
+        "{:<26} {:>10} {:>9} {:>10} {:>14} {:>10}",
+        "server", "req/s", "p99 ms", "vs floor", "CPU µs/req", "vs floor"
     );
-    for ((name, _), (rps, p99)) in servers.iter().zip(&summary) {
+    for ((name, _), (rps, p99, cpu)) in servers.iter().zip(&summary) {
         println!(
-            "{name:<26} {rps:>10.0} {p99:>9.2} {:>9.2}×",
-            rps / summary[0].0
+            "{name:<26} {rps:>10.0} {p99:>9.2} {:>9.2}× {cpu:>14.2} {:>9.2}×",
+            rps / summary[0].0,
+            cpu / summary[0].2
         );
     }
     println!(
-        "ratewise-tower / tower_governor throughput: {:.2}×",
-        summary[2].0 / summary[1].0
+        "ratewise-tower / tower_governor: throughput {:.2}×, server CPU per request {:.2}×",
+        summary[2].0 / summary[1].0,
+        summary[2].2 / summary[1].2
     );
     Ok(())
 }
