@@ -16,6 +16,20 @@ use hyper_util::rt::TokioExecutor;
 /// Serves `app` with peer addresses on a fresh port of `ip`; the listener
 /// is bound before this returns, so the server is ready.
 pub async fn serve_on(ip: &str, app: Router) -> SocketAddr {
+    // Without the crate's `axum` feature the layer reads the peer from a
+    // plain `SocketAddr` extension: put it there, as a non-axum server would.
+    #[cfg(not(feature = "axum"))]
+    let app = app.layer(axum::middleware::from_fn(
+        |mut req: axum::extract::Request, next: axum::middleware::Next| async move {
+            use axum::extract::ConnectInfo;
+            if let Some(ConnectInfo(peer)) =
+                req.extensions().get::<ConnectInfo<SocketAddr>>().copied()
+            {
+                req.extensions_mut().insert(peer);
+            }
+            next.run(req).await
+        },
+    ));
     let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
