@@ -443,6 +443,15 @@ impl Shared {
                 p.admitted.add(1);
                 p.metrics.get().admitted.increment(1);
             }
+            for (i, p) in set.shadows.iter().enumerate() {
+                if v.shadow_refused & (1 << i) == 0 {
+                    p.admitted.add(1);
+                    p.metrics.get().admitted.increment(1);
+                } else {
+                    p.shadow_refused.add(1);
+                    p.metrics.get().shadow_refused.increment(1);
+                }
+            }
         } else {
             for s in v.states().iter().filter(|s| s.violated) {
                 let p = &set.policies[usize::from(s.index)];
@@ -489,7 +498,7 @@ impl Shared {
     }
 
     fn refresh_key_gauges(&self) {
-        for p in self.sets.iter().flat_map(|s| &s.policies) {
+        for p in self.sets.iter().flat_map(|s| s.all_policies()) {
             if let Some(store) = &p.store {
                 p.metrics.get().keys.set(store.keys() as f64);
             }
@@ -535,8 +544,7 @@ impl Shared {
                 .map(|s| SetStatus {
                     name: s.name.to_string(),
                     policies: s
-                        .policies
-                        .iter()
+                        .all_policies()
                         .map(|p| {
                             let q = p.quota();
                             PolicyStatus {
@@ -548,6 +556,7 @@ impl Shared {
                                 admitted: p.admitted.sum(),
                                 refused: p.refused.sum(),
                                 shadow_refused: p.shadow_refused.sum(),
+                                shadow: s.shadows.iter().any(|x| Arc::ptr_eq(x, p)),
                             }
                         })
                         .collect(),
@@ -699,8 +708,7 @@ impl RateLimitHandle {
             .find(|s| &*s.name == set)
             .ok_or_else(unknown)?;
         let p = s
-            .policies
-            .iter()
+            .all_policies()
             .find(|p| &*p.name == policy)
             .ok_or_else(unknown)?;
         if let Some(store) = &p.store {

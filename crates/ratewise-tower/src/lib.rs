@@ -93,7 +93,8 @@
 //! # Operations and observability
 //!
 //! [`RateLimitHandle`] flips the kill switch and shadow mode (decide and
-//! count, never refuse) and changes quotas at run time;
+//! count, never refuse) and changes quotas at run time; a single policy
+//! can be dark-launched next to enforced ones ([`Policy::shadow`]);
 //! [`RateLimitLayerBuilder::bypass`] exempts requests. Counters, a latency
 //! histogram and gauges go to the `metrics` facade ([`observe`] lists them);
 //! each decision runs in a `tracing` span at debug level, and refusals log

@@ -172,8 +172,12 @@ pub struct PolicyStatus {
     pub admitted: u64,
     /// Requests this policy refused.
     pub refused: u64,
-    /// Refusals shadow mode let through.
+    /// Refusals shadow mode (or this policy's own dark launch) let
+    /// through.
     pub shadow_refused: u64,
+    /// A [dark-launched](crate::Policy::shadow) policy: counted, never
+    /// enforced.
+    pub shadow: bool,
 }
 
 /// The backend in a [`Status`].

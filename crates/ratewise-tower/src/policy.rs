@@ -35,6 +35,7 @@ pub struct Policy {
     pub(crate) quota: Quota,
     pub(crate) store: Arc<dyn PolicyStore>,
     pub(crate) scope: Scope,
+    pub(crate) shadow: bool,
 }
 
 impl std::fmt::Debug for Policy {
@@ -43,6 +44,7 @@ impl std::fmt::Debug for Policy {
             .field("name", &self.name)
             .field("quota", &self.quota)
             .field("scope", &self.scope)
+            .field("shadow", &self.shadow)
             .finish()
     }
 }
@@ -91,6 +93,7 @@ impl Policy {
             quota,
             store: Arc::new(limiter),
             scope: Scope::PerKey,
+            shadow: false,
         }
     }
 
@@ -110,12 +113,28 @@ impl Policy {
             quota,
             store: Arc::new(GlobalStore(limiter)),
             scope: Scope::Global,
+            shadow: false,
         }
+    }
+
+    /// Dark-launches this policy: it is evaluated for every request the
+    /// other policies of its set admit, and its would-be refusals are
+    /// counted (`shadow_refused`), but it never refuses, is not advertised
+    /// in the headers, and is charged only when it would have admitted —
+    /// so its state is what enforcing it would have produced.
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
     }
 
     /// The policy's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the policy is [dark-launched](Policy::shadow).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
     }
 }
 
@@ -257,7 +276,10 @@ impl PolicyRuntime {
 /// value they always produce.
 pub(crate) struct PolicySet {
     pub(crate) name: Arc<str>,
+    /// The enforced policies, in checking order (a verdict's indexes).
     pub(crate) policies: Vec<Arc<PolicyRuntime>>,
+    /// Dark-launched policies: evaluated after an admission, never refuse.
+    pub(crate) shadows: Vec<Arc<PolicyRuntime>>,
     /// `None` for sets decided by an asynchronous backend.
     hierarchy: Option<Hierarchy<Key>>,
     policy_header: RwLock<HeaderValue>,
@@ -268,16 +290,21 @@ impl PolicySet {
     pub(crate) fn memory(name: Arc<str>, policies: Vec<Policy>) -> Self {
         let mut hierarchy = Hierarchy::new();
         let mut runtimes = Vec::with_capacity(policies.len());
+        let mut shadows = Vec::new();
         for p in policies {
-            hierarchy = hierarchy.level(p.name.clone(), SharedLevel(p.store.clone()));
-            runtimes.push(Arc::new(PolicyRuntime::new(
-                p.name,
-                p.scope,
-                p.quota,
-                Some(p.store),
-            )));
+            if !p.shadow {
+                hierarchy = hierarchy.level(p.name.clone(), SharedLevel(p.store.clone()));
+            }
+            let runtime = Arc::new(PolicyRuntime::new(p.name, p.scope, p.quota, Some(p.store)));
+            if p.shadow {
+                shadows.push(runtime);
+            } else {
+                runtimes.push(runtime);
+            }
         }
-        Self::with(name, runtimes, Some(hierarchy))
+        let mut set = Self::with(name, runtimes, Some(hierarchy));
+        set.shadows = shadows;
+        set
     }
 
     /// A set whose one policy is decided elsewhere (an async backend).
@@ -293,6 +320,7 @@ impl PolicySet {
         let set = PolicySet {
             name,
             policies,
+            shadows: Vec::new(),
             hierarchy,
             policy_header: RwLock::new(HeaderValue::from_static("")),
         };
@@ -324,12 +352,37 @@ impl PolicySet {
             .clone()
     }
 
-    /// Decides `key` with weight `n` at `now`, in memory.
+    /// Every policy of the set, enforced then shadow.
+    pub(crate) fn all_policies(&self) -> impl Iterator<Item = &Arc<PolicyRuntime>> {
+        self.policies.iter().chain(&self.shadows)
+    }
+
+    /// Decides `key` with weight `n` at `now`, in memory; then, if admitted,
+    /// evaluates the shadow policies (bit `i` of `shadow_refused` set when
+    /// shadow policy `i` would have refused).
     pub(crate) fn decide(&self, key: &Key, n: u64, now: Timestamp) -> Result<Verdict, Refusal> {
+        let mut v = self.decide_enforced(key, n, now)?;
+        if v.allowed {
+            for (i, p) in self.shadows.iter().enumerate() {
+                let Some(store) = &p.store else { continue };
+                // A shadow policy that can never take this request counts
+                // as a would-be refusal too.
+                if !store.check_at(key, n, now).is_ok_and(|d| d.allowed) {
+                    v.shadow_refused |= 1 << i;
+                }
+            }
+        }
+        Ok(v)
+    }
+
+    fn decide_enforced(&self, key: &Key, n: u64, now: Timestamp) -> Result<Verdict, Refusal> {
         let Some(h) = &self.hierarchy else {
             return Err(Refusal::NotInMemory);
         };
         let mut v = Verdict::empty();
+        if self.policies.is_empty() {
+            return Ok(v);
+        }
         if let [only] = self.policies.as_slice() {
             // One policy: one check, its decision is the whole evidence.
             let store = only.store.as_ref().ok_or(Refusal::NotInMemory)?;

@@ -51,6 +51,8 @@ pub struct Verdict {
     pub retry_after: Option<Duration>,
     /// Who decided (degraded sources are counted in metrics).
     pub source: DecisionSource,
+    /// Bit `i`: the set's shadow policy `i` would have refused.
+    pub(crate) shadow_refused: u8,
     states: [PolicyState; MAX_POLICIES],
     len: usize,
 }
@@ -61,6 +63,7 @@ impl Verdict {
             allowed: true,
             retry_after: None,
             source: DecisionSource::Backend,
+            shadow_refused: 0,
             states: [PolicyState::default(); MAX_POLICIES],
             len: 0,
         }

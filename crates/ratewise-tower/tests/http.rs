@@ -666,3 +666,46 @@ async fn any_algorithm_backs_a_policy() {
         StatusCode::OK
     );
 }
+
+/// A dark-launched policy is evaluated and counted but never refuses and
+/// is not advertised; the enforced policies work as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dark_launched_policy_counts_but_never_refuses() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder()
+        .key(KeySource::Global)
+        .policy(Policy::per_key("burst", per_second(4)))
+        .policy(Policy::per_key("strict", per_second(2)).shadow())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let client = HttpClient::new(serve(app(layer)).await);
+    let mut replies = Vec::new();
+    for _ in 0..6 {
+        replies.push(client.get("/", &[]).await);
+    }
+    // Only "burst" (4) refuses; "strict" (2) would have refused 2 of those 4.
+    assert_eq!(statuses(&replies), (4, 2));
+    let items = parse_rate_limit_field(replies[0].header("ratelimit").unwrap().as_bytes());
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].policy.as_deref(), Some("burst"));
+    let problem: Problem = serde_json::from_slice(&replies[5].body).unwrap();
+    assert_eq!(problem.violated_policies, ["burst"]);
+    let status = handle.status();
+    let [burst, strict] = &status.sets[0].policies[..] else {
+        panic!("two policies: {:?}", status.sets[0].policies)
+    };
+    assert_eq!((burst.admitted, burst.refused, burst.shadow), (4, 2, false));
+    assert_eq!(
+        (
+            strict.admitted,
+            strict.refused,
+            strict.shadow_refused,
+            strict.shadow
+        ),
+        (2, 0, 2, true)
+    );
+    // Its quota can be changed like any other.
+    handle.set_quota("strict", per_second(10)).unwrap();
+}
