@@ -453,6 +453,64 @@ mod tests {
         assert_eq!(p1.client_ip(ip("10.0.0.9"), &h), ip("10.0.0.9"));
     }
 
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn any_ip() -> impl Strategy<Value = IpAddr> {
+            prop_oneof![
+                any::<u32>().prop_map(|b| IpAddr::V4(Ipv4Addr::from(b))),
+                any::<u128>().prop_map(|b| IpAddr::V6(Ipv6Addr::from(b))),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Grouping is idempotent, and two addresses share a key
+            /// exactly when they share the prefix.
+            #[test]
+            fn grouping_keys_are_prefixes(a in any::<u128>(), b in any::<u128>(), p in 0u8..=128) {
+                let g = IpGrouping { v4: 32, v6: p };
+                let (x, y) = (IpAddr::V6(Ipv6Addr::from(a)), IpAddr::V6(Ipv6Addr::from(b)));
+                prop_assume!(Ipv6Addr::from(a).to_ipv4_mapped().is_none());
+                prop_assume!(Ipv6Addr::from(b).to_ipv4_mapped().is_none());
+                prop_assert_eq!(g.group(g.group(x)), g.group(x));
+                let same = p == 0 || (a ^ b) >> (128 - u32::from(p)) == 0;
+                prop_assert_eq!(g.group(x) == g.group(y), same);
+            }
+
+            /// Whatever the header says, the answer is the peer or an
+            /// address written in the header, and an untrusted peer is
+            /// always its own client. Arbitrary bytes never panic.
+            #[test]
+            fn the_client_is_the_peer_or_in_the_chain(
+                peer in any_ip(),
+                chain in proptest::collection::vec(any_ip(), 0..6),
+                junk in proptest::collection::vec(any::<u8>(), 0..40),
+                hops in 0usize..5,
+                trusted_peer in any::<bool>(),
+            ) {
+                let net: IpNet = IpNet::from(peer);
+                let proxies = TrustedProxies::new(hops, if trusted_peer { vec![net] } else { vec![] });
+                let mut h = HeaderMap::new();
+                let text: Vec<String> = chain.iter().map(|ip| ip.to_string()).collect();
+                h.append(&X_FORWARDED_FOR, text.join(", ").parse().unwrap());
+                if let Ok(v) = http::HeaderValue::from_bytes(&junk) {
+                    h.append(&X_FORWARDED_FOR, v.clone());
+                    h.append(FORWARDED, v);
+                }
+                for p in [proxies.clone(), proxies.forwarded()] {
+                    let client = p.client_ip(peer, &h);
+                    prop_assert!(client == peer || chain.contains(&client) || !junk.is_empty());
+                    if !trusted_peer || hops == 0 {
+                        prop_assert_eq!(client, peer);
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn forwarded_header_for_values() {
         let p = TrustedProxies::new(1, ["10.0.0.0/8".parse().unwrap()]).forwarded();
