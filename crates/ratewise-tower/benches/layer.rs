@@ -14,29 +14,14 @@ use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use http::{HeaderValue, Request, Response};
-use ratewise::Quota;
-use ratewise_tower::{KeySource, Policy, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
-use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::KeyExtractor;
-use tower_governor::{GovernorError, GovernorLayer};
 
-#[derive(Clone)]
-struct ApiKey;
-
-impl KeyExtractor for ApiKey {
-    type Key = String;
-    fn extract<T>(&self, req: &Request<T>) -> Result<String, GovernorError> {
-        req.headers()
-            .get("x-api-key")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
-}
+#[path = "common/peers.rs"]
+mod peers;
+use peers::{governor_layer, ratewise_layer, KEYS};
 
 /// Polls a future that is ready at once (both services here are).
 fn now<F: Future>(f: F) -> F::Output {
@@ -48,7 +33,7 @@ fn now<F: Future>(f: F) -> F::Output {
 }
 
 fn requests() -> Vec<Request<String>> {
-    (0..10_000)
+    (0..KEYS)
         .map(|i| {
             let mut r = Request::new(String::new());
             r.headers_mut().insert(
@@ -103,25 +88,8 @@ fn main() {
     let inner = tower::service_fn(|_req: Request<String>| async {
         Ok::<_, Infallible>(Response::new(axum::body::Body::from("ok")))
     });
-    let config = GovernorConfigBuilder::default()
-        .per_millisecond(20) // one cell every 20 ms = 50/s
-        .burst_size(50)
-        .key_extractor(ApiKey)
-        .use_headers()
-        .finish()
-        .expect("a valid governor config");
-    let mut governor = GovernorLayer::new(config).layer(inner);
-    let ours = RateLimitLayer::builder()
-        .key(KeySource::header(http::HeaderName::from_static(
-            "x-api-key",
-        )))
-        .policy(Policy::per_key(
-            "key",
-            Quota::per(50, Duration::from_secs(1)).expect("a valid quota"),
-        ))
-        .build()
-        .expect("a valid layer");
-    let mut ratewise = ours.layer(inner);
+    let mut governor = governor_layer().layer(inner);
+    let mut ratewise = ratewise_layer().layer(inner);
     let mut none = inner;
     let reqs = requests();
     let n = 100_000;

@@ -19,32 +19,13 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::process::Command;
-use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use http::Request;
-use ratewise::Quota;
-use ratewise_tower::{KeySource, Policy, RateLimitLayer};
-use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::KeyExtractor;
-use tower_governor::{GovernorError, GovernorLayer};
 
-const KEYS: u32 = 10_000;
-
-#[derive(Clone)]
-struct ApiKey;
-
-impl KeyExtractor for ApiKey {
-    type Key = String;
-    fn extract<T>(&self, req: &Request<T>) -> Result<String, GovernorError> {
-        req.headers()
-            .get("x-api-key")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
-}
+#[path = "../benches/common/peers.rs"]
+mod peers;
+use peers::{governor_layer, ratewise_layer, KEYS};
 
 fn handler() -> Router {
     Router::new().route("/", get(|| async { "ok" }))
@@ -55,28 +36,11 @@ fn floor() -> Router {
 }
 
 fn governor() -> Router {
-    let config = GovernorConfigBuilder::default()
-        .per_millisecond(20) // one cell every 20 ms = 50/s
-        .burst_size(50)
-        .key_extractor(ApiKey)
-        .use_headers()
-        .finish()
-        .expect("a valid governor config");
-    handler().layer(GovernorLayer::new(config))
+    handler().layer(governor_layer())
 }
 
 fn ratewise() -> Router {
-    let layer = RateLimitLayer::builder()
-        .key(KeySource::header(http::HeaderName::from_static(
-            "x-api-key",
-        )))
-        .policy(Policy::per_key(
-            "key",
-            Quota::per(50, Duration::from_secs(1)).expect("a valid quota"),
-        ))
-        .build()
-        .expect("a valid layer");
-    handler().layer(layer)
+    handler().layer(ratewise_layer())
 }
 
 async fn serve(app: Router) -> SocketAddr {
