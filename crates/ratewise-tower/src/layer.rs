@@ -133,6 +133,27 @@ impl<L: AsyncKeyedLimiter<Key> + 'static> DynBackend for Backend<L> {
     }
 }
 
+/// A backend keyed by bytes (such as the Redis limiters, which take any
+/// `AsRef<[u8]>` key): each [`Key`] is sent as its `Display` form
+/// (`ip:192.0.2.0`, `text:…`, `n:42`, `global`, `anonymous`).
+struct BytesBackend<L>(Arc<L>);
+
+impl<L: AsyncKeyedLimiter<[u8]> + 'static> DynBackend for BytesBackend<L> {
+    fn check(&self, key: Key, n: u64) -> BackendFuture {
+        let limiter = self.0.clone();
+        Box::pin(async move {
+            let bytes = key.to_string();
+            limiter
+                .check(bytes.as_bytes(), n)
+                .await
+                .map_err(|e| Box::new(e) as BoxError)
+        })
+    }
+    fn kind(&self) -> &'static str {
+        std::any::type_name::<L>()
+    }
+}
+
 /// Builds a [`RateLimitLayer`]; see [`RateLimitLayer::builder`].
 #[must_use]
 pub struct RateLimitLayerBuilder {
@@ -267,6 +288,23 @@ impl RateLimitLayerBuilder {
         L: AsyncKeyedLimiter<Key> + 'static,
     {
         self.backend = Some((Box::new(Backend(Arc::new(limiter))), name.into(), quota));
+        self
+    }
+
+    /// [`backend`](Self::backend) for a limiter keyed by bytes — the Redis
+    /// limiters (`RedisLimiter`, `TwoTierLimiter`) implement
+    /// `AsyncKeyedLimiter<[u8]>` — so moving a service from memory to Redis
+    /// is this one call. Each key is sent as its `Display` form
+    /// (`ip:192.0.2.0`, `text:…`).
+    pub fn backend_bytes<L>(mut self, name: impl Into<String>, quota: Quota, limiter: L) -> Self
+    where
+        L: AsyncKeyedLimiter<[u8]> + 'static,
+    {
+        self.backend = Some((
+            Box::new(BytesBackend(Arc::new(limiter))),
+            name.into(),
+            quota,
+        ));
         self
     }
 

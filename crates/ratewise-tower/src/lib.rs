@@ -87,8 +87,10 @@
 //! default; any ratewise algorithm through [`Policy::per_key_with`]). A
 //! single policy can instead be decided by any
 //! [`AsyncKeyedLimiter`](ratewise::backend::AsyncKeyedLimiter) — a Redis
-//! backend, say — with [`RateLimitLayerBuilder::backend`]: switching store
-//! is one builder call.
+//! backend, say — with [`RateLimitLayerBuilder::backend`], or
+//! [`RateLimitLayerBuilder::backend_bytes`] for limiters keyed by bytes
+//! (`ratewise-redis`'s `RedisLimiter` and `TwoTierLimiter`): switching
+//! store is one builder call.
 //!
 //! # Operations and observability
 //!

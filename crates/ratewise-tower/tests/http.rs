@@ -709,3 +709,53 @@ async fn a_dark_launched_policy_counts_but_never_refuses() {
     // Its quota can be changed like any other.
     handle.set_quota("strict", per_second(10)).unwrap();
 }
+
+/// A backend keyed by bytes (the shape of the Redis limiters) gets each key
+/// as its `Display` form; here a core keyed limiter behind that interface.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bytes_keyed_backend_sees_display_keys() {
+    use ratewise::backend::{AsyncKeyedLimiter, BackendDecision};
+    use ratewise::KeyedError;
+    struct ByBytes(Arc<KeyedLimiter<Vec<u8>, ratewise::keyed::GcraState, ManualClock>>);
+    impl AsyncKeyedLimiter<[u8]> for ByBytes {
+        type Error = KeyedError;
+        async fn check(&self, key: &[u8], n: u64) -> Result<BackendDecision, KeyedError> {
+            self.0
+                .check(&key.to_vec(), n)
+                .map(BackendDecision::from_backend)
+        }
+        async fn peek(&self, key: &[u8], n: u64) -> Result<BackendDecision, KeyedError> {
+            Ok(BackendDecision::from_backend(
+                self.0.peek(&key.to_vec(), n)?,
+            ))
+        }
+    }
+    let quota = per_second(2);
+    let inner = Arc::new(
+        KeyedLimiter::<Vec<u8>>::builder(quota)
+            .clock(ManualClock::new())
+            .build(),
+    );
+    let store = ByBytes(inner.clone());
+    let layer = RateLimitLayer::builder()
+        .key(KeySource::header(HeaderName::from_static("x-api-key")))
+        .backend_bytes("remote", quota, store)
+        .build()
+        .unwrap();
+    let client = HttpClient::new(serve(app(layer)).await);
+    let mut a = Vec::new();
+    for _ in 0..3 {
+        a.push(client.get("/", &[("x-api-key", "ada")]).await);
+    }
+    assert_eq!(statuses(&a), (2, 1));
+    assert_eq!(
+        client.get("/", &[("x-api-key", "bob")]).await.status,
+        StatusCode::OK
+    );
+    let items = parse_rate_limit_field(a[2].header("ratelimit").unwrap().as_bytes());
+    assert_eq!(items[0].policy.as_deref(), Some("remote"));
+    // The store saw each key's Display form.
+    assert!(inner.contains(&b"text:ada".to_vec()));
+    assert!(inner.contains(&b"text:bob".to_vec()));
+    assert_eq!(inner.len(), 2);
+}
