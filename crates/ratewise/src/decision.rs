@@ -51,23 +51,25 @@ impl Decision {
         self.allowed
     }
 
-    /// The response headers this decision implies, values in whole seconds
-    /// rounded up (a client that waits the advertised time is never early):
-    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, and on
-    /// denial `Retry-After`.
+    /// The legacy three-field headers this decision implies, values in
+    /// whole seconds rounded up (a client that waits the advertised time is
+    /// never early): `RateLimit-Limit`, `RateLimit-Remaining`,
+    /// `RateLimit-Reset`, and on denial `Retry-After` (at least 1).
+    ///
+    /// This is the drafts' form up to -06 and allocates a `String` per
+    /// header. For the current form (`RateLimit-Policy` / `RateLimit`) and
+    /// an allocation-free path, use [`Decision::write_headers`] (module
+    /// [`headers_out`](crate::headers_out)).
     pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
+        use crate::headers_out::{ceil_secs, retry_after_secs};
         let mut out = vec![
             ("RateLimit-Limit", self.limit.to_string()),
             ("RateLimit-Remaining", self.remaining.to_string()),
             ("RateLimit-Reset", ceil_secs(self.reset_after).to_string()),
         ];
-        if let Some(retry) = self.retry_after {
-            out.push(("Retry-After", ceil_secs(retry).to_string()));
+        if let (false, Some(retry)) = (self.allowed, self.retry_after) {
+            out.push(("Retry-After", retry_after_secs(retry).to_string()));
         }
         out.into_iter()
     }
-}
-
-fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }

@@ -46,7 +46,8 @@
 //!
 //! Answers are [`Decision`]s that carry their evidence — limit, remaining,
 //! reset and retry-after — so a server can write `RateLimit-*` and
-//! `Retry-After` headers without asking again. Misuse is a typed error
+//! `Retry-After` headers without asking again ([`headers_out`] writes them in
+//! the IETF draft's current form or the legacy ones, without allocating). Misuse is a typed error
 //! ([`QuotaError`], [`CheckError`]), never a panic.
 //!
 //! # Beyond one limiter
@@ -87,6 +88,7 @@ pub mod decision;
 pub mod error;
 pub mod fixed_window;
 pub mod gcra;
+pub mod headers_out;
 pub mod hierarchy;
 pub mod keyed;
 pub mod leaky_meter;

@@ -102,3 +102,33 @@ fn keyed_and_hierarchy_checks_do_not_allocate_once_warm() {
     assert_eq!(allocations() - before, 0, "a check allocated");
     assert!(allowed > 0 && denied > 0, "{allowed} {denied}");
 }
+
+/// The header writer (every form, admitted and refused) formats on the
+/// stack: no allocation at all.
+#[test]
+fn header_writer_does_not_allocate() {
+    use ratewise::headers_out::{HeaderBuf, HeaderStyle, PolicyInfo};
+    use ratewise::{Gcra, ManualClock, RateLimiter};
+    let q = Quota::per_second(5).unwrap();
+    let l = Gcra::with_clock(q, ManualClock::new());
+    let policy = PolicyInfo::from_quota("burst", &q);
+    let mut bytes = 0usize;
+    let before = allocations();
+    for i in 0..1_000u64 {
+        let d = l
+            .check_at(1, Timestamp::from_nanos(i * 50_000_000))
+            .unwrap();
+        d.write_headers(&policy, HeaderStyle::ALL, |name, value| {
+            bytes += name.len() + value.len();
+        })
+        .unwrap();
+        let mut field = HeaderBuf::<128>::new();
+        field.push_decision("burst", &d).unwrap();
+        field
+            .push_limit("day", i, std::time::Duration::from_secs(i))
+            .unwrap();
+        bytes += field.as_bytes().len();
+    }
+    assert_eq!(allocations() - before, 0, "the header writer allocated");
+    assert!(bytes > 1_000 * 60, "headers were written ({bytes} bytes)");
+}

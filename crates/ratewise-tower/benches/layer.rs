@@ -1,0 +1,134 @@
+//! The middleware's own cost, without sockets: one request through
+//! `ratewise-tower` and through `tower_governor` (same keyed GCRA quota,
+//! headers on, 10 000 keys from a header), around a service that answers at
+//! once. The HTTP-level comparison is `examples/load.rs` (wrk).
+//!
+//! Interleaved trials timed by on-CPU time (robust on a busy machine):
+//!
+//! ```text
+//! cargo bench -p ratewise-tower --bench layer -- 9    # 9 trials (default 7)
+//! ```
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use http::{HeaderValue, Request, Response};
+use tower::{Layer, Service, ServiceExt};
+
+#[path = "common/peers.rs"]
+mod peers;
+use peers::{governor_layer, ratewise_layer, KEYS};
+
+/// Polls a future that is ready at once (both services here are).
+fn now<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the service was not ready at once"),
+    }
+}
+
+fn requests() -> Vec<Request<String>> {
+    (0..KEYS)
+        .map(|i| {
+            let mut r = Request::new(String::new());
+            r.headers_mut().insert(
+                "x-api-key",
+                HeaderValue::from_str(&format!("k{i}")).expect("ascii"),
+            );
+            r
+        })
+        .collect()
+}
+
+/// This thread's on-CPU nanoseconds as the scheduler accounts them (Linux),
+/// so time spent preempted by other processes is left out.
+fn cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
+}
+
+/// Nanoseconds (on-CPU, else wall) per request over `n` requests.
+fn trial<S>(svc: &mut S, reqs: &[Request<String>], n: usize) -> f64
+where
+    S: Service<Request<String>>,
+{
+    let c0 = cpu_ns();
+    let w0 = Instant::now();
+    let mut ok = 0u64;
+    for i in 0..n {
+        let req = reqs[i % reqs.len()].clone();
+        let ready = now(svc.ready()).ok().expect("ready");
+        ok += u64::from(now(ready.call(req)).is_ok());
+    }
+    black_box(ok);
+    let wall = w0.elapsed().as_nanos() as u64;
+    let ns = match (c0, cpu_ns()) {
+        (Some(a), Some(b)) if b > a => b - a,
+        _ => wall,
+    };
+    ns as f64 / n as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let trials: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(7);
+    let inner = tower::service_fn(|_req: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(axum::body::Body::from("ok")))
+    });
+    let mut governor = governor_layer().layer(inner);
+    let mut ratewise = ratewise_layer().layer(inner);
+    let mut none = inner;
+    let reqs = requests();
+    let n = 100_000;
+    // Warm-up: every key seen by each limiter.
+    trial(&mut governor, &reqs, reqs.len());
+    trial(&mut ratewise, &reqs, reqs.len());
+    let (mut f, mut g, mut r, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // `LAYER_ONLY=ratewise` or `=governor` runs one side only (for a
+    // profiler).
+    let only = std::env::var("LAYER_ONLY").unwrap_or_default();
+    for _ in 0..trials {
+        f.push(trial(&mut none, &reqs, n));
+        let gv = if only == "ratewise" {
+            f64::NAN
+        } else {
+            trial(&mut governor, &reqs, n)
+        };
+        let rv = if only == "governor" {
+            f64::NAN
+        } else {
+            trial(&mut ratewise, &reqs, n)
+        };
+        g.push(gv);
+        r.push(rv);
+        ratio.push(rv / gv);
+    }
+    let (lo, hi) = (
+        ratio.iter().copied().fold(f64::INFINITY, f64::min),
+        ratio.iter().copied().fold(0.0, f64::max),
+    );
+    println!(
+        "{trials} trials × {n} requests, {} keys, on-CPU ns per request (median)",
+        reqs.len()
+    );
+    println!("no limiter      {:>8.0}", median(f));
+    println!("tower_governor  {:>8.0}", median(g));
+    println!("ratewise-tower  {:>8.0}", median(r));
+    println!(
+        "ratewise-tower / tower_governor cost: median {:.2}× (min {lo:.2}×, max {hi:.2}×)",
+        median(ratio)
+    );
+}

@@ -1,0 +1,211 @@
+//! Observability: `metrics` handles, a rate-limited warning for refusals,
+//! and the JSON status snapshot.
+//!
+//! Metric names (labels in braces):
+//!
+//! | name | kind | meaning |
+//! |---|---|---|
+//! | `ratewise_admitted_total{policy}` | counter | requests a policy admitted |
+//! | `ratewise_refused_total{policy}` | counter | requests a policy refused (429 sent) |
+//! | `ratewise_shadow_refused_total{policy}` | counter | refusals shadow mode let through |
+//! | `ratewise_keys_tracked{policy}` | gauge | keys a per-key policy holds (refreshed every 1 024 decisions and on each status snapshot) |
+//! | `ratewise_decision_seconds` | histogram | time to decide: the limiters, the bookkeeping and the headers (on the layer's clock, so zero on a frozen `ManualClock`; for an async backend, until its answer) |
+//! | `ratewise_degraded_total{source}` | counter | decisions a backend made without its store (`fail_open`, `fail_closed`, `local_fallback`) |
+//! | `ratewise_backend_healthy` | gauge | 1 while the backend's store answers, 0 after a degraded decision or error |
+//! | `ratewise_bypassed_total{reason}` | counter | requests not checked (`disabled`, `bypass`) |
+//!
+//! Handles are registered with the global recorder on first use, so install
+//! the recorder (e.g. `metrics-exporter-prometheus`) before the first
+//! request.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+use serde::Serialize;
+
+use crate::policy::Scope;
+
+pub(crate) struct PolicyHandles {
+    pub(crate) admitted: Counter,
+    pub(crate) refused: Counter,
+    pub(crate) shadow_refused: Counter,
+    pub(crate) keys: Gauge,
+}
+
+/// One policy's metric handles, registered on first use.
+pub(crate) struct PolicyMetrics {
+    name: Arc<str>,
+    handles: OnceLock<PolicyHandles>,
+}
+
+impl PolicyMetrics {
+    pub(crate) fn new(name: &Arc<str>) -> Self {
+        PolicyMetrics {
+            name: name.clone(),
+            handles: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn get(&self) -> &PolicyHandles {
+        self.handles.get_or_init(|| {
+            let p = self.name.to_string();
+            PolicyHandles {
+                admitted: metrics::counter!("ratewise_admitted_total", "policy" => p.clone()),
+                refused: metrics::counter!("ratewise_refused_total", "policy" => p.clone()),
+                shadow_refused: metrics::counter!("ratewise_shadow_refused_total", "policy" => p.clone()),
+                keys: metrics::gauge!("ratewise_keys_tracked", "policy" => p),
+            }
+        })
+    }
+}
+
+pub(crate) struct LayerHandles {
+    pub(crate) latency: Histogram,
+    pub(crate) backend_healthy: Gauge,
+    pub(crate) bypass_disabled: Counter,
+    pub(crate) bypass_predicate: Counter,
+}
+
+/// Layer-wide metric handles, registered on first use.
+#[derive(Default)]
+pub(crate) struct LayerMetrics {
+    handles: OnceLock<LayerHandles>,
+}
+
+impl LayerMetrics {
+    pub(crate) fn get(&self) -> &LayerHandles {
+        self.handles.get_or_init(|| {
+            let backend_healthy = metrics::gauge!("ratewise_backend_healthy");
+            // Healthy until a degraded decision says otherwise.
+            backend_healthy.set(1.0);
+            LayerHandles {
+                latency: metrics::histogram!("ratewise_decision_seconds"),
+                backend_healthy,
+                bypass_disabled: metrics::counter!("ratewise_bypassed_total", "reason" => "disabled"),
+                bypass_predicate: metrics::counter!("ratewise_bypassed_total", "reason" => "bypass"),
+            }
+        })
+    }
+
+    pub(crate) fn degraded(source: ratewise::backend::DecisionSource) {
+        metrics::counter!("ratewise_degraded_total", "source" => source.as_str()).increment(1);
+    }
+}
+
+/// Lets one `warn!` through per interval; counts the ones held back, so a
+/// flood of refusals cannot flood the logs.
+pub(crate) struct WarnGate {
+    interval_nanos: u64,
+    /// The time of the last warning + 1 (0: never warned).
+    last: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl WarnGate {
+    pub(crate) fn new(interval: Duration) -> Self {
+        WarnGate {
+            interval_nanos: u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX),
+            last: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(n)` if a warning may be logged now, `n` being how many were
+    /// held back since the last one.
+    pub(crate) fn admit(&self, now_nanos: u64) -> Option<u64> {
+        let stamp = now_nanos.saturating_add(1);
+        let last = self.last.load(Ordering::Relaxed);
+        if last != 0 && stamp.saturating_sub(last) < self.interval_nanos {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        self.last
+            .compare_exchange(last, stamp, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()
+            .map(|_| self.suppressed.swap(0, Ordering::Relaxed))
+            .or_else(|| {
+                self.suppressed.fetch_add(1, Ordering::Relaxed);
+                None
+            })
+    }
+}
+
+/// A point-in-time view of the limiter, for a health or status endpoint
+/// (`serde_json::to_string(&handle.status())`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Status {
+    /// `false` while the kill switch is off (every request passes).
+    pub enabled: bool,
+    /// `true` in shadow mode (refusals are counted, never sent).
+    pub shadow: bool,
+    /// The policy sets (the default set first, then routes and tiers).
+    pub sets: Vec<SetStatus>,
+    /// The decision backend.
+    pub backend: BackendStatus,
+}
+
+/// One policy set in a [`Status`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SetStatus {
+    /// `default`, or the route or tier name.
+    pub name: String,
+    /// Its policies, in checking order.
+    pub policies: Vec<PolicyStatus>,
+}
+
+/// One policy in a [`Status`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PolicyStatus {
+    /// The policy name (as in `RateLimit-Policy`).
+    pub name: String,
+    /// Per key or global.
+    pub scope: Scope,
+    /// `q`: units per window.
+    pub quota: u64,
+    /// `w`: the window in seconds (fractional).
+    pub window_secs: f64,
+    /// Keys tracked now (`null` when the backend keeps them elsewhere).
+    pub keys_tracked: Option<usize>,
+    /// Requests this policy admitted.
+    pub admitted: u64,
+    /// Requests this policy refused.
+    pub refused: u64,
+    /// Refusals shadow mode (or this policy's own dark launch) let
+    /// through.
+    pub shadow_refused: u64,
+    /// A [dark-launched](crate::Policy::shadow) policy: counted, never
+    /// enforced.
+    pub shadow: bool,
+}
+
+/// The backend in a [`Status`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BackendStatus {
+    /// `memory`, or the async backend's type name.
+    pub kind: String,
+    /// `false` after a degraded decision or an error, until the next
+    /// decision the backend's store makes.
+    pub healthy: bool,
+    /// Decisions made without the store (fail open/closed, local fallback)
+    /// or backend errors.
+    pub degraded_decisions: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warn_gate_lets_one_through_per_interval_and_counts_the_rest() {
+        let g = WarnGate::new(Duration::from_secs(1));
+        assert_eq!(g.admit(0), Some(0));
+        for t in 1..=99u64 {
+            assert_eq!(g.admit(t * 1_000_000), None);
+        }
+        assert_eq!(g.admit(1_000_000_000), Some(99));
+        assert_eq!(g.admit(1_500_000_000), None);
+        assert_eq!(g.admit(2_000_000_000), Some(1));
+    }
+}

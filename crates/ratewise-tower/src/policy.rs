@@ -1,0 +1,432 @@
+//! Named limits ([`Policy`]) and the in-memory engine that checks a set of
+//! them at once through the core's [`Hierarchy`].
+
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use http::HeaderValue;
+use ratewise::hierarchy::{Hierarchy, Level};
+use ratewise::keyed::{KeyState, KeyedError, KeyedLimiter, NoClock};
+use ratewise::limiter::Reservation;
+use ratewise::striped::StripedCounter;
+use ratewise::{CheckError, Decision, Gcra, Quota, RateLimiter, Timestamp};
+
+use crate::key::Key;
+use crate::verdict::{PolicyState, Verdict};
+
+/// The most policies one request can be checked against (a verdict holds
+/// their states inline, so deciding allocates nothing).
+pub const MAX_POLICIES: usize = 8;
+
+/// A named limit: its quota and whether each key gets its own.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewise::Quota;
+/// use ratewise_tower::Policy;
+///
+/// let burst = Policy::per_key("burst", Quota::per(100, Duration::from_secs(10))?);
+/// let daily = Policy::per_key("daily", Quota::per(10_000, Duration::from_secs(86_400))?);
+/// let everyone = Policy::global("global", Quota::per_second(5_000)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Policy {
+    pub(crate) name: Arc<str>,
+    pub(crate) quota: Quota,
+    pub(crate) store: Arc<dyn PolicyStore>,
+    pub(crate) scope: Scope,
+    pub(crate) shadow: bool,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("name", &self.name)
+            .field("quota", &self.quota)
+            .field("scope", &self.scope)
+            .field("shadow", &self.shadow)
+            .finish()
+    }
+}
+
+/// Whether a policy keeps one state per key or one for all requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// One limiter per key.
+    PerKey,
+    /// One limiter shared by every key.
+    Global,
+}
+
+/// Default cap on keys tracked per policy; see [`Policy::per_key_with`].
+pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
+
+impl Policy {
+    /// One GCRA per key, at most [`DEFAULT_MAX_KEYS`] keys.
+    pub fn per_key(name: impl Into<Arc<str>>, quota: Quota) -> Self {
+        Self::per_key_with(
+            name,
+            quota,
+            KeyedLimiter::<Key>::builder(quota)
+                .max_keys(DEFAULT_MAX_KEYS)
+                .clock(NoClock)
+                .build(),
+        )
+    }
+
+    /// One limiter per key, from a keyed limiter you built: any algorithm
+    /// (`.limiter(TokenBucket::new)`), your key cap, your shard count. Its
+    /// clock is not read (the layer tells it the time).
+    pub fn per_key_with<L, C>(
+        name: impl Into<Arc<str>>,
+        quota: Quota,
+        limiter: KeyedLimiter<Key, L, C>,
+    ) -> Self
+    where
+        L: KeyState + 'static,
+        C: ratewise::Clock + 'static,
+        KeyedLimiter<Key, L, C>: Send + Sync,
+    {
+        Policy {
+            name: name.into(),
+            quota,
+            store: Arc::new(limiter),
+            scope: Scope::PerKey,
+            shadow: false,
+        }
+    }
+
+    /// One GCRA for every request, whatever its key.
+    pub fn global(name: impl Into<Arc<str>>, quota: Quota) -> Self {
+        Self::global_with(name, quota, Gcra::with_clock(quota, NoClock))
+    }
+
+    /// One limiter of any algorithm for every request.
+    pub fn global_with(
+        name: impl Into<Arc<str>>,
+        quota: Quota,
+        limiter: impl RateLimiter + 'static,
+    ) -> Self {
+        Policy {
+            name: name.into(),
+            quota,
+            store: Arc::new(GlobalStore(limiter)),
+            scope: Scope::Global,
+            shadow: false,
+        }
+    }
+
+    /// Dark-launches this policy: it is evaluated for every request the
+    /// other policies of its set admit, and its would-be refusals are
+    /// counted (`shadow_refused`), but it never refuses, is not advertised
+    /// in the headers, and is charged only when it would have admitted —
+    /// so its state is what enforcing it would have produced.
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the policy is [dark-launched](Policy::shadow).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+}
+
+/// What the engine needs of a policy's limiter.
+pub(crate) trait PolicyStore: Send + Sync {
+    fn check_at(&self, key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError>;
+    fn peek_at(&self, key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError>;
+    fn reserve_now(&self, key: &Key, n: u64, now: Timestamp) -> Result<Reservation, KeyedError>;
+    fn cancel_at(&self, key: &Key, r: Reservation, now: Timestamp);
+    fn set_quota_at(&self, quota: Quota, now: Timestamp);
+    fn keys(&self) -> usize;
+}
+
+impl<L, C> PolicyStore for KeyedLimiter<Key, L, C>
+where
+    L: KeyState,
+    C: ratewise::Clock,
+    Self: Send + Sync,
+{
+    fn check_at(&self, key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        match KeyedLimiter::check_at(self, key, n, now) {
+            Ok(d) => Ok(d),
+            Err(KeyedError::Check(e)) => Err(e),
+            // The key table is full of keys still in use: refuse this new
+            // key until one frees up (never evict a partly used key).
+            // The key table is full of keys still in use (the new key waits
+            // until one frees up; a partly used key is never evicted), or
+            // any other refusal the keyed limiter reports.
+            Err(e) => {
+                let wait = match e {
+                    KeyedError::Full { retry_after, .. } => retry_after,
+                    KeyedError::WouldWaitTooLong { wait, .. } => wait,
+                    _ => Duration::from_secs(1),
+                };
+                Ok(Decision {
+                    allowed: false,
+                    limit: self.default_quota().burst(),
+                    remaining: 0,
+                    reset_after: wait,
+                    retry_after: Some(wait),
+                    delay: Duration::ZERO,
+                })
+            }
+        }
+    }
+    fn peek_at(&self, key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        KeyedLimiter::peek_at(self, key, n, now)
+    }
+    fn reserve_now(&self, key: &Key, n: u64, now: Timestamp) -> Result<Reservation, KeyedError> {
+        self.reserve_within_at(key, n, now, Duration::ZERO)
+    }
+    fn cancel_at(&self, key: &Key, r: Reservation, now: Timestamp) {
+        let _ = KeyedLimiter::cancel_at(self, key, r, now);
+    }
+    fn set_quota_at(&self, quota: Quota, _now: Timestamp) {
+        self.set_default_quota(quota);
+    }
+    fn keys(&self) -> usize {
+        self.len()
+    }
+}
+
+struct GlobalStore<L>(L);
+
+impl<L: RateLimiter> PolicyStore for GlobalStore<L> {
+    fn check_at(&self, _key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        self.0.check_at(n, now)
+    }
+    fn peek_at(&self, _key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        self.0.peek_at(n, now)
+    }
+    fn reserve_now(&self, _key: &Key, n: u64, now: Timestamp) -> Result<Reservation, KeyedError> {
+        Ok(self.0.reserve_within_at(n, now, Duration::ZERO)?)
+    }
+    fn cancel_at(&self, _key: &Key, r: Reservation, now: Timestamp) {
+        let _ = self.0.cancel_at(r, now);
+    }
+    fn set_quota_at(&self, quota: Quota, now: Timestamp) {
+        self.0.set_quota_at(quota, now);
+    }
+    fn keys(&self) -> usize {
+        1
+    }
+}
+
+/// A policy's store as a hierarchy level (the hierarchy owns levels; the
+/// engine keeps a second handle for peeks, quota changes and key counts).
+struct SharedLevel(Arc<dyn PolicyStore>);
+
+impl Level<Key> for SharedLevel {
+    fn peek_at(&self, req: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        self.0.peek_at(req, n, now)
+    }
+    fn reserve_now(&self, req: &Key, n: u64, now: Timestamp) -> Result<Reservation, KeyedError> {
+        self.0.reserve_now(req, n, now)
+    }
+    fn cancel_at(&self, req: &Key, reservation: Reservation, now: Timestamp) {
+        self.0.cancel_at(req, reservation, now)
+    }
+}
+
+/// Per-policy counters and metric handles.
+pub(crate) struct PolicyRuntime {
+    pub(crate) name: Arc<str>,
+    pub(crate) scope: Scope,
+    pub(crate) quota: RwLock<Quota>,
+    pub(crate) store: Option<Arc<dyn PolicyStore>>,
+    pub(crate) admitted: StripedCounter,
+    pub(crate) refused: StripedCounter,
+    pub(crate) shadow_refused: StripedCounter,
+    pub(crate) metrics: crate::observe::PolicyMetrics,
+}
+
+impl PolicyRuntime {
+    pub(crate) fn new(
+        name: Arc<str>,
+        scope: Scope,
+        quota: Quota,
+        store: Option<Arc<dyn PolicyStore>>,
+    ) -> Self {
+        PolicyRuntime {
+            metrics: crate::observe::PolicyMetrics::new(&name),
+            name,
+            scope,
+            quota: RwLock::new(quota),
+            store,
+            admitted: StripedCounter::with_stripes(8),
+            refused: StripedCounter::with_stripes(4),
+            shadow_refused: StripedCounter::with_stripes(4),
+        }
+    }
+
+    pub(crate) fn quota(&self) -> Quota {
+        *self.quota.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The policies one request is checked against, with the `RateLimit-Policy`
+/// value they always produce.
+pub(crate) struct PolicySet {
+    pub(crate) name: Arc<str>,
+    /// The enforced policies, in checking order (a verdict's indexes).
+    pub(crate) policies: Vec<Arc<PolicyRuntime>>,
+    /// Dark-launched policies: evaluated after an admission, never refuse.
+    pub(crate) shadows: Vec<Arc<PolicyRuntime>>,
+    /// `None` for sets decided by an asynchronous backend.
+    hierarchy: Option<Hierarchy<Key>>,
+    policy_header: RwLock<HeaderValue>,
+}
+
+impl PolicySet {
+    /// A set of in-memory policies.
+    pub(crate) fn memory(name: Arc<str>, policies: Vec<Policy>) -> Self {
+        let mut hierarchy = Hierarchy::new();
+        let mut runtimes = Vec::with_capacity(policies.len());
+        let mut shadows = Vec::new();
+        for p in policies {
+            if !p.shadow {
+                hierarchy = hierarchy.level(p.name.clone(), SharedLevel(p.store.clone()));
+            }
+            let runtime = Arc::new(PolicyRuntime::new(p.name, p.scope, p.quota, Some(p.store)));
+            if p.shadow {
+                shadows.push(runtime);
+            } else {
+                runtimes.push(runtime);
+            }
+        }
+        let mut set = Self::with(name, runtimes, Some(hierarchy));
+        set.shadows = shadows;
+        set
+    }
+
+    /// A set whose one policy is decided elsewhere (an async backend).
+    pub(crate) fn remote(name: Arc<str>, policy: Arc<PolicyRuntime>) -> Self {
+        Self::with(name, vec![policy], None)
+    }
+
+    fn with(
+        name: Arc<str>,
+        policies: Vec<Arc<PolicyRuntime>>,
+        hierarchy: Option<Hierarchy<Key>>,
+    ) -> Self {
+        let set = PolicySet {
+            name,
+            policies,
+            shadows: Vec::new(),
+            hierarchy,
+            policy_header: RwLock::new(HeaderValue::from_static("")),
+        };
+        set.refresh_policy_header();
+        set
+    }
+
+    /// Re-renders `RateLimit-Policy` after a quota change.
+    pub(crate) fn refresh_policy_header(&self) {
+        let mut buf = ratewise::headers_out::HeaderBuf::<4096>::new();
+        for p in &self.policies {
+            let q = p.quota();
+            // Names are validated when the layer is built.
+            let _ = buf.push_policy(&ratewise::headers_out::PolicyInfo::from_quota(&p.name, &q));
+        }
+        let value = HeaderValue::from_maybe_shared(bytes::Bytes::copy_from_slice(buf.as_bytes()))
+            .unwrap_or_else(|_| HeaderValue::from_static(""));
+        *self
+            .policy_header
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = value;
+    }
+
+    /// `RateLimit-Policy` (a reference-counted copy; no allocation).
+    pub(crate) fn policy_header(&self) -> HeaderValue {
+        self.policy_header
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Every policy of the set, enforced then shadow.
+    pub(crate) fn all_policies(&self) -> impl Iterator<Item = &Arc<PolicyRuntime>> {
+        self.policies.iter().chain(&self.shadows)
+    }
+
+    /// Decides `key` with weight `n` at `now`, in memory; then, if admitted,
+    /// evaluates the shadow policies (bit `i` of `shadow_refused` set when
+    /// shadow policy `i` would have refused).
+    pub(crate) fn decide(&self, key: &Key, n: u64, now: Timestamp) -> Result<Verdict, Refusal> {
+        let mut v = self.decide_enforced(key, n, now)?;
+        if v.allowed {
+            for (i, p) in self.shadows.iter().enumerate() {
+                let Some(store) = &p.store else { continue };
+                // A shadow policy that can never take this request counts
+                // as a would-be refusal too.
+                if !store.check_at(key, n, now).is_ok_and(|d| d.allowed) {
+                    v.shadow_refused |= 1 << i;
+                }
+            }
+        }
+        Ok(v)
+    }
+
+    fn decide_enforced(&self, key: &Key, n: u64, now: Timestamp) -> Result<Verdict, Refusal> {
+        let Some(h) = &self.hierarchy else {
+            return Err(Refusal::NotInMemory);
+        };
+        let mut v = Verdict::empty();
+        if self.policies.is_empty() {
+            return Ok(v);
+        }
+        if let [only] = self.policies.as_slice() {
+            // One policy: one check, its decision is the whole evidence.
+            let store = only.store.as_ref().ok_or(Refusal::NotInMemory)?;
+            let d = store
+                .check_at(key, n, now)
+                .map_err(|e| Refusal::Invalid(0, e))?;
+            v.allowed = d.allowed;
+            v.push(PolicyState::from_decision(0, &d, !d.allowed));
+            v.retry_after = d.retry_after.filter(|_| !d.allowed);
+            return Ok(v);
+        }
+        let hd = h
+            .check_at(key, n, now)
+            .map_err(|e| Refusal::Invalid(e.index, e.source))?;
+        v.allowed = hd.allowed;
+        v.retry_after = hd.retry_after.filter(|_| !hd.allowed);
+        for (i, p) in self.policies.iter().enumerate() {
+            let Some(store) = &p.store else { continue };
+            // Each level's state after the decision (a look, no write).
+            let d = store
+                .peek_at(key, n, now)
+                .map_err(|e| Refusal::Invalid(i, e))?;
+            let violated = !hd.allowed && (!d.allowed || hd.refused_level == Some(i));
+            let d = if hd.allowed {
+                Decision {
+                    allowed: true,
+                    retry_after: None,
+                    ..d
+                }
+            } else {
+                d
+            };
+            v.push(PolicyState::from_decision(i, &d, violated));
+        }
+        Ok(v)
+    }
+}
+
+/// Why the engine gave no verdict.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Policy `i` can never admit this request (e.g. its cost exceeds the
+    /// burst).
+    Invalid(usize, CheckError),
+    /// The set is decided by an async backend.
+    NotInMemory,
+}

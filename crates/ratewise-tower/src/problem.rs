@@ -1,0 +1,156 @@
+//! RFC 9457 `application/problem+json` bodies for the layer's own
+//! responses.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use ratewise::headers_out::{retry_after_secs, QUOTA_EXCEEDED_TYPE};
+use serde::{Deserialize, Serialize};
+
+use crate::policy::PolicySet;
+use crate::verdict::Verdict;
+
+/// The `application/problem+json` media type.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An RFC 9457 problem document as the layer writes it (and as clients can
+/// read it back).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// The problem type URI: the draft's `…#quota-exceeded` for a 429, or
+    /// `about:blank`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A short summary of the type.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What happened to this request.
+    pub detail: String,
+    /// The policies that refused the request (draft problem-type member).
+    #[serde(
+        rename = "violated-policies",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub violated_policies: Vec<String>,
+}
+
+fn respond(status: StatusCode, problem: &Problem) -> Response<Bytes> {
+    let body = serde_json::to_vec(problem).unwrap_or_default();
+    let mut res = Response::new(Bytes::from(body));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    res
+}
+
+/// Whether a request is a gRPC call (`content-type: application/grpc…`):
+/// its refusals are gRPC statuses rather than HTTP errors.
+pub(crate) fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The gRPC status code for one of the layer's HTTP answers.
+const fn grpc_code(status: StatusCode) -> u16 {
+    match status.as_u16() {
+        429 => 8,  // RESOURCE_EXHAUSTED
+        401 => 16, // UNAUTHENTICATED
+        400 => 3,  // INVALID_ARGUMENT
+        503 => 14, // UNAVAILABLE
+        _ => 2,    // UNKNOWN
+    }
+}
+
+/// A trailers-only gRPC error (HTTP 200, `grpc-status`, `grpc-message`),
+/// with the retry delay as `grpc-retry-pushback-ms` (gRFC A6), rounded up
+/// to whole milliseconds.
+pub(crate) fn grpc(status: StatusCode, message: &str, retry: Option<Duration>) -> Response<Bytes> {
+    let mut res = Response::new(Bytes::new());
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert("grpc-status", HeaderValue::from(grpc_code(status)));
+    // grpc-message is percent-encoded; keep to unreserved printable ASCII.
+    let message: String = message
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '%' || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&message) {
+        h.insert("grpc-message", v);
+    }
+    if let Some(retry) = retry {
+        let ms = retry.as_nanos().div_ceil(1_000_000);
+        h.insert(
+            "grpc-retry-pushback-ms",
+            HeaderValue::from(u64::try_from(ms).unwrap_or(u64::MAX)),
+        );
+    }
+    res
+}
+
+/// `429 Too Many Requests` with the draft's quota-exceeded problem, or for a
+/// gRPC call `RESOURCE_EXHAUSTED` with the retry delay.
+pub(crate) fn quota_exceeded(set: &PolicySet, v: &Verdict, grpc_call: bool) -> Response<Bytes> {
+    let violated: Vec<String> = v
+        .states()
+        .iter()
+        .filter(|s| s.violated)
+        .filter_map(|s| {
+            set.policies
+                .get(usize::from(s.index))
+                .map(|p| p.name.to_string())
+        })
+        .collect();
+    let wait = v.retry_after.map_or(1, retry_after_secs);
+    let problem = Problem {
+        kind: QUOTA_EXCEEDED_TYPE.to_string(),
+        title: "Request cannot be satisfied as assigned quota has been exceeded".to_string(),
+        status: 429,
+        detail: format!(
+            "quota exceeded for policy {}; retry in {wait} s",
+            violated.join(", ")
+        ),
+        violated_policies: violated,
+    };
+    if grpc_call {
+        return grpc(
+            StatusCode::TOO_MANY_REQUESTS,
+            &problem.detail,
+            v.retry_after,
+        );
+    }
+    respond(StatusCode::TOO_MANY_REQUESTS, &problem)
+}
+
+/// Any other status, `about:blank` (or its gRPC status for a gRPC call).
+pub(crate) fn simple_for(grpc_call: bool, status: StatusCode, detail: &str) -> Response<Bytes> {
+    if grpc_call {
+        grpc(status, detail, None)
+    } else {
+        simple(status, detail)
+    }
+}
+
+/// Any other status, `about:blank`.
+pub(crate) fn simple(status: StatusCode, detail: &str) -> Response<Bytes> {
+    let problem = Problem {
+        kind: "about:blank".to_string(),
+        title: status.canonical_reason().unwrap_or("Error").to_string(),
+        status: status.as_u16(),
+        detail: detail.to_string(),
+        violated_policies: Vec::new(),
+    };
+    respond(status, &problem)
+}

@@ -1,0 +1,218 @@
+//! [`Verdict`]: the decision for one request against every policy of its
+//! set, held inline (no allocation), and how it becomes headers.
+
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use ratewise::backend::DecisionSource;
+use ratewise::headers_out::{self, HeaderBuf, HeaderStyle};
+use ratewise::Decision;
+
+use crate::policy::{PolicySet, MAX_POLICIES};
+
+/// One policy's state after a decision: what `RateLimit` says about it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PolicyState {
+    /// The policy's position in its set.
+    pub index: u8,
+    /// Whether this policy refused the request.
+    pub violated: bool,
+    /// The policy's limit (burst).
+    pub limit: u64,
+    /// `r`: units left.
+    pub remaining: u64,
+    /// `t`: whole seconds until quota is available again (see
+    /// [`headers_out::reset_param`]).
+    pub reset_secs: u64,
+    /// Time until the policy is back at full capacity.
+    pub reset_after: Duration,
+}
+
+impl PolicyState {
+    pub(crate) fn from_decision(index: usize, d: &Decision, violated: bool) -> Self {
+        PolicyState {
+            // A set holds at most MAX_POLICIES (8) policies.
+            index: index as u8,
+            violated,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset_secs: headers_out::reset_param(d),
+            reset_after: d.reset_after,
+        }
+    }
+}
+
+/// The decision for one request against every policy of its set.
+#[derive(Clone, Copy, Debug)]
+pub struct Verdict {
+    /// Whether every policy admitted the request.
+    pub allowed: bool,
+    /// On refusal, how long until the request would pass.
+    pub retry_after: Option<Duration>,
+    /// Who decided (degraded sources are counted in metrics).
+    pub source: DecisionSource,
+    /// Bit `i`: the set's shadow policy `i` would have refused.
+    pub(crate) shadow_refused: u8,
+    states: [PolicyState; MAX_POLICIES],
+    len: usize,
+}
+
+impl Verdict {
+    pub(crate) fn empty() -> Self {
+        Verdict {
+            allowed: true,
+            retry_after: None,
+            source: DecisionSource::Backend,
+            shadow_refused: 0,
+            states: [PolicyState::default(); MAX_POLICIES],
+            len: 0,
+        }
+    }
+
+    pub(crate) fn push(&mut self, s: PolicyState) {
+        if self.len < MAX_POLICIES {
+            self.states[self.len] = s;
+            self.len += 1;
+        }
+    }
+
+    /// Each policy's state, in the set's order.
+    pub fn states(&self) -> &[PolicyState] {
+        &self.states[..self.len]
+    }
+
+    /// The state the legacy three-field headers describe: the violated
+    /// policy with the longest wait, or (admitted) the one with the fewest
+    /// units left.
+    pub fn most_constraining(&self) -> Option<&PolicyState> {
+        let s = self.states();
+        if self.allowed {
+            s.iter()
+                .min_by_key(|p| (p.remaining, std::cmp::Reverse(p.reset_secs)))
+        } else {
+            s.iter()
+                .filter(|p| p.violated)
+                .max_by_key(|p| p.reset_secs)
+                .or_else(|| s.first())
+        }
+    }
+
+    /// Renders this verdict's headers: `RateLimit-Policy` and `RateLimit`
+    /// for every policy of the set (style `draft`), the legacy trios for the
+    /// [most constraining](Verdict::most_constraining) policy, and
+    /// `Retry-After` on a refusal. The values are formatted on the stack by
+    /// [`ratewise::headers_out`]; `http` copies each once. The result is
+    /// small, so an admitted request's future carries it rather than the
+    /// whole verdict.
+    pub(crate) fn render(&self, set: &PolicySet, style: HeaderStyle) -> ReadyHeaders {
+        let mut out = ReadyHeaders {
+            policy: None,
+            state: None,
+            trio: None,
+            style,
+            retry: None,
+        };
+        if style.draft && self.len > 0 {
+            out.policy = Some(set.policy_header());
+            // A small buffer for the common case (a few short names); the
+            // large one only when that overflows.
+            let mut small = HeaderBuf::<128>::new(); // one policy always fits
+            out.state = if self.write_limits(set, &mut small).is_ok() {
+                HeaderValue::from_bytes(small.as_bytes()).ok()
+            } else {
+                let mut large = HeaderBuf::<4096>::new();
+                // Names are at most 64 bytes (checked at build time): 8 fit.
+                let _ = self.write_limits(set, &mut large);
+                HeaderValue::from_bytes(large.as_bytes()).ok()
+            };
+        }
+        if style.legacy || style.x_prefixed {
+            out.trio = self.most_constraining().map(|s| Decision {
+                allowed: !s.violated,
+                limit: s.limit,
+                remaining: s.remaining,
+                reset_after: s.reset_after,
+                retry_after: None,
+                delay: Duration::ZERO,
+            });
+        }
+        if !self.allowed {
+            out.retry = self.retry_after;
+        }
+        out
+    }
+
+    /// Writes this verdict's headers into `headers` (see
+    /// [`Verdict::render`]).
+    pub(crate) fn write_headers(
+        &self,
+        set: &PolicySet,
+        style: HeaderStyle,
+        headers: &mut HeaderMap,
+    ) {
+        self.render(set, style).apply(headers);
+    }
+}
+
+/// A verdict's headers, rendered and waiting for the response.
+pub(crate) struct ReadyHeaders {
+    policy: Option<HeaderValue>,
+    state: Option<HeaderValue>,
+    trio: Option<Decision>,
+    style: HeaderStyle,
+    retry: Option<Duration>,
+}
+
+impl ReadyHeaders {
+    /// Inserts the headers into a response's map.
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        if let Some(v) = self.policy {
+            headers.insert(RATELIMIT_POLICY.clone(), v);
+        }
+        if let Some(v) = self.state {
+            headers.insert(RATELIMIT.clone(), v);
+        }
+        if let Some(d) = self.trio {
+            let mut emit = |name: &'static str, value: &[u8]| {
+                insert(headers, &HeaderName::from_static(name), value)
+            };
+            if self.style.legacy {
+                headers_out::write_trio(headers_out::LEGACY_NAMES, &d, &mut emit);
+            }
+            if self.style.x_prefixed {
+                headers_out::write_trio(headers_out::X_NAMES, &d, &mut emit);
+            }
+        }
+        if let Some(retry) = self.retry {
+            headers_out::write_retry_after(retry, |_, v| {
+                insert(headers, &http::header::RETRY_AFTER, v)
+            });
+        }
+    }
+}
+
+impl Verdict {
+    fn write_limits<const N: usize>(
+        &self,
+        set: &PolicySet,
+        buf: &mut HeaderBuf<N>,
+    ) -> Result<(), headers_out::HeaderWriteError> {
+        for s in self.states() {
+            let name = set
+                .policies
+                .get(usize::from(s.index))
+                .map_or("", |p| &p.name);
+            buf.push_limit(name, s.remaining, Duration::from_secs(s.reset_secs))?;
+        }
+        Ok(())
+    }
+}
+
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static(headers_out::RATELIMIT_POLICY);
+static RATELIMIT: HeaderName = HeaderName::from_static(headers_out::RATELIMIT);
+
+fn insert(headers: &mut HeaderMap, name: &HeaderName, value: &[u8]) {
+    if let Ok(v) = HeaderValue::from_bytes(value) {
+        headers.insert(name.clone(), v);
+    }
+}

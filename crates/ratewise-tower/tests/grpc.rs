@@ -1,0 +1,114 @@
+//! A tonic client calling a gRPC service behind the layer (axum, HTTP/2 on
+//! 127.0.0.1): a call over the limit gets `RESOURCE_EXHAUSTED` with the
+//! retry delay in `grpc-retry-pushback-ms`, which ratewise's own client
+//! classifier reads back.
+
+mod common;
+
+use std::future::{ready, Ready};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use bytes::{Buf, BufMut, Bytes};
+use http::uri::PathAndQuery;
+use ratewise::client::classify::outcome;
+use ratewise::client::Signal;
+use ratewise::{ManualClock, Quota};
+use ratewise_tower::{KeySource, Policy, RateLimitLayer};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::{Code, Status};
+
+/// Messages are raw bytes: no protobuf code generation needed.
+#[derive(Clone, Copy, Default)]
+struct Raw;
+impl Codec for Raw {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = Raw;
+    type Decoder = Raw;
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+impl Encoder for Raw {
+    type Item = Bytes;
+    type Error = Status;
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+impl Decoder for Raw {
+    type Item = Bytes;
+    type Error = Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        let n = src.remaining();
+        Ok(Some(src.copy_to_bytes(n)))
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Echo;
+impl tonic::server::UnaryService<Bytes> for Echo {
+    type Response = Bytes;
+    type Future = Ready<Result<tonic::Response<Bytes>, Status>>;
+    fn call(&mut self, req: tonic::Request<Bytes>) -> Self::Future {
+        ready(Ok(tonic::Response::new(req.into_inner())))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_call_over_the_limit_is_resource_exhausted_with_the_delay() {
+    let layer = RateLimitLayer::builder()
+        .key(KeySource::Global)
+        .policy(Policy::per_key("calls", Quota::per_second(2).unwrap()))
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    let echo = tower::service_fn(|req: http::Request<axum::body::Body>| async move {
+        let mut grpc = tonic::server::Grpc::new(Raw);
+        Ok::<_, std::convert::Infallible>(grpc.unary(Echo, req).await)
+    });
+    let router = Router::new()
+        .route_service("/demo.Echo/Say", echo)
+        .layer(layer);
+    let addr = common::serve(router).await;
+
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let mut client = tonic::client::Grpc::new(channel);
+    let mut call = async |msg: &'static str| {
+        client.ready().await.unwrap();
+        client
+            .unary(
+                tonic::Request::new(Bytes::from_static(msg.as_bytes())),
+                PathAndQuery::from_static("/demo.Echo/Say"),
+                Raw,
+            )
+            .await
+    };
+    assert_eq!(call("one").await.unwrap().into_inner(), "one");
+    assert_eq!(call("two").await.unwrap().into_inner(), "two");
+    let refused = call("three").await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(refused.message().contains("calls"), "{}", refused.message());
+    // 2 per second: the next call fits in 500 ms.
+    let md = refused.metadata();
+    assert_eq!(md.get("grpc-retry-pushback-ms").unwrap(), "500");
+    assert_eq!(md.get("retry-after").unwrap(), "1");
+    assert_eq!(md.get("ratelimit").unwrap(), r#""calls";r=0;t=1"#);
+    // The client half of ratewise reads it as a throttle with that delay.
+    let mut headers = md.clone().into_headers();
+    headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+    let o = outcome(200, &headers, None, SystemTime::now());
+    assert_eq!(o.signal, Signal::Throttled);
+    assert_eq!(o.hints.retry_after, Some(Duration::from_secs(1)));
+}
