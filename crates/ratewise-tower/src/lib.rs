@@ -106,6 +106,7 @@
 #![warn(missing_docs)]
 
 mod body;
+pub mod concurrency;
 mod key;
 mod layer;
 pub mod observe;
