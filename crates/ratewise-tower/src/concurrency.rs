@@ -30,7 +30,7 @@
 //! ```
 //!
 //! Each request takes a permit from the layer's
-//! [`ConcurrencyLimiter`](ratewise::concurrency::ConcurrencyLimiter) at
+//! [`ConcurrencyLimiter`] at
 //! arrival; without one it is answered at once with `503 Service
 //! Unavailable` and `Retry-After` (a fast refusal instead of a queue that
 //! grows without bound). When the response is ready the permit is completed:
