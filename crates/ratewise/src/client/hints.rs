@@ -49,10 +49,20 @@ use crate::time::Timestamp;
 #[non_exhaustive]
 pub enum ResetMeaning {
     /// The end of the current quota window: the whole quota returns then.
-    #[default]
     WindowEnd,
-    /// The time until a token bucket is full again (needs `RateLimit-Limit`).
+    /// The time until a token bucket (or a sliding window) is full again
+    /// (needs `RateLimit-Limit`).
     Refill,
+    /// Told apart from what the server does (the default). Evidence of a
+    /// refill: the remaining count rises before the announced reset, or a
+    /// 429's `Retry-After` is much shorter than the reset. Evidence of a
+    /// window: a 429's `Retry-After` equals the reset, or, with nothing
+    /// left, the announced reset instant stands still while time passes.
+    /// Until there is evidence, a response that states the limit is read as
+    /// a refill (pace at `limit / reset`; a fixed window then costs one 429
+    /// before it is recognised), one without a limit as a window end.
+    #[default]
+    Auto,
 }
 
 /// What the latest hints allow: a rate cap and a pause, each until a time.
@@ -60,13 +70,24 @@ pub enum ResetMeaning {
 pub struct HintCap {
     meaning: ResetMeaning,
     cap: Option<(f64, Timestamp)>,
+    /// Whether the cap in force is a sustained rate (a refill reading) rather
+    /// than the rest of a window spread over the window's end.
+    sustained: bool,
     pause_until: Timestamp,
+    /// With [`ResetMeaning::Auto`]: what the evidence says so far.
+    detected: Option<ResetMeaning>,
+    /// The latest (remaining, reset instant, time seen).
+    last: Option<(u64, Timestamp, Timestamp)>,
 }
+
+/// Header resets are often whole seconds: instants closer than this are the
+/// same instant.
+const RESET_TOLERANCE: Duration = Duration::from_secs(1);
 
 impl HintCap {
     /// No hints seen; resets read as window ends.
     pub fn new() -> Self {
-        HintCap::default()
+        HintCap::with_meaning(ResetMeaning::WindowEnd)
     }
 
     /// No hints seen; resets read as `meaning`.
@@ -89,7 +110,12 @@ impl HintCap {
         };
         let until = now.saturating_add(reset);
         let secs = reset.as_secs_f64();
-        let cap = match self.meaning {
+        if self.meaning == ResetMeaning::Auto {
+            self.detect(now, remaining, until, hints);
+        }
+        self.last = Some((remaining, until, now));
+        let meaning = self.reading(hints.limit);
+        let cap = match meaning {
             ResetMeaning::WindowEnd => {
                 if remaining == 0 {
                     self.pause_until = self.pause_until.max(until);
@@ -100,23 +126,83 @@ impl HintCap {
                     None
                 }
             }
-            ResetMeaning::Refill => match hints.limit {
+            ResetMeaning::Refill | ResetMeaning::Auto => match hints.limit {
                 Some(limit) if limit > 0 && secs > 0.0 => Some(limit as f64 / secs),
                 _ => None,
             },
         };
         if let Some(rate) = cap {
-            self.lower(now, rate, until);
+            self.lower(now, rate, until, meaning == ResetMeaning::Refill);
+        }
+    }
+
+    /// How the reset is read now: the configured meaning, or for
+    /// [`ResetMeaning::Auto`] the evidence, else a refill when the limit is
+    /// known and a window end when it is not.
+    pub fn reading(&self, limit: Option<u64>) -> ResetMeaning {
+        match (self.meaning, self.detected) {
+            (ResetMeaning::Auto, Some(m)) => m,
+            (ResetMeaning::Auto, None) if limit.is_some() => ResetMeaning::Refill,
+            (ResetMeaning::Auto, None) => ResetMeaning::WindowEnd,
+            (m, _) => m,
+        }
+    }
+
+    /// What the evidence says the reset means, if it has said anything yet.
+    pub fn detected(&self) -> Option<ResetMeaning> {
+        self.detected
+    }
+
+    fn detect(&mut self, now: Timestamp, remaining: u64, until: Timestamp, hints: &ServerHints) {
+        let reset = until.saturating_duration_since(now);
+        if let (Some(ra), 0) = (hints.retry_after, remaining) {
+            if reset > RESET_TOLERANCE {
+                if ra.saturating_mul(2).saturating_add(RESET_TOLERANCE) < reset {
+                    self.detected = Some(ResetMeaning::Refill);
+                    return;
+                }
+                if ra.saturating_add(RESET_TOLERANCE) >= reset {
+                    self.detected = Some(ResetMeaning::WindowEnd);
+                    return;
+                }
+            }
+        }
+        let Some((r0, until0, seen0)) = self.last else {
+            return;
+        };
+        if remaining > r0 && now.saturating_add(RESET_TOLERANCE) < until0 {
+            // The quota came back before the announced reset: no window.
+            self.detected = Some(ResetMeaning::Refill);
+        } else if remaining == 0
+            && r0 == 0
+            && now >= seen0.saturating_add(RESET_TOLERANCE * 5 / 2)
+            && now.saturating_add(RESET_TOLERANCE / 2) < until0
+            && until <= until0.saturating_add(RESET_TOLERANCE)
+        {
+            // Empty, and the reset instant stood still while time passed.
+            self.detected = Some(ResetMeaning::WindowEnd);
         }
     }
 
     /// Installs a cap of `rate` until `until`, unless a lower one is in force
     /// at `now`.
-    fn lower(&mut self, now: Timestamp, rate: f64, until: Timestamp) {
+    fn lower(&mut self, now: Timestamp, rate: f64, until: Timestamp, sustained: bool) {
         match self.cap_at(now) {
             Some(current) if current < rate => {}
-            _ => self.cap = Some((rate, until)),
+            _ => {
+                self.cap = Some((rate, until));
+                self.sustained = sustained;
+            }
         }
+    }
+
+    /// Whether the cap in force at `now` is a sustained rate (a refill
+    /// reading: the server's own refill pace) rather than what is left of a
+    /// window, spread until the window ends. An owner lowers its controller
+    /// only to a sustained cap: when a window's cap lapses, the whole quota
+    /// is back, and the pace returns to the controller's at once.
+    pub fn cap_is_sustained(&self, now: Timestamp) -> bool {
+        self.sustained && self.cap_at(now).is_some()
     }
 
     /// The rate cap in force at `now`, if any.
@@ -151,7 +237,8 @@ pub struct WithHints<S> {
 }
 
 impl<S: Strategy> WithHints<S> {
-    /// `inner` with hint pacing, resets read as window ends.
+    /// `inner` with hint pacing, resets read as window ends (see
+    /// [`ResetMeaning::Auto`] for the default the throttle uses).
     pub fn new(inner: S) -> Self {
         WithHints::with_meaning(inner, ResetMeaning::WindowEnd)
     }
