@@ -57,7 +57,7 @@
 
 use std::time::Duration;
 
-use super::config::{at_least, positive, within, ConfigError};
+use super::config::{at_least, rate_range_and_decrease, within, ConfigError};
 use super::pacer::RateController;
 use super::{Outcome, Signal};
 use crate::time::Timestamp;
@@ -103,19 +103,7 @@ impl Default for AdaptiveConfig {
 
 impl AdaptiveConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        positive("min_rate", self.min_rate)?;
-        positive("max_rate", self.max_rate)?;
-        if self.min_rate > self.max_rate {
-            return Err(ConfigError::Inconsistent(
-                "min_rate must not exceed max_rate",
-            ));
-        }
-        within(
-            "decrease_factor",
-            self.decrease_factor,
-            f64::MIN_POSITIVE,
-            0.999_999,
-        )?;
+        rate_range_and_decrease(self.min_rate, self.max_rate, self.decrease_factor)?;
         at_least("increase_fraction", self.increase_fraction, 0.0)?;
         at_least(
             "increase_fraction_hinted",
@@ -335,7 +323,7 @@ mod tests {
         }
         let mut prev = r;
         for _ in 0..100 {
-            let now = c.on_outcome(t, &with_remaining(3)).unwrap();
+            let now = c.on_outcome(t, &with_remaining(1)).unwrap();
             assert!((now - prev - r * 0.01).abs() < 1e-9, "additive steps");
             prev = now;
         }

@@ -7,13 +7,13 @@
 //! invitation to send 4000 now; raising the rate is the controller's job
 //! (AIMD or CUBIC), which feels its way up. Concretely, a cap in force is
 //! never raised or removed by a later header; it only lapses at its own
-//! reset. What happens then is the owner's business: a
-//! [`Throttle`](super::throttle::Throttle) has already lowered its
-//! controller to the cap ([`RateController::limit_to`]), so the rate climbs
-//! back through the controller, and without a controller it returns to the
-//! configured base pace (unpaced for none), never above.
-//!
-//! [`RateController::limit_to`]: super::pacer::RateController::limit_to
+//! reset. Then the pace returns to the owner's: a
+//! [`Throttle`](super::throttle::Throttle) goes back to its controller's rate
+//! at once (a window's quota is back whole; a bucket's cap, `limit / reset`,
+//! is only a lower bound of its refill rate, often far below it because
+//! headers round the reset up to whole seconds, so the controller is not
+//! dragged down to it), and without a controller to the configured base
+//! pace (unpaced for none), never above.
 //!
 //! Servers mean two different things by "reset", and the safe pace differs,
 //! so the reading is chosen with [`ResetMeaning`]:
@@ -25,8 +25,10 @@
 //!   [`Decision::headers`](crate::Decision::headers)): the reset is the time
 //!   until the bucket is full again, which needs the limit `L` too. Over the
 //!   next `reset` seconds the bucket can serve exactly its `remaining` plus
-//!   what refills, `L − remaining`, so the cap is `L / reset` — never below
-//!   the refill rate — and an empty bucket is paced, not paused.
+//!   what refills, `L − remaining`, so an *empty* bucket is paced at
+//!   `L / reset` — the refill rate, or below it when the header rounds the
+//!   reset up — not paused; a bucket with tokens left sets no cap (the next
+//!   request is admitted whatever the pace; pacing is the controller's job).
 //!
 //! Reading a token bucket's reset as a window end is safe but far too slow
 //! (an empty 4500/hour bucket would pause for an hour instead of 0.8 s), so
@@ -70,9 +72,6 @@ pub enum ResetMeaning {
 pub struct HintCap {
     meaning: ResetMeaning,
     cap: Option<(f64, Timestamp)>,
-    /// Whether the cap in force is a sustained rate (a refill reading) rather
-    /// than the rest of a window spread over the window's end.
-    sustained: bool,
     pause_until: Timestamp,
     /// With [`ResetMeaning::Auto`]: what the evidence says so far.
     detected: Option<ResetMeaning>,
@@ -126,13 +125,19 @@ impl HintCap {
                     None
                 }
             }
+            // A bucket with tokens left admits the next request whatever
+            // the pace; only an empty one needs pacing, at no more than the
+            // refill rate the reset implies (`limit / reset` is a lower bound
+            // of that rate even when the header rounds the reset up).
             ResetMeaning::Refill | ResetMeaning::Auto => match hints.limit {
-                Some(limit) if limit > 0 && secs > 0.0 => Some(limit as f64 / secs),
+                Some(limit) if remaining == 0 && limit > 0 && secs > 0.0 => {
+                    Some(limit as f64 / secs)
+                }
                 _ => None,
             },
         };
         if let Some(rate) = cap {
-            self.lower(now, rate, until, meaning == ResetMeaning::Refill);
+            self.lower(now, rate, until);
         }
     }
 
@@ -161,7 +166,10 @@ impl HintCap {
                     self.detected = Some(ResetMeaning::Refill);
                     return;
                 }
-                if ra.saturating_add(RESET_TOLERANCE) >= reset {
+                // Whole-second headers make a fast bucket's "retry after 1 s"
+                // and "reset in 1 s" look alike: only a reset longer than
+                // the rounding can show a window.
+                if reset > RESET_TOLERANCE * 2 && ra.saturating_add(RESET_TOLERANCE) >= reset {
                     self.detected = Some(ResetMeaning::WindowEnd);
                     return;
                 }
@@ -186,23 +194,11 @@ impl HintCap {
 
     /// Installs a cap of `rate` until `until`, unless a lower one is in force
     /// at `now`.
-    fn lower(&mut self, now: Timestamp, rate: f64, until: Timestamp, sustained: bool) {
+    fn lower(&mut self, now: Timestamp, rate: f64, until: Timestamp) {
         match self.cap_at(now) {
             Some(current) if current < rate => {}
-            _ => {
-                self.cap = Some((rate, until));
-                self.sustained = sustained;
-            }
+            _ => self.cap = Some((rate, until)),
         }
-    }
-
-    /// Whether the cap in force at `now` is a sustained rate (a refill
-    /// reading: the server's own refill pace) rather than what is left of a
-    /// window, spread until the window ends. An owner lowers its controller
-    /// only to a sustained cap: when a window's cap lapses, the whole quota
-    /// is back, and the pace returns to the controller's at once.
-    pub fn cap_is_sustained(&self, now: Timestamp) -> bool {
-        self.sustained && self.cap_at(now).is_some()
     }
 
     /// The rate cap in force at `now`, if any.
@@ -370,9 +366,10 @@ mod tests {
             reset_after: Some(Duration::from_secs(1800)),
             ..empty
         };
+        // A bucket with tokens left sets no cap of its own.
         let mut fresh = HintCap::with_meaning(ResetMeaning::Refill);
         fresh.observe(t, &half);
-        assert_eq!(fresh.cap_at(t), Some(2.5));
+        assert_eq!(fresh.cap_at(t), None);
         // The same header never raises the cap already in force.
         h.observe(t, &half);
         assert_eq!(h.cap_at(t), Some(1.25));

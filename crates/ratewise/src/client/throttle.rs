@@ -32,10 +32,10 @@
 //! * The pacer's rate is `min(controller, hint cap)`, where the controller
 //!   is the fixed base rate for [`Adaptation::Fixed`] and absent (no pacing)
 //!   for [`Adaptation::None`] and CUBIC before its first throttle.
-//! * A header never raises the rate: a hint cap in force is only ever
-//!   lowered ([`HintCap::observe`]), and a cap below the controller lowers the
-//!   controller too ([`RateController::limit_to`]), so after the cap lapses
-//!   the rate rises only as the controller raises it.
+//! * A header never raises the rate above the controller's: a hint cap in
+//!   force is only ever lowered ([`HintCap::observe`]), and when it lapses
+//!   the rate returns to the controller's (a window's quota is back whole;
+//!   a bucket's `limit / reset` is only a lower bound of its refill rate).
 //! * A Retry-After never pauses a partition longer than `max_retry_after`,
 //!   and never grants a retry the backoff's `max_retries` refuses.
 //! * `attempts ≥ successes + throttled`; every counter only grows.
@@ -666,13 +666,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
 
         // 1. Adapt the pace: the controller (or the fixed base rate) first,
-        //    then hints may only lower it. A *sustained* cap (a refill
-        //    reading) below the controller also lowers the controller, so
-        //    when the cap lapses the rate climbs back by the controller's
-        //    rule; a window's cap does not (the whole quota is back when it
-        //    lapses). Without a controller the rate returns to the base rate
-        //    (or to no pacing), never above.
-        let mut controller_rate = match cfg.adaptation {
+        //    then hints may only lower it, until the cap lapses; then the
+        //    rate is the controller's (or the base rate, or no pacing), never
+        //    above.
+        let controller_rate = match cfg.adaptation {
             Adaptation::Fixed(r) => Some(r),
             _ => st
                 .controller
@@ -682,15 +679,6 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         if cfg.use_hints {
             st.hints.observe(now, &outcome.hints);
             st.paused_until = st.paused_until.max(st.hints.pause_until());
-            let sustained = st.hints.cap_is_sustained(now);
-            if let (Some(cap), Some(ctl), true) =
-                (st.hints.cap_at(now), st.controller.as_mut(), sustained)
-            {
-                if controller_rate.is_none_or(|r| cap < r) {
-                    ctl.limit_to(cap);
-                    controller_rate = ctl.rate();
-                }
-            }
         }
         let rate = if cfg.use_hints {
             st.hints.limit(controller_rate, now)
@@ -1121,7 +1109,7 @@ mod tests {
         );
         assert_eq!(th.metrics().throttled, 0);
         // A generous hint never raises the rate: the 0.2/s cap holds until
-        // its reset, and the controller was lowered with it.
+        // its reset.
         let lots = Outcome::success().with_hints(ServerHints {
             remaining: Some(1_000_000),
             reset_after: Some(Duration::from_secs(1)),
@@ -1190,47 +1178,44 @@ mod tests {
     }
 
     #[test]
-    fn aimd_climbs_back_after_a_refill_cap_lapses_and_snaps_back_after_a_window() {
-        // A refill reading (the server's sustained rate) lowers the
-        // controller: when the cap lapses, AIMD climbs back from it.
-        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
-            hint_reset: ResetMeaning::Refill,
-            ..config()
-        })
-        .unwrap(); // AIMD 10/s
+    fn the_pace_returns_to_the_controller_when_a_cap_lapses() {
+        // Whatever the reading, a cap holds the pace down until it lapses;
+        // then the controller's rate applies at once instead of a crawl back
+        // from the cap (a window's quota is back whole; a bucket's
+        // `limit / reset` is only a lower bound of its refill rate).
         let t = Timestamp::ZERO;
-        let refill = Outcome::success().with_hints(ServerHints {
+        let empty_bucket = Outcome::success().with_hints(ServerHints {
             remaining: Some(0),
             limit: Some(2),
             reset_after: Some(Duration::from_secs(2)),
             ..ServerHints::default()
         });
-        th.record_at(&0, &mut th.begin(t), t, &refill); // 1/s for 2 s
-        assert_eq!(th.rate_of(&0), Some(1.0));
-        // The cap lapses. AIMD (+0.5/s per 10 successes) climbs from 1/s.
-        let mut now = t + Duration::from_secs(2);
-        let mut prev = 1.0;
-        for _ in 0..30 {
-            th.record_at(&0, &mut th.begin(now), now, &Outcome::success());
-            let r = th.rate_of(&0).unwrap();
-            assert!(r <= prev + 0.5 + 1e-9, "{prev} -> {r}");
-            prev = r;
-            now = now + ms(100);
+        for (meaning, hint) in [
+            (ResetMeaning::Refill, empty_bucket),
+            (ResetMeaning::WindowEnd, capped(2, 2)),
+        ] {
+            let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+                hint_reset: meaning,
+                ..config()
+            })
+            .unwrap(); // AIMD 10/s
+            th.record_at(&0, &mut th.begin(t), t, &hint); // 1/s for 2 s
+            assert_eq!(th.rate_of(&0), Some(1.0), "{meaning:?}");
+            let during = t + ms(1500);
+            th.record_at(&0, &mut th.begin(during), during, &Outcome::success());
+            assert_eq!(
+                th.rate_of(&0),
+                Some(1.0),
+                "{meaning:?}: held until the reset"
+            );
+            let later = t + Duration::from_secs(2);
+            th.record_at(&0, &mut th.begin(later), later, &Outcome::success());
+            assert_eq!(
+                th.rate_of(&0),
+                Some(10.0),
+                "{meaning:?}: the controller's rate"
+            );
         }
-        assert_eq!(th.rate_of(&0), Some(2.5), "three steps of +0.5 from 1/s");
-        // What is left of a window (the reset read as a window end) caps the
-        // pace until the window ends, but the whole quota is back then: the
-        // pace returns to the controller's at once instead of crawling.
-        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
-            hint_reset: ResetMeaning::WindowEnd,
-            ..config()
-        })
-        .unwrap();
-        th.record_at(&0, &mut th.begin(t), t, &capped(2, 2)); // 1/s for 2 s
-        assert_eq!(th.rate_of(&0), Some(1.0));
-        let later = t + Duration::from_secs(2);
-        th.record_at(&0, &mut th.begin(later), later, &Outcome::success());
-        assert_eq!(th.rate_of(&0), Some(10.0));
     }
 
     /// The controller's (or base) rate of `key`'s partition: `None` when
