@@ -16,13 +16,14 @@
 //!    uses it: a success that left `remaining = 0` says the quota is
 //!    exhausted right now, so the rate holds; only a success with quota to
 //!    spare (or with no such header at all) lets it rise.
-//! 3. **The increase is scale-free**: each such success adds
-//!    `increase_fraction ×` the rate at the last cut (the smaller
-//!    `increase_fraction_hinted` when the server reports spare quota, which
-//!    every client sees at once). Between two cuts the
-//!    increase is additive, so clients cut at similar rates converge to
-//!    similar shares (AIMD's fairness), yet the step is small where the
-//!    rate is small and large where it is large.
+//! 3. **The increase is additive and scale-free**: each such success adds
+//!    `increase_fraction ×` the rate pacing began at (half the send rate
+//!    measured at the first throttle; the smaller `increase_fraction_hinted`
+//!    when the server reports spare quota, which every client sees at once).
+//!    The step stays the same after every later cut, so clients sharing a
+//!    quota converge to equal shares (AIMD's fairness: a cut takes more from
+//!    the faster, a step gives the same to all), yet it is sized by what this
+//!    client could send, not by a constant in requests per second.
 //!
 //! A throttle cuts the rate by `decrease_factor`, at most once per
 //! `decrease_cooldown` and once per interval at the current rate (a burst of
@@ -72,13 +73,12 @@ pub struct AdaptiveConfig {
     pub max_rate: f64,
     /// The rate a throttle multiplies the current rate by (default 0.5).
     pub decrease_factor: f64,
-    /// What one success adds, as a fraction of the rate at the last cut,
-    /// when the server sends no `RateLimit-Remaining` (default 0.03).
+    /// What one success adds, as a fraction of the rate pacing began at,
+    /// when the server sends no `RateLimit-Remaining` (default 0.007).
     pub increase_fraction: f64,
     /// The same when `RateLimit-Remaining` says there is quota to spare
-    /// (default 0.01: a hundred such successes restore a halved rate). It is
-    /// smaller because every client of the quota sees the same spare quota at
-    /// the same time and rises together.
+    /// (default 0.003). It is smaller because every client of the quota sees
+    /// the same spare quota at the same time and rises together.
     pub increase_fraction_hinted: f64,
     /// The shortest time between two cuts (default 1 s).
     pub decrease_cooldown: Duration,
@@ -93,8 +93,8 @@ impl Default for AdaptiveConfig {
             min_rate: 0.05,
             max_rate: 10_000.0,
             decrease_factor: 0.5,
-            increase_fraction: 0.03,
-            increase_fraction_hinted: 0.01,
+            increase_fraction: 0.007,
+            increase_fraction_hinted: 0.003,
             decrease_cooldown: Duration::from_secs(1),
             fallback_rate: 1.0,
         }
@@ -165,7 +165,8 @@ impl SendMeter {
 pub struct Adaptive {
     config: AdaptiveConfig,
     rate: Option<f64>,
-    /// The rate right after the last cut (or where pacing began).
+    /// The rate pacing began at (the first cut, or the first cap): the
+    /// scale of every additive step.
     base: f64,
     last_cut: Option<Timestamp>,
     meter: SendMeter,
@@ -225,8 +226,11 @@ impl RateController for Adaptive {
                         self.meter.rate(now).unwrap_or(self.config.fallback_rate)
                     });
                     let r = self.clamp(from * self.config.decrease_factor);
+                    if self.last_cut.is_none() && self.rate.is_none() {
+                        // Pacing begins: the step's scale is set once.
+                        self.base = r;
+                    }
                     self.rate = Some(r);
-                    self.base = r;
                     self.last_cut = Some(now);
                 }
             }
@@ -251,7 +255,9 @@ impl RateController for Adaptive {
         let r = self.clamp(rate);
         match self.rate {
             Some(cur) if cur <= r => {}
-            _ => {
+            Some(_) => self.rate = Some(r),
+            None => {
+                // Pacing begins at the cap: the step's scale is set here.
                 self.rate = Some(r);
                 self.base = r;
             }
@@ -324,16 +330,19 @@ mod tests {
         let mut prev = r;
         for _ in 0..100 {
             let now = c.on_outcome(t, &with_remaining(1)).unwrap();
-            assert!((now - prev - r * 0.01).abs() < 1e-9, "additive steps");
+            assert!((now - prev - r * 0.003).abs() < 1e-9, "additive steps");
             prev = now;
         }
-        assert!(
-            (prev - 2.0 * r).abs() < 1e-9,
-            "a hundred steps restore a halving"
-        );
+        assert!((prev - 1.3 * r).abs() < 1e-9, "a hundred steps add 30 %");
         // Without the header, the larger step.
         let next = c.on_outcome(t, &Outcome::success()).unwrap();
-        assert!((next - prev - r * 0.03).abs() < 1e-9);
+        assert!((next - prev - r * 0.007).abs() < 1e-9);
+        // After a later cut the step is the same (it is sized by where
+        // pacing began, not by the last cut): AIMD's fairness.
+        let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
+        assert!((cut - next / 2.0).abs() < 1e-9);
+        let up = c.on_outcome(t + ms(5_000), &Outcome::success()).unwrap();
+        assert!((up - cut - r * 0.007).abs() < 1e-9);
     }
 
     #[test]
