@@ -230,7 +230,7 @@ pub const ALL: &[StrategyInfo] = &[
     },
     StrategyInfo {
         name: "throttle-v1",
-        description: "the Throttle's previous defaults, for comparison: AIMD from 10/s, resets read as window ends, 5 attempts, 100 ms·2^n backoff, retry budget on 429s",
+        description: "the Throttle's previous default configuration, for comparison: AIMD from 10/s, resets read as window ends, 5 attempts, 100 ms·2^n backoff",
         build: |p| {
             let throttle = Throttle::new(ThrottleConfig {
                 seed: p.seed,

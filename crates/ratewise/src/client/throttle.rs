@@ -669,17 +669,26 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         //    then hints may only lower it, until the cap lapses; then the
         //    rate is the controller's (or the base rate, or no pacing), never
         //    above.
+        //    A window's refusal (a 429 whose reset reads as the end of a
+        //    fixed window) is answered by the pause until the window ends,
+        //    when the whole quota returns; it says nothing about the pace,
+        //    so the controller does not cut for it.
+        if cfg.use_hints {
+            st.hints.observe(now, &outcome.hints);
+            st.paused_until = st.paused_until.max(st.hints.pause_until());
+        }
+        let window_refusal = cfg.use_hints
+            && outcome.signal == Signal::Throttled
+            && outcome.hints.reset_after.is_some()
+            && st.hints.reading(outcome.hints.limit) == ResetMeaning::WindowEnd;
         let controller_rate = match cfg.adaptation {
             Adaptation::Fixed(r) => Some(r),
+            _ if window_refusal => st.controller.as_ref().and_then(|ctl| ctl.rate()),
             _ => st
                 .controller
                 .as_mut()
                 .and_then(|ctl| ctl.on_outcome(now, outcome)),
         };
-        if cfg.use_hints {
-            st.hints.observe(now, &outcome.hints);
-            st.paused_until = st.paused_until.max(st.hints.pause_until());
-        }
         let rate = if cfg.use_hints {
             st.hints.limit(controller_rate, now)
         } else {
@@ -1426,5 +1435,33 @@ mod tests {
         assert_eq!(m.successes, 1_600);
         assert_eq!(m.attempts, m.successes + m.throttled);
         assert_eq!(m.gave_up, 0);
+    }
+
+    #[test]
+    fn a_windows_refusal_pauses_until_the_window_ends_without_a_cut() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            hint_reset: ResetMeaning::WindowEnd,
+            ..config()
+        })
+        .unwrap(); // AIMD 10/s
+        let t = Timestamp::ZERO;
+        let refused = Outcome::throttled().with_hints(ServerHints {
+            remaining: Some(0),
+            limit: Some(100),
+            reset_after: Some(Duration::from_secs(40)),
+            retry_after: Some(Duration::from_secs(40)),
+            ..ServerHints::default()
+        });
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        assert!(matches!(
+            th.record_at(&0, &mut call, t, &refused),
+            Step::Retry(_)
+        ));
+        assert_eq!(th.try_acquire_at(&0, t), Err(Duration::from_secs(40)));
+        assert_eq!(th.rate_of(&0), Some(10.0), "the window's end, not the pace");
+        // A plain 429 still cuts.
+        th.record_at(&1, &mut th.begin(t), t, &Outcome::throttled());
+        assert_eq!(th.rate_of(&1), Some(5.0));
     }
 }
