@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use ratewise::client::aimd::AimdStrategy;
+use ratewise::client::aimd::{AimdConfig, AimdStrategy};
 use ratewise::client::auto_sleeper::{AutoSleeper, AutoSleeperConfig};
 use ratewise::client::backoff::{BackoffConfig, BackoffStrategy};
 use ratewise::client::budget::{RetryBudget, RetryBudgetConfig, WithBudget};
@@ -23,7 +23,7 @@ use ratewise::client::heroku::{
 };
 use ratewise::client::hints::{ResetMeaning, WithHints};
 use ratewise::client::sre::{SreConfig, SreThrottler, WithSre};
-use ratewise::client::{Strategy, Throttle, ThrottleConfig, ThrottleStrategy};
+use ratewise::client::{Adaptation, Strategy, Throttle, ThrottleConfig, ThrottleStrategy};
 
 use crate::error::SimError;
 
@@ -218,11 +218,33 @@ pub const ALL: &[StrategyInfo] = &[
     },
     StrategyInfo {
         name: "throttle",
-        description: "ratewise's composed Throttle with its defaults: AIMD pacing, hints, backoff, retry budget",
+        description: "ratewise's composed Throttle with its defaults: adaptive pacing (AIMD gated by RateLimit-Remaining), hints with reset meaning told apart, never gives up while throttled",
         build: |p| {
             let throttle = Throttle::new(ThrottleConfig {
                 seed: p.seed,
                 hint_reset: p.reset_meaning,
+                ..ThrottleConfig::default()
+            });
+            boxed(throttle.map(|t| ThrottleStrategy::new(t, ())))
+        },
+    },
+    StrategyInfo {
+        name: "throttle-v1",
+        description: "the Throttle's previous default configuration, for comparison: AIMD from 10/s, resets read as window ends, 5 attempts, 100 ms·2^n backoff",
+        build: |p| {
+            let throttle = Throttle::new(ThrottleConfig {
+                seed: p.seed,
+                adaptation: Adaptation::Aimd(AimdConfig {
+                    decrease_cooldown: Duration::from_secs(1),
+                    ..AimdConfig::default()
+                }),
+                backoff: BackoffConfig::exponential(Duration::from_millis(100), 2.0)
+                    .with_max_delay(Duration::from_secs(20)),
+                max_attempts: 5,
+                hint_reset: match p.reset_meaning {
+                    ResetMeaning::Auto => ResetMeaning::WindowEnd,
+                    m => m,
+                },
                 ..ThrottleConfig::default()
             });
             boxed(throttle.map(|t| ThrottleStrategy::new(t, ())))

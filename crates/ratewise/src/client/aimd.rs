@@ -25,7 +25,7 @@
 use std::time::Duration;
 
 use super::backoff::{call_end, honouring_retry_after, Backoff, BackoffConfig};
-use super::config::{at_least, at_least_one, positive, within, ConfigError};
+use super::config::{at_least, at_least_one, rate_range_and_decrease, within, ConfigError};
 use super::pacer::{Pacer, RateController};
 use super::{Next, Outcome, Signal, Strategy};
 use crate::time::Timestamp;
@@ -68,24 +68,12 @@ impl Default for AimdConfig {
 
 impl AimdConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        positive("min_rate", self.min_rate)?;
-        positive("max_rate", self.max_rate)?;
-        if self.min_rate > self.max_rate {
-            return Err(ConfigError::Inconsistent(
-                "min_rate must not exceed max_rate",
-            ));
-        }
+        rate_range_and_decrease(self.min_rate, self.max_rate, self.decrease_factor)?;
         within(
             "initial_rate",
             self.initial_rate,
             self.min_rate,
             self.max_rate,
-        )?;
-        within(
-            "decrease_factor",
-            self.decrease_factor,
-            f64::MIN_POSITIVE,
-            0.999_999,
         )?;
         at_least("increase_step", self.increase_step, 0.0)?;
         at_least_one("increase_every", self.increase_every)?;

@@ -77,6 +77,30 @@ pub(crate) fn within(
     }
 }
 
+/// Checks a controller's rate range (`0 < min ≤ max`) and its
+/// multiplicative decrease (within `(0, 1)`), shared by the AIMD-family
+/// controllers.
+pub(crate) fn rate_range_and_decrease(
+    min_rate: f64,
+    max_rate: f64,
+    decrease_factor: f64,
+) -> Result<(), ConfigError> {
+    positive("min_rate", min_rate)?;
+    positive("max_rate", max_rate)?;
+    if min_rate > max_rate {
+        return Err(ConfigError::Inconsistent(
+            "min_rate must not exceed max_rate",
+        ));
+    }
+    within(
+        "decrease_factor",
+        decrease_factor,
+        f64::MIN_POSITIVE,
+        0.999_999,
+    )?;
+    Ok(())
+}
+
 /// Checks that a count is at least one.
 pub(crate) fn at_least_one(field: &'static str, value: impl Into<u64>) -> Result<(), ConfigError> {
     if value.into() == 0 {

@@ -277,7 +277,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn budget_exhaustion_is_client_side() {
-        // Five tokens pay for exactly one throttling retry.
+        // Five tokens pay for exactly one retry after a server error (a
+        // throttled attempt's retry is paced and never paid from the budget).
         let th: Throttle<()> = Throttle::new(ThrottleConfig {
             budget: Some(crate::client::budget::RetryBudgetConfig {
                 capacity: 5,
@@ -288,7 +289,9 @@ mod tests {
         })
         .unwrap();
         let err = th
-            .run(&(), || async { Outcome::throttled() })
+            .run(&(), || async {
+                Outcome::new(crate::client::Signal::ServerError)
+            })
             .await
             .unwrap_err();
         assert_eq!(err.reason(), StopReason::BudgetExhausted);

@@ -7,13 +7,13 @@
 //! invitation to send 4000 now; raising the rate is the controller's job
 //! (AIMD or CUBIC), which feels its way up. Concretely, a cap in force is
 //! never raised or removed by a later header; it only lapses at its own
-//! reset. What happens then is the owner's business: a
-//! [`Throttle`](super::throttle::Throttle) has already lowered its
-//! controller to the cap ([`RateController::limit_to`]), so the rate climbs
-//! back through the controller, and without a controller it returns to the
-//! configured base pace (unpaced for none), never above.
-//!
-//! [`RateController::limit_to`]: super::pacer::RateController::limit_to
+//! reset. Then the pace returns to the owner's: a
+//! [`Throttle`](super::throttle::Throttle) goes back to its controller's rate
+//! at once (a window's quota is back whole; a bucket's cap, `limit / reset`,
+//! is only a lower bound of its refill rate, often far below it because
+//! headers round the reset up to whole seconds, so the controller is not
+//! dragged down to it), and without a controller to the configured base
+//! pace (unpaced for none), never above.
 //!
 //! Servers mean two different things by "reset", and the safe pace differs,
 //! so the reading is chosen with [`ResetMeaning`]:
@@ -25,8 +25,10 @@
 //!   [`Decision::headers`](crate::Decision::headers)): the reset is the time
 //!   until the bucket is full again, which needs the limit `L` too. Over the
 //!   next `reset` seconds the bucket can serve exactly its `remaining` plus
-//!   what refills, `L − remaining`, so the cap is `L / reset` — never below
-//!   the refill rate — and an empty bucket is paced, not paused.
+//!   what refills, `L − remaining`, so an *empty* bucket is paced at
+//!   `L / reset` — the refill rate, or below it when the header rounds the
+//!   reset up — not paused; a bucket with tokens left sets no cap (the next
+//!   request is admitted whatever the pace; pacing is the controller's job).
 //!
 //! Reading a token bucket's reset as a window end is safe but far too slow
 //! (an empty 4500/hour bucket would pause for an hour instead of 0.8 s), so
@@ -49,10 +51,20 @@ use crate::time::Timestamp;
 #[non_exhaustive]
 pub enum ResetMeaning {
     /// The end of the current quota window: the whole quota returns then.
-    #[default]
     WindowEnd,
-    /// The time until a token bucket is full again (needs `RateLimit-Limit`).
+    /// The time until a token bucket (or a sliding window) is full again
+    /// (needs `RateLimit-Limit`).
     Refill,
+    /// Told apart from what the server does (the default). Evidence of a
+    /// refill: the remaining count rises before the announced reset, or a
+    /// 429's `Retry-After` is much shorter than the reset. Evidence of a
+    /// window: a 429's `Retry-After` equals the reset, or, with nothing
+    /// left, the announced reset instant stands still while time passes.
+    /// Until there is evidence, a response that states the limit is read as
+    /// a refill (pace at `limit / reset`; a fixed window then costs one 429
+    /// before it is recognised), one without a limit as a window end.
+    #[default]
+    Auto,
 }
 
 /// What the latest hints allow: a rate cap and a pause, each until a time.
@@ -61,12 +73,20 @@ pub struct HintCap {
     meaning: ResetMeaning,
     cap: Option<(f64, Timestamp)>,
     pause_until: Timestamp,
+    /// With [`ResetMeaning::Auto`]: what the evidence says so far.
+    detected: Option<ResetMeaning>,
+    /// The latest (remaining, reset instant, time seen).
+    last: Option<(u64, Timestamp, Timestamp)>,
 }
+
+/// Header resets are often whole seconds: instants closer than this are the
+/// same instant.
+const RESET_TOLERANCE: Duration = Duration::from_secs(1);
 
 impl HintCap {
     /// No hints seen; resets read as window ends.
     pub fn new() -> Self {
-        HintCap::default()
+        HintCap::with_meaning(ResetMeaning::WindowEnd)
     }
 
     /// No hints seen; resets read as `meaning`.
@@ -89,7 +109,12 @@ impl HintCap {
         };
         let until = now.saturating_add(reset);
         let secs = reset.as_secs_f64();
-        let cap = match self.meaning {
+        if self.meaning == ResetMeaning::Auto {
+            self.detect(now, remaining, until, hints);
+        }
+        self.last = Some((remaining, until, now));
+        let meaning = self.reading(hints.limit);
+        let cap = match meaning {
             ResetMeaning::WindowEnd => {
                 if remaining == 0 {
                     self.pause_until = self.pause_until.max(until);
@@ -100,13 +125,70 @@ impl HintCap {
                     None
                 }
             }
-            ResetMeaning::Refill => match hints.limit {
-                Some(limit) if limit > 0 && secs > 0.0 => Some(limit as f64 / secs),
+            // A bucket with tokens left admits the next request whatever
+            // the pace; only an empty one needs pacing, at no more than the
+            // refill rate the reset implies (`limit / reset` is a lower bound
+            // of that rate even when the header rounds the reset up).
+            ResetMeaning::Refill | ResetMeaning::Auto => match hints.limit {
+                Some(limit) if remaining == 0 && limit > 0 && secs > 0.0 => {
+                    Some(limit as f64 / secs)
+                }
                 _ => None,
             },
         };
         if let Some(rate) = cap {
             self.lower(now, rate, until);
+        }
+    }
+
+    /// How the reset is read now: the configured meaning, or for
+    /// [`ResetMeaning::Auto`] the evidence, else a refill when the limit is
+    /// known and a window end when it is not.
+    pub fn reading(&self, limit: Option<u64>) -> ResetMeaning {
+        match (self.meaning, self.detected) {
+            (ResetMeaning::Auto, Some(m)) => m,
+            (ResetMeaning::Auto, None) if limit.is_some() => ResetMeaning::Refill,
+            (ResetMeaning::Auto, None) => ResetMeaning::WindowEnd,
+            (m, _) => m,
+        }
+    }
+
+    /// What the evidence says the reset means, if it has said anything yet.
+    pub fn detected(&self) -> Option<ResetMeaning> {
+        self.detected
+    }
+
+    fn detect(&mut self, now: Timestamp, remaining: u64, until: Timestamp, hints: &ServerHints) {
+        let reset = until.saturating_duration_since(now);
+        if let (Some(ra), 0) = (hints.retry_after, remaining) {
+            if reset > RESET_TOLERANCE {
+                if ra.saturating_mul(2).saturating_add(RESET_TOLERANCE) < reset {
+                    self.detected = Some(ResetMeaning::Refill);
+                    return;
+                }
+                // Whole-second headers make a fast bucket's "retry after 1 s"
+                // and "reset in 1 s" look alike: only a reset longer than
+                // the rounding can show a window.
+                if reset > RESET_TOLERANCE * 2 && ra.saturating_add(RESET_TOLERANCE) >= reset {
+                    self.detected = Some(ResetMeaning::WindowEnd);
+                    return;
+                }
+            }
+        }
+        let Some((r0, until0, seen0)) = self.last else {
+            return;
+        };
+        if remaining > r0 && now.saturating_add(RESET_TOLERANCE) < until0 {
+            // The quota came back before the announced reset: no window.
+            self.detected = Some(ResetMeaning::Refill);
+        } else if remaining == 0
+            && r0 == 0
+            && now >= seen0.saturating_add(RESET_TOLERANCE * 5 / 2)
+            && now.saturating_add(RESET_TOLERANCE / 2) < until0
+            && until <= until0.saturating_add(RESET_TOLERANCE)
+        {
+            // Empty, and the reset instant stood still while time passed.
+            self.detected = Some(ResetMeaning::WindowEnd);
         }
     }
 
@@ -151,7 +233,8 @@ pub struct WithHints<S> {
 }
 
 impl<S: Strategy> WithHints<S> {
-    /// `inner` with hint pacing, resets read as window ends.
+    /// `inner` with hint pacing, resets read as window ends (see
+    /// [`ResetMeaning::Auto`] for the default the throttle uses).
     pub fn new(inner: S) -> Self {
         WithHints::with_meaning(inner, ResetMeaning::WindowEnd)
     }
@@ -283,9 +366,10 @@ mod tests {
             reset_after: Some(Duration::from_secs(1800)),
             ..empty
         };
+        // A bucket with tokens left sets no cap of its own.
         let mut fresh = HintCap::with_meaning(ResetMeaning::Refill);
         fresh.observe(t, &half);
-        assert_eq!(fresh.cap_at(t), Some(2.5));
+        assert_eq!(fresh.cap_at(t), None);
         // The same header never raises the cap already in force.
         h.observe(t, &half);
         assert_eq!(h.cap_at(t), Some(1.25));

@@ -61,6 +61,7 @@ macro_rules! forward_gauges_to_inner {
     };
 }
 
+pub mod adaptive;
 pub mod aimd;
 pub mod auto_sleeper;
 pub mod backoff;

@@ -32,10 +32,10 @@
 //! * The pacer's rate is `min(controller, hint cap)`, where the controller
 //!   is the fixed base rate for [`Adaptation::Fixed`] and absent (no pacing)
 //!   for [`Adaptation::None`] and CUBIC before its first throttle.
-//! * A header never raises the rate: a hint cap in force is only ever
-//!   lowered ([`HintCap::observe`]), and a cap below the controller lowers the
-//!   controller too ([`RateController::limit_to`]), so after the cap lapses
-//!   the rate rises only as the controller raises it.
+//! * A header never raises the rate above the controller's: a hint cap in
+//!   force is only ever lowered ([`HintCap::observe`]), and when it lapses
+//!   the rate returns to the controller's (a window's quota is back whole;
+//!   a bucket's `limit / reset` is only a lower bound of its refill rate).
 //! * A Retry-After never pauses a partition longer than `max_retry_after`,
 //!   and never grants a retry the backoff's `max_retries` refuses.
 //! * `attempts ≥ successes + throttled`; every counter only grows.
@@ -49,6 +49,7 @@ use std::time::Duration;
 use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
+use super::adaptive::{Adaptive, AdaptiveConfig};
 use super::aimd::{Aimd, AimdConfig};
 use super::backoff::{call_end, honouring_retry_after, Backoff, BackoffConfig};
 use super::budget::{RetryBudget, RetryBudgetConfig};
@@ -73,24 +74,33 @@ pub enum Adaptation {
     /// CUBIC as in the AWS SDKs' adaptive mode; paces only after the first
     /// throttle.
     Cubic(CubicConfig),
+    /// The default: AIMD that paces only after the first throttle, holds its
+    /// rate while `RateLimit-Remaining` says the quota is exhausted and
+    /// rises by a scale-free step ([`Adaptive`]).
+    Adaptive(AdaptiveConfig),
 }
 
 /// Everything a [`Throttle`] is made of.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ThrottleConfig {
-    /// Pacing controller (default: AIMD with its defaults and a 1 s
-    /// decrease cooldown, so one burst of 429s cuts the rate once).
+    /// Pacing controller (default: [`Adaptation::Adaptive`] with its
+    /// defaults: no pacing until the first throttle, then AIMD gated by
+    /// `RateLimit-Remaining`, one cut per second at most).
     pub adaptation: Adaptation,
     /// Backoff between attempts of one call (default: 100 ms × 2ⁿ, full
-    /// jitter, capped at 20 s). Its `max_retries`, if set, also limits
-    /// retries, and a `Retry-After` never lifts that limit: the server's word
-    /// only sets how long to wait before a retry the backoff allows.
+    /// jitter, capped at 2 s, no retry limit of its own: the pause and the
+    /// pacer space retries, the backoff only keeps one call from spinning). Its `max_retries`,
+    /// if set, also limits retries, and a `Retry-After` never lifts that
+    /// limit: the server's word only sets how long to wait before a retry the
+    /// backoff allows.
     pub backoff: BackoffConfig,
     /// The pacer's burst; `None` (default) for about one second of rate,
     /// `max(1, floor(rate))`, as the AWS adaptive limiter. `Some(1)` paces
     /// strictly evenly.
     pub burst: Option<u64>,
-    /// Attempts per call, the first included (default 5).
+    /// Attempts per call, the first included (default `u32::MAX`: a call is
+    /// never given up while the server is merely throttling; set a limit or
+    /// a [`deadline`](ThrottleConfig::deadline) to bound it).
     pub max_attempts: u32,
     /// Longest a call may take, waits included (default none).
     pub deadline: Option<Duration>,
@@ -98,13 +108,17 @@ pub struct ThrottleConfig {
     pub max_retry_after: Duration,
     /// Jitter fraction added to a partition pause (default 0.1).
     pub pause_jitter: f64,
-    /// Retry budget (default: AWS standard, 500 tokens).
+    /// Retry budget (default: AWS standard, 500 tokens). It pays for
+    /// retries after server errors, timeouts and failures only: a throttled
+    /// attempt's retry goes through the pause and the pacer, so it adds no
+    /// load beyond the pace the server allows, and never pays the budget.
     pub budget: Option<RetryBudgetConfig>,
     /// SRE client-side adaptive throttling (default off).
     pub sre: Option<SreConfig>,
     /// Whether `RateLimit-Remaining` / reset hints lower the pace (default on).
     pub use_hints: bool,
-    /// What the server's reset header means (default: the end of a window).
+    /// What the server's reset header means (default: [`ResetMeaning::Auto`],
+    /// told apart from what the server's headers do).
     pub hint_reset: ResetMeaning,
     /// Seed for every random draw (jitter, SRE coin flips).
     pub seed: u64,
@@ -113,21 +127,18 @@ pub struct ThrottleConfig {
 impl Default for ThrottleConfig {
     fn default() -> Self {
         ThrottleConfig {
-            adaptation: Adaptation::Aimd(AimdConfig {
-                decrease_cooldown: Duration::from_secs(1),
-                ..AimdConfig::default()
-            }),
+            adaptation: Adaptation::Adaptive(AdaptiveConfig::default()),
             backoff: BackoffConfig::exponential(Duration::from_millis(100), 2.0)
-                .with_max_delay(Duration::from_secs(20)),
+                .with_max_delay(Duration::from_secs(2)),
             burst: None,
-            max_attempts: 5,
+            max_attempts: u32::MAX,
             deadline: None,
             max_retry_after: Duration::from_secs(60),
             pause_jitter: 0.1,
             budget: Some(RetryBudgetConfig::default()),
             sre: None,
             use_hints: true,
-            hint_reset: ResetMeaning::WindowEnd,
+            hint_reset: ResetMeaning::Auto,
             seed: 0,
         }
     }
@@ -293,6 +304,7 @@ struct Partition {
 enum ControllerTemplate {
     Aimd(Aimd),
     Cubic(Cubic),
+    Adaptive(Adaptive),
 }
 
 /// Validated parts, cloned into each new partition: building a partition
@@ -319,6 +331,10 @@ impl Template {
                 Some(ControllerTemplate::Cubic(Cubic::new(c)?)),
                 c.min_fill_rate,
             ),
+            Adaptation::Adaptive(c) => (
+                Some(ControllerTemplate::Adaptive(Adaptive::new(c)?)),
+                c.fallback_rate,
+            ),
         };
         let pacer = Pacer::new(rate)
             .and_then(|p| match config.burst {
@@ -334,6 +350,7 @@ impl Template {
             None => matches!(config.adaptation, Adaptation::Fixed(_)),
             Some(ControllerTemplate::Aimd(_)) => true,
             Some(ControllerTemplate::Cubic(c)) => c.rate().is_some(),
+            Some(ControllerTemplate::Adaptive(c)) => c.rate().is_some(),
         };
         Ok(Template {
             pacer,
@@ -350,6 +367,7 @@ impl Template {
             None => None,
             Some(ControllerTemplate::Aimd(a)) => Some(Box::new(a.clone())),
             Some(ControllerTemplate::Cubic(c)) => Some(Box::new(c.clone())),
+            Some(ControllerTemplate::Adaptive(c)) => Some(Box::new(c.clone())),
         };
         Partition {
             pacer: self.pacer.fresh(),
@@ -648,27 +666,29 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
 
         // 1. Adapt the pace: the controller (or the fixed base rate) first,
-        //    then hints may only lower it. A cap below the controller also
-        //    lowers the controller, so when the cap lapses the rate climbs
-        //    back by the controller's rule; without a controller it returns
-        //    to the base rate (or to no pacing), never above.
-        let mut controller_rate = match cfg.adaptation {
+        //    then hints may only lower it, until the cap lapses; then the
+        //    rate is the controller's (or the base rate, or no pacing), never
+        //    above.
+        //    A window's refusal (a 429 whose reset reads as the end of a
+        //    fixed window) is answered by the pause until the window ends,
+        //    when the whole quota returns; it says nothing about the pace,
+        //    so the controller does not cut for it.
+        if cfg.use_hints {
+            st.hints.observe(now, &outcome.hints);
+            st.paused_until = st.paused_until.max(st.hints.pause_until());
+        }
+        let window_refusal = cfg.use_hints
+            && outcome.signal == Signal::Throttled
+            && outcome.hints.reset_after.is_some()
+            && st.hints.reading(outcome.hints.limit) == ResetMeaning::WindowEnd;
+        let controller_rate = match cfg.adaptation {
             Adaptation::Fixed(r) => Some(r),
+            _ if window_refusal => st.controller.as_ref().and_then(|ctl| ctl.rate()),
             _ => st
                 .controller
                 .as_mut()
                 .and_then(|ctl| ctl.on_outcome(now, outcome)),
         };
-        if cfg.use_hints {
-            st.hints.observe(now, &outcome.hints);
-            st.paused_until = st.paused_until.max(st.hints.pause_until());
-            if let (Some(cap), Some(ctl)) = (st.hints.cap_at(now), st.controller.as_mut()) {
-                if controller_rate.is_some_and(|r| cap < r) {
-                    ctl.limit_to(cap);
-                    controller_rate = ctl.rate();
-                }
-            }
-        }
         let rate = if cfg.use_hints {
             st.hints.limit(controller_rate, now)
         } else {
@@ -742,7 +762,11 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 return self.give_up(StopReason::Deadline);
             }
         }
-        if let Some(b) = st.budget.as_mut() {
+        if let Some(b) = st
+            .budget
+            .as_mut()
+            .filter(|_| outcome.signal != Signal::Throttled)
+        {
             match b.try_acquire(outcome.signal) {
                 Some(cost) => call.last_cost = Some(cost),
                 None => return self.give_up(StopReason::BudgetExhausted),
@@ -934,16 +958,64 @@ mod tests {
         .unwrap();
         let mut call = th.begin(t);
         th.acquire_at(&0, &mut call, t, t).unwrap();
+        // A throttled attempt's retry is paced and paused, never paid from
+        // the budget (the budget guards against retrying failures).
         assert!(matches!(
             th.record_at(&0, &mut call, t, &Outcome::throttled()),
             Step::Retry(_)
         ));
+        assert_eq!(th.budget_of(&0), Some(5));
+        let failed = Outcome::new(Signal::ServerError);
+        assert!(matches!(
+            th.record_at(&0, &mut call, t, &failed),
+            Step::Retry(_)
+        ));
         assert_eq!(th.budget_of(&0), Some(0));
         assert_eq!(
-            th.record_at(&0, &mut call, t, &Outcome::throttled()),
+            th.record_at(&0, &mut call, t, &failed),
             Step::GiveUp(StopReason::BudgetExhausted)
         );
         assert_eq!(th.metrics().gave_up, 1);
+    }
+
+    #[test]
+    fn the_default_never_gives_up_while_merely_throttled() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
+        let mut now = Timestamp::ZERO;
+        let mut call = th.begin(now);
+        for _ in 0..1_000 {
+            let wait = th.acquire_at(&0, &mut call, now, now).unwrap();
+            now = now + wait;
+            match th.record_at(&0, &mut call, now, &Outcome::throttled()) {
+                Step::Retry(d) => now = now + d,
+                other => panic!("gave up: {other:?}"),
+            }
+        }
+        assert_eq!(call.attempts(), 1_000);
+        assert_eq!(th.metrics().gave_up, 0);
+        // A deadline the user sets still applies.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            deadline: Some(Duration::from_secs(30)),
+            ..ThrottleConfig::default()
+        })
+        .unwrap();
+        let t0 = Timestamp::ZERO;
+        let mut now = t0;
+        let mut call = th.begin(now);
+        let stop = loop {
+            match th.acquire_at(&0, &mut call, now, now) {
+                Ok(wait) => now = now + wait,
+                Err(e) => break e,
+            }
+            match th.record_at(&0, &mut call, now, &Outcome::throttled()) {
+                Step::Retry(d) => now = now + d,
+                Step::GiveUp(e) => break e,
+                Step::Done => unreachable!(),
+            }
+        };
+        assert_eq!(stop, StopReason::Deadline);
+        assert!(stop.is_client_side());
+        assert!(now <= t0 + Duration::from_secs(30));
     }
 
     #[test]
@@ -1046,7 +1118,7 @@ mod tests {
         );
         assert_eq!(th.metrics().throttled, 0);
         // A generous hint never raises the rate: the 0.2/s cap holds until
-        // its reset, and the controller was lowered with it.
+        // its reset.
         let lots = Outcome::success().with_hints(ServerHints {
             remaining: Some(1_000_000),
             reset_after: Some(Duration::from_secs(1)),
@@ -1115,22 +1187,44 @@ mod tests {
     }
 
     #[test]
-    fn aimd_climbs_back_after_a_cap_lapses_instead_of_snapping_back() {
-        let th: Throttle<u8> = Throttle::new(config()).unwrap(); // AIMD 10/s
+    fn the_pace_returns_to_the_controller_when_a_cap_lapses() {
+        // Whatever the reading, a cap holds the pace down until it lapses;
+        // then the controller's rate applies at once instead of a crawl back
+        // from the cap (a window's quota is back whole; a bucket's
+        // `limit / reset` is only a lower bound of its refill rate).
         let t = Timestamp::ZERO;
-        th.record_at(&0, &mut th.begin(t), t, &capped(2, 2)); // 1/s for 2 s
-        assert_eq!(th.rate_of(&0), Some(1.0));
-        // The cap lapses. AIMD (+0.5/s per 10 successes) climbs from 1/s.
-        let mut now = t + Duration::from_secs(2);
-        let mut prev = 1.0;
-        for _ in 0..30 {
-            th.record_at(&0, &mut th.begin(now), now, &Outcome::success());
-            let r = th.rate_of(&0).unwrap();
-            assert!(r <= prev + 0.5 + 1e-9, "{prev} -> {r}");
-            prev = r;
-            now = now + ms(100);
+        let empty_bucket = Outcome::success().with_hints(ServerHints {
+            remaining: Some(0),
+            limit: Some(2),
+            reset_after: Some(Duration::from_secs(2)),
+            ..ServerHints::default()
+        });
+        for (meaning, hint) in [
+            (ResetMeaning::Refill, empty_bucket),
+            (ResetMeaning::WindowEnd, capped(2, 2)),
+        ] {
+            let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+                hint_reset: meaning,
+                ..config()
+            })
+            .unwrap(); // AIMD 10/s
+            th.record_at(&0, &mut th.begin(t), t, &hint); // 1/s for 2 s
+            assert_eq!(th.rate_of(&0), Some(1.0), "{meaning:?}");
+            let during = t + ms(1500);
+            th.record_at(&0, &mut th.begin(during), during, &Outcome::success());
+            assert_eq!(
+                th.rate_of(&0),
+                Some(1.0),
+                "{meaning:?}: held until the reset"
+            );
+            let later = t + Duration::from_secs(2);
+            th.record_at(&0, &mut th.begin(later), later, &Outcome::success());
+            assert_eq!(
+                th.rate_of(&0),
+                Some(10.0),
+                "{meaning:?}: the controller's rate"
+            );
         }
-        assert_eq!(th.rate_of(&0), Some(2.5), "three steps of +0.5 from 1/s");
     }
 
     /// The controller's (or base) rate of `key`'s partition: `None` when
@@ -1279,8 +1373,9 @@ mod tests {
                 if let Step::Retry(d) = step {
                     proptest::prop_assert!(d <= Duration::from_secs(30).max(Duration::from_secs(20)));
                 }
+                // The default controller's bounds (`AdaptiveConfig`).
                 if let Some(rate) = th.rate_of(&key) {
-                    proptest::prop_assert!(rate > 0.0 && rate <= 10.0 + 1e-6, "rate {}", rate);
+                    proptest::prop_assert!(rate > 0.0 && rate <= 10_000.0 * (1.0 + 1e-6), "rate {}", rate);
                 }
                 let m = th.metrics();
                 proptest::prop_assert!(m.attempts >= m.successes + m.throttled);
@@ -1300,5 +1395,73 @@ mod tests {
             ..config()
         })
         .is_err());
+    }
+
+    #[test]
+    fn many_threads_call_through_one_shared_throttle_at_once() {
+        // Eight threads, one partition, each with its own calls in flight
+        // at the same time: every call ends, every attempt is counted once.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
+        let threads: Vec<_> = (0..8u64)
+            .map(|i| {
+                let th = th.clone();
+                std::thread::spawn(move || {
+                    let mut now = Timestamp::from_nanos(i);
+                    let mut done = 0;
+                    for n in 0..200u64 {
+                        let mut call = th.begin(now);
+                        loop {
+                            now = now + th.acquire_at(&0, &mut call, now, now).unwrap();
+                            let o = if (n + i) % 7 == 0 && call.attempts() < 3 {
+                                Outcome::throttled()
+                            } else {
+                                Outcome::success()
+                            };
+                            match th.record_at(&0, &mut call, now, &o) {
+                                Step::Done => break,
+                                Step::Retry(d) => now = now + d,
+                                Step::GiveUp(e) => panic!("{e}"),
+                            }
+                        }
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let done: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(done, 1_600);
+        let m = th.metrics();
+        assert_eq!(m.successes, 1_600);
+        assert_eq!(m.attempts, m.successes + m.throttled);
+        assert_eq!(m.gave_up, 0);
+    }
+
+    #[test]
+    fn a_windows_refusal_pauses_until_the_window_ends_without_a_cut() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            hint_reset: ResetMeaning::WindowEnd,
+            ..config()
+        })
+        .unwrap(); // AIMD 10/s
+        let t = Timestamp::ZERO;
+        let refused = Outcome::throttled().with_hints(ServerHints {
+            remaining: Some(0),
+            limit: Some(100),
+            reset_after: Some(Duration::from_secs(40)),
+            retry_after: Some(Duration::from_secs(40)),
+            ..ServerHints::default()
+        });
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        assert!(matches!(
+            th.record_at(&0, &mut call, t, &refused),
+            Step::Retry(_)
+        ));
+        assert_eq!(th.try_acquire_at(&0, t), Err(Duration::from_secs(40)));
+        assert_eq!(th.rate_of(&0), Some(10.0), "the window's end, not the pace");
+        // A plain 429 still cuts.
+        th.record_at(&1, &mut th.begin(t), t, &Outcome::throttled());
+        assert_eq!(th.rate_of(&1), Some(5.0));
     }
 }

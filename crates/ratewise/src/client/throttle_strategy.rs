@@ -23,8 +23,14 @@
 //!
 //! Several `ThrottleStrategy` values may share one `Throttle` (it is a cheap
 //! clone) and even one key: the partition's state is shared, as it is among
-//! the tasks of a real client.
+//! the tasks of a real client. One `ThrottleStrategy` may also be driven by
+//! several simulated threads at once (the simulator's `per_process` state):
+//! it keeps every call in flight, and since the interface does not say which
+//! call a response belongs to, it matches each response to the call whose
+//! attempt was due earliest — exact when latencies are equal, and never a
+//! lost call otherwise.
 
+use std::collections::VecDeque;
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -37,7 +43,8 @@ use crate::time::Timestamp;
 pub struct ThrottleStrategy<K = ()> {
     throttle: Throttle<K>,
     key: K,
-    call: Option<Call>,
+    /// Calls in flight with the instant their attempt was due.
+    calls: VecDeque<(Timestamp, Call)>,
     refusal_delay: Duration,
     refused: u64,
 }
@@ -48,7 +55,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> ThrottleStrategy<K> {
         ThrottleStrategy {
             throttle,
             key,
-            call: None,
+            calls: VecDeque::new(),
             refusal_delay: Duration::from_secs(1),
             refused: 0,
         }
@@ -79,6 +86,17 @@ impl<K: Hash + Eq + Clone + Send + Sync> ThrottleStrategy<K> {
     pub fn key(&self) -> &K {
         &self.key
     }
+
+    /// Calls begun and not yet finished.
+    pub fn in_flight(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Keeps `calls` ordered by the instant each attempt is due.
+    fn push(&mut self, due: Timestamp, call: Call) {
+        let at = self.calls.partition_point(|(d, _)| *d <= due);
+        self.calls.insert(at, (due, call));
+    }
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
@@ -97,31 +115,29 @@ impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
                     .acquire_unrefused_at(&self.key, &mut call, now, later)
             }
         };
-        self.call = Some(call);
+        self.push(now.saturating_add(wait), call);
         wait
     }
 
     fn after_attempt(&mut self, now: Timestamp, outcome: &Outcome) -> Next {
-        // An attempt without `before_call` (a driver that skipped it) still
+        // The response belongs to the call whose attempt was due earliest;
+        // an attempt without `before_call` (a driver that skipped it) still
         // counts: it becomes a call begun now.
-        let call = self.call.get_or_insert_with(|| self.throttle.begin(now));
-        match self.throttle.record_at(&self.key, call, now, outcome) {
-            Step::Done => {
-                self.call = None;
-                Next::Done
-            }
-            Step::GiveUp(_) => {
-                self.call = None;
-                Next::GiveUp
-            }
+        let mut call = match self.calls.pop_front() {
+            Some((_, call)) => call,
+            None => self.throttle.begin(now),
+        };
+        match self.throttle.record_at(&self.key, &mut call, now, outcome) {
+            Step::Done => Next::Done,
+            Step::GiveUp(_) => Next::GiveUp,
             Step::Retry(delay) => {
                 let at = now.saturating_add(delay);
-                match self.throttle.acquire_at(&self.key, call, now, at) {
-                    Ok(wait) => Next::Retry(wait),
-                    Err(_) => {
-                        self.call = None;
-                        Next::GiveUp
+                match self.throttle.acquire_at(&self.key, &mut call, now, at) {
+                    Ok(wait) => {
+                        self.push(now.saturating_add(wait), call);
+                        Next::Retry(wait)
                     }
+                    Err(_) => Next::GiveUp,
                 }
             }
         }
@@ -244,5 +260,44 @@ mod tests {
             s.after_attempt(t + ms(100), &Outcome::throttled()),
             Next::GiveUp
         );
+    }
+
+    #[test]
+    fn one_strategy_serves_many_calls_in_flight() {
+        // Three simulated threads share one object (per-process state): each
+        // call is kept until its own response, so none is lost or merged.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            max_attempts: 2,
+            ..config()
+        })
+        .unwrap();
+        let mut s = ThrottleStrategy::new(th.clone(), 0);
+        let t = Timestamp::ZERO;
+        let waits: Vec<_> = (0..3).map(|_| s.before_call(t)).collect();
+        assert_eq!(waits, [ms(0), ms(100), ms(200)]);
+        assert_eq!(s.in_flight(), 3);
+        // The first call's response: throttled, retried (its second attempt).
+        assert!(matches!(
+            s.after_attempt(t + ms(50), &Outcome::throttled()),
+            Next::Retry(_)
+        ));
+        assert_eq!(s.in_flight(), 3);
+        assert_eq!(
+            s.after_attempt(t + ms(150), &Outcome::success()),
+            Next::Done
+        );
+        assert_eq!(
+            s.after_attempt(t + ms(250), &Outcome::success()),
+            Next::Done
+        );
+        // The retried call's second throttle reaches its own attempt limit:
+        // it was not confused with the two fresh calls.
+        assert_eq!(
+            s.after_attempt(t + ms(500), &Outcome::throttled()),
+            Next::GiveUp
+        );
+        assert_eq!(s.in_flight(), 0);
+        let m = th.metrics();
+        assert_eq!((m.attempts, m.successes, m.gave_up), (4, 2, 1));
     }
 }

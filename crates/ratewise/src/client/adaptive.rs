@@ -1,0 +1,400 @@
+//! [`Adaptive`]: the rate controller of the default
+//! [`Throttle`](super::throttle::Throttle) — AIMD that reads what the server
+//! says about its remaining quota.
+//!
+//! Plain AIMD ([`Aimd`](super::aimd::Aimd)) learns only from 429s, and its
+//! fixed additive step (+0.5/s) is sized for rates of several per second:
+//! where ten clients share 1.25 requests per second, one step is four times a
+//! client's fair share, so the rate never settles. `Adaptive` changes three
+//! things:
+//!
+//! 1. **No pacing until there is a reason.** Until the first throttle (or a
+//!    hint cap from the owner) the controller does not pace at all; it only
+//!    measures its own send rate. The first throttle starts pacing at
+//!    `decrease_factor ×` that measured rate, as the AWS adaptive mode does.
+//! 2. **A lone `RateLimit-Remaining` gates the increase**, as Heroku's EIPRD
+//!    uses it: a success that left `remaining = 0` says the quota is
+//!    exhausted right now, so the rate holds; only a success with quota to
+//!    spare (or with no such header at all) lets it rise.
+//! 3. **The increase is additive and scale-free**: each such success adds
+//!    `increase_fraction ×` the rate pacing began at (half the send rate
+//!    measured at the first throttle; the smaller `increase_fraction_hinted`
+//!    when the server reports spare quota, which every client sees at once).
+//!    The step stays the same after every later cut, so clients sharing a
+//!    quota converge to equal shares (AIMD's fairness: a cut takes more from
+//!    the faster, a step gives the same to all), yet it is sized by what this
+//!    client could send, not by a constant in requests per second.
+//!
+//! A throttle cuts the rate by `decrease_factor`, at most once per
+//! `decrease_cooldown` and once per interval at the current rate (a burst of
+//! 429s answering requests that were already in flight is one signal, not
+//! many).
+//!
+//! Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
+//!
+//! ```
+//! use ratewise::client::adaptive::{Adaptive, AdaptiveConfig};
+//! use ratewise::client::pacer::RateController;
+//! use ratewise::client::{Outcome, ServerHints};
+//! use ratewise::Timestamp;
+//! use std::time::Duration;
+//!
+//! let mut c = Adaptive::new(AdaptiveConfig::default())?;
+//! let mut now = Timestamp::ZERO;
+//! for _ in 0..20 {
+//!     c.on_send(now); // 20 sends in one second: 20/s measured
+//!     now = now + Duration::from_millis(50);
+//! }
+//! assert_eq!(c.rate(), None, "no pacing before the first throttle");
+//! let cut = c.on_outcome(now, &Outcome::throttled()).unwrap();
+//! assert!((cut - 10.0).abs() < 1.0, "half the measured rate: {cut}");
+//! // Quota exhausted: the rate holds.
+//! let empty = Outcome::success().with_hints(ServerHints { remaining: Some(0), ..ServerHints::default() });
+//! assert_eq!(c.on_outcome(now, &empty), Some(cut));
+//! // Quota to spare: the rate rises by a fraction of the rate at the cut.
+//! assert!(c.on_outcome(now, &Outcome::success()).unwrap() > cut);
+//! # Ok::<(), ratewise::client::ConfigError>(())
+//! ```
+
+use std::time::Duration;
+
+use super::config::{at_least, rate_range_and_decrease, within, ConfigError};
+use super::pacer::RateController;
+use super::{Outcome, Signal};
+use crate::time::Timestamp;
+
+/// How an [`Adaptive`] controller moves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdaptiveConfig {
+    /// The lowest pacing rate, requests per second (default 0.05: one
+    /// request per 20 s).
+    pub min_rate: f64,
+    /// The highest pacing rate, requests per second (default 10 000).
+    pub max_rate: f64,
+    /// The rate a throttle multiplies the current rate by (default 0.5).
+    pub decrease_factor: f64,
+    /// What one success adds, as a fraction of the rate pacing began at,
+    /// when the server sends no `RateLimit-Remaining` (default 0.007).
+    pub increase_fraction: f64,
+    /// The same when `RateLimit-Remaining` says there is quota to spare
+    /// (default 0.003). It is smaller because every client of the quota sees
+    /// the same spare quota at the same time and rises together.
+    pub increase_fraction_hinted: f64,
+    /// The shortest time between two cuts (default 1 s).
+    pub decrease_cooldown: Duration,
+    /// The rate pacing starts at when the first throttle comes before any
+    /// send was measured (default 1/s).
+    pub fallback_rate: f64,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        AdaptiveConfig {
+            min_rate: 0.05,
+            max_rate: 10_000.0,
+            decrease_factor: 0.5,
+            increase_fraction: 0.007,
+            increase_fraction_hinted: 0.003,
+            decrease_cooldown: Duration::from_secs(1),
+            fallback_rate: 1.0,
+        }
+    }
+}
+
+impl AdaptiveConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        rate_range_and_decrease(self.min_rate, self.max_rate, self.decrease_factor)?;
+        at_least("increase_fraction", self.increase_fraction, 0.0)?;
+        at_least(
+            "increase_fraction_hinted",
+            self.increase_fraction_hinted,
+            0.0,
+        )?;
+        within(
+            "fallback_rate",
+            self.fallback_rate,
+            self.min_rate,
+            self.max_rate,
+        )?;
+        Ok(())
+    }
+}
+
+/// Sends counted in whole seconds: the current second and the one before,
+/// enough to measure the rate a client was sending at when first throttled.
+#[derive(Clone, Copy, Debug, Default)]
+struct SendMeter {
+    second: u64,
+    current: u32,
+    previous: u32,
+}
+
+impl SendMeter {
+    fn note(&mut self, now: Timestamp) {
+        let s = now.as_nanos() / 1_000_000_000;
+        if s != self.second {
+            self.previous = if s == self.second + 1 {
+                self.current
+            } else {
+                0
+            };
+            self.current = 0;
+            self.second = s;
+        }
+        self.current = self.current.saturating_add(1);
+    }
+
+    /// Sends per second over the last one to two seconds.
+    fn rate(&self, now: Timestamp) -> Option<f64> {
+        let ns = now.as_nanos();
+        let s = ns / 1_000_000_000;
+        let into = (ns % 1_000_000_000) as f64 / 1e9;
+        let (prev, cur) = match s.checked_sub(self.second) {
+            Some(0) => (f64::from(self.previous), f64::from(self.current)),
+            Some(1) => (f64::from(self.current), 0.0),
+            _ => return None,
+        };
+        let span = 1.0 + into;
+        let n = prev + cur;
+        (n > 0.0).then(|| n / span)
+    }
+}
+
+/// The default throttle's rate controller (see the [module](self)).
+#[derive(Clone, Debug)]
+pub struct Adaptive {
+    config: AdaptiveConfig,
+    rate: Option<f64>,
+    /// The rate pacing began at (the first cut, or the first cap): the
+    /// scale of every additive step.
+    base: f64,
+    last_cut: Option<Timestamp>,
+    meter: SendMeter,
+}
+
+impl Adaptive {
+    /// A controller that does not pace until its first throttle.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a non-positive or inconsistent rate, a decrease
+    /// factor outside `(0, 1)`, or a negative increase.
+    pub fn new(config: AdaptiveConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Adaptive {
+            config,
+            rate: None,
+            base: config.fallback_rate,
+            last_cut: None,
+            meter: SendMeter::default(),
+        })
+    }
+
+    fn clamp(&self, r: f64) -> f64 {
+        r.clamp(self.config.min_rate, self.config.max_rate)
+    }
+}
+
+impl RateController for Adaptive {
+    fn name(&self) -> &str {
+        "adaptive"
+    }
+
+    fn rate(&self) -> Option<f64> {
+        self.rate
+    }
+
+    fn on_send(&mut self, now: Timestamp) {
+        self.meter.note(now);
+    }
+
+    fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) -> Option<f64> {
+        match outcome.signal {
+            Signal::Throttled => {
+                // A cut is judged by requests sent at the cut rate: at most
+                // one per cooldown, and at most one per interval at the
+                // current rate.
+                let cool = match self.rate {
+                    Some(r) => self
+                        .config
+                        .decrease_cooldown
+                        .max(crate::client::secs_to_duration(1.0 / r)),
+                    None => self.config.decrease_cooldown,
+                };
+                let cooling = self.last_cut.is_some_and(|t| now < t.saturating_add(cool));
+                if !cooling {
+                    let from = self.rate.unwrap_or_else(|| {
+                        self.meter.rate(now).unwrap_or(self.config.fallback_rate)
+                    });
+                    let r = self.clamp(from * self.config.decrease_factor);
+                    if self.last_cut.is_none() && self.rate.is_none() {
+                        // Pacing begins: the step's scale is set once.
+                        self.base = r;
+                    }
+                    self.rate = Some(r);
+                    self.last_cut = Some(now);
+                }
+            }
+            Signal::Success => {
+                let exhausted = outcome.hints.remaining == Some(0);
+                if let (Some(r), false) = (self.rate, exhausted) {
+                    let f = if outcome.hints.remaining.is_some() {
+                        self.config.increase_fraction_hinted
+                    } else {
+                        self.config.increase_fraction
+                    };
+                    let step = self.base * f;
+                    self.rate = Some(self.clamp(r + step));
+                }
+            }
+            _ => {}
+        }
+        self.rate
+    }
+
+    fn limit_to(&mut self, rate: f64) {
+        let r = self.clamp(rate);
+        match self.rate {
+            Some(cur) if cur <= r => {}
+            Some(_) => self.rate = Some(r),
+            None => {
+                // Pacing begins at the cap: the step's scale is set here.
+                self.rate = Some(r);
+                self.base = r;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::ServerHints;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn with_remaining(r: u64) -> Outcome {
+        Outcome::success().with_hints(ServerHints {
+            remaining: Some(r),
+            ..ServerHints::default()
+        })
+    }
+
+    #[test]
+    fn first_throttle_paces_at_half_the_measured_rate() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let mut now = Timestamp::ZERO;
+        for _ in 0..40 {
+            c.on_send(now);
+            now = now + ms(50);
+        }
+        // 40 sends over two seconds.
+        let r = c.on_outcome(now, &Outcome::throttled()).unwrap();
+        assert!((r - 10.0).abs() < 0.5, "{r}");
+        // Within the cooldown a second 429 cuts nothing.
+        assert_eq!(c.on_outcome(now + ms(500), &Outcome::throttled()), Some(r));
+        // At a low rate the cooldown is one interval at that rate.
+        let mut slow = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        assert_eq!(slow.on_outcome(t, &Outcome::throttled()), Some(0.5));
+        assert_eq!(
+            slow.on_outcome(t + ms(1500), &Outcome::throttled()),
+            Some(0.5)
+        );
+        assert_eq!(
+            slow.on_outcome(t + ms(2000), &Outcome::throttled()),
+            Some(0.25)
+        );
+        let r2 = c.on_outcome(now + ms(1000), &Outcome::throttled()).unwrap();
+        assert!((r2 - r / 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn throttle_before_any_send_uses_the_fallback() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        assert_eq!(
+            c.on_outcome(Timestamp::ZERO, &Outcome::throttled()),
+            Some(0.5)
+        );
+    }
+
+    #[test]
+    fn remaining_zero_holds_and_spare_quota_raises_additively() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
+        for _ in 0..10 {
+            assert_eq!(c.on_outcome(t, &with_remaining(0)), Some(r));
+        }
+        let mut prev = r;
+        for _ in 0..100 {
+            let now = c.on_outcome(t, &with_remaining(1)).unwrap();
+            assert!((now - prev - r * 0.003).abs() < 1e-9, "additive steps");
+            prev = now;
+        }
+        assert!((prev - 1.3 * r).abs() < 1e-9, "a hundred steps add 30 %");
+        // Without the header, the larger step.
+        let next = c.on_outcome(t, &Outcome::success()).unwrap();
+        assert!((next - prev - r * 0.007).abs() < 1e-9);
+        // After a later cut the step is the same (it is sized by where
+        // pacing began, not by the last cut): AIMD's fairness.
+        let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
+        assert!((cut - next / 2.0).abs() < 1e-9);
+        let up = c.on_outcome(t + ms(5_000), &Outcome::success()).unwrap();
+        assert!((up - cut - r * 0.007).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_cap_lowers_the_rate_and_starts_pacing() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        c.limit_to(2.0);
+        assert_eq!(c.rate(), Some(2.0));
+        c.limit_to(5.0);
+        assert_eq!(c.rate(), Some(2.0), "never raised");
+        c.limit_to(0.0);
+        assert_eq!(c.rate(), Some(0.05), "floored");
+    }
+
+    #[test]
+    fn invalid_configs_are_refused() {
+        for bad in [
+            AdaptiveConfig {
+                min_rate: 0.0,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                decrease_factor: 1.0,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                increase_fraction: -1.0,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                min_rate: 5.0,
+                max_rate: 1.0,
+                ..AdaptiveConfig::default()
+            },
+        ] {
+            assert!(Adaptive::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rate_stays_within_bounds(steps in proptest::collection::vec((0u8..3, 0u64..3_000, proptest::option::of(0u64..5)), 1..300)) {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            let mut now = Timestamp::ZERO;
+            for (sig, gap, rem) in steps {
+                now = now + ms(gap);
+                c.on_send(now);
+                let signal = [Signal::Success, Signal::Throttled, Signal::ServerError][usize::from(sig)];
+                let o = Outcome::new(signal).with_hints(ServerHints { remaining: rem, ..ServerHints::default() });
+                if let Some(r) = c.on_outcome(now, &o) {
+                    proptest::prop_assert!((0.05..=10_000.0).contains(&r), "{}", r);
+                }
+            }
+        }
+    }
+}
