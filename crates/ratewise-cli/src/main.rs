@@ -68,6 +68,10 @@ enum Command {
         /// The seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Also write a self-contained HTML page charting each controller's
+        /// limit, in-flight count and p99 latency over time.
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// List the strategies the simulator can drive.
     Strategies,
@@ -200,7 +204,13 @@ fn list(out: &mut impl Write, rows: &[(&str, &str)]) -> io::Result<()> {
 
 fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
     match cli.command {
-        Command::Overload { scenario, seed } => {
+        Command::Overload {
+            scenario,
+            seed,
+            report: report_path,
+        } => {
+            // Opened first: a path that cannot be written costs no run.
+            let report = report_path.as_deref().map(ReportFile::create).transpose()?;
             use ratewise_sim::overload::{self, Controller, OverloadScenario};
             let scenarios = match scenario {
                 None => OverloadScenario::all(),
@@ -212,6 +222,7 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
                     ))
                 })?],
             };
+            let mut runs = Vec::new();
             for s in scenarios {
                 writeln!(
                     out,
@@ -226,6 +237,10 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
                     .map(|&c| overload::run(&s, c, seed))
                     .collect();
                 writeln!(out, "{}", overload::table(&results))?;
+                runs.push((s, results));
+            }
+            if let Some(report) = report {
+                report.write(&overload::html(&runs))?;
             }
             writeln!(
                 out,
