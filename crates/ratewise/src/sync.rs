@@ -1,18 +1,20 @@
-//! Atomics, swapped for `loom`'s under `--cfg loom` so the lock-free GCRA can
-//! be model-checked.
+//! Atomics, swapped for `loom`'s under `--cfg ratewise_loom` so the lock-free
+//! GCRA can be model-checked. The cfg has a name of our own: the common
+//! `--cfg loom` would also switch tokio, and with it the HTTP crates among
+//! the dev-dependencies, into their loom builds, which do not compile.
 
-#[cfg(loom)]
+#[cfg(ratewise_loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
-#[cfg(not(loom))]
+#[cfg(not(ratewise_loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// One step of a short busy-wait. Under loom it yields, so the model checker
 /// can schedule the thread being waited for.
 #[inline]
 pub(crate) fn spin_wait() {
-    #[cfg(loom)]
+    #[cfg(ratewise_loom)]
     loom::thread::yield_now();
-    #[cfg(not(loom))]
+    #[cfg(not(ratewise_loom))]
     std::hint::spin_loop();
 }
 

@@ -1,9 +1,9 @@
 //! A `loom` model of the lock-free GCRA update: every interleaving of two
 //! threads checking at a frozen time admits exactly the burst.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" cargo test -p ratewise --release --test loom_gcra`.
+//! Run with `RUSTFLAGS="--cfg ratewise_loom" cargo test -p ratewise --release --test loom_gcra`.
 
-#![cfg(loom)]
+#![cfg(ratewise_loom)]
 
 use loom::sync::Arc;
 use loom::thread;
