@@ -76,7 +76,7 @@ impl<T> ShardLock<T> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ratewise_loom)))]
 mod tests {
     use super::ShardLock;
 
