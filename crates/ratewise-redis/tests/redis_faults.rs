@@ -7,7 +7,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ratewise::backend::DecisionSource;
@@ -29,6 +29,47 @@ struct Seen {
     latency: Duration,
     source: DecisionSource,
     allowed: bool,
+}
+
+/// Every decision the load made, in order; waiters are woken on each one,
+/// so a test waits for progress, never for a stretch of time.
+#[derive(Default)]
+struct Log {
+    seen: Mutex<Vec<Seen>>,
+    grew: Condvar,
+}
+
+impl Log {
+    fn push(&self, s: Seen) {
+        self.seen.lock().unwrap().push(s);
+        self.grew.notify_all();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Seen>> {
+        self.seen.lock().unwrap()
+    }
+
+    /// Blocks until `done` holds for the decisions so far (at most 5 s of
+    /// no satisfying progress: the load has stalled).
+    fn wait_until(&self, done: impl Fn(&[Seen]) -> bool) {
+        let guard = self.seen.lock().unwrap();
+        let (guard, timeout) = self
+            .grew
+            .wait_timeout_while(guard, Duration::from_secs(5), |v| !done(v))
+            .unwrap();
+        assert!(!timeout.timed_out(), "no load progress");
+        drop(guard);
+    }
+
+    /// Blocks until at least `n` decisions have been recorded.
+    fn wait_for(&self, n: usize) {
+        self.wait_until(|v| v.len() >= n);
+    }
+
+    /// Blocks until a decision has been made at or after `at`.
+    fn wait_past(&self, at: Instant) {
+        self.wait_until(|v| v.last().is_some_and(|s| s.at >= at));
+    }
 }
 
 fn limiter(rt: &tokio::runtime::Runtime, url: &str, policy: FailurePolicy) -> RedisLimiter {
@@ -55,7 +96,7 @@ fn load(
     rt: &tokio::runtime::Runtime,
     l: &RedisLimiter,
     stop: &Arc<AtomicBool>,
-    seen: &Arc<Mutex<Vec<Seen>>>,
+    seen: &Arc<Log>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     (0..TASKS)
         .map(|i| {
@@ -65,7 +106,7 @@ fn load(
                 while !stop.load(Ordering::Relaxed) {
                     let t = Instant::now();
                     let d = l.check(&key, 1).await.expect("the policy answers");
-                    seen.lock().unwrap().push(Seen {
+                    seen.push(Seen {
                         at: t,
                         latency: t.elapsed(),
                         source: d.source,
@@ -105,15 +146,6 @@ fn until_backend(rt: &tokio::runtime::Runtime, l: &RedisLimiter) -> (Duration, u
     }
 }
 
-/// Waits (bounded) until at least `n` decisions have been recorded.
-fn wait_for(seen: &Arc<Mutex<Vec<Seen>>>, n: usize) {
-    let t = Instant::now();
-    while seen.lock().unwrap().len() < n {
-        assert!(t.elapsed() < Duration::from_secs(5), "no load progress");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 fn kill_mid_load(policy: FailurePolicy) {
     let mut server = redis_or_skip!();
     let expected = match &policy {
@@ -124,26 +156,24 @@ fn kill_mid_load(policy: FailurePolicy) {
     let rt = common::multi_thread_runtime();
     let l = limiter(&rt, &server.url(), policy);
     let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::new(Log::default());
     let tasks = load(&rt, &l, &stop, &seen);
-    wait_for(&seen, 500);
+    seen.wait_for(500);
     server.kill9();
     let killed = Instant::now();
-    let before = seen.lock().unwrap().len();
+    let before = seen.lock().len();
     // Let the outage span several cool-downs under load.
-    wait_for(&seen, before + 2000);
-    while killed.elapsed() < COOL_DOWN * 3 {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    seen.wait_for(before + 2000);
+    seen.wait_past(killed + COOL_DOWN * 3);
     server.restart();
     let (recovered, probes) = until_backend(&rt, &l);
-    let settled = seen.lock().unwrap().len();
-    wait_for(&seen, settled + 200);
+    let settled = seen.lock().len();
+    seen.wait_for(settled + 200);
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         rt.block_on(t).unwrap();
     }
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock();
     let worst = seen.iter().map(|s| s.latency).max().unwrap();
     assert!(
         worst <= TIMEOUT + MARGIN,
@@ -215,9 +245,9 @@ fn client_pause_times_out_into_the_policy() {
     let rt = common::multi_thread_runtime();
     let l = limiter(&rt, &server.url(), FailurePolicy::FailClosed);
     let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::new(Log::default());
     let tasks = load(&rt, &l, &stop, &seen);
-    wait_for(&seen, 500);
+    seen.wait_for(500);
     let pause = Duration::from_millis(800);
     redis::cmd("CLIENT")
         .arg("PAUSE")
@@ -226,17 +256,15 @@ fn client_pause_times_out_into_the_policy() {
         .query::<()>(&mut server.sync())
         .unwrap();
     let paused = Instant::now();
-    let before = seen.lock().unwrap().len();
-    wait_for(&seen, before + 200);
-    while paused.elapsed() < pause {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let before = seen.lock().len();
+    seen.wait_for(before + 200);
+    seen.wait_past(paused + pause);
     let (recovered, _) = until_backend(&rt, &l);
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         rt.block_on(t).unwrap();
     }
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock();
     let worst = seen.iter().map(|s| s.latency).max().unwrap();
     assert!(worst <= TIMEOUT + MARGIN, "a decision took {worst:?}");
     let degraded: Vec<&Seen> = seen.iter().filter(|s| s.source.is_degraded()).collect();

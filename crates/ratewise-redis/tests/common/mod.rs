@@ -23,6 +23,9 @@ pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
 /// A running `redis-server` owned by a test.
 pub struct RedisServer {
     child: Option<Child>,
+    /// The server's log lines after it reported ready, for tests that wait
+    /// on what the server says (a cluster's state changes).
+    log: Option<std::sync::Mutex<std::sync::mpsc::Receiver<String>>>,
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
@@ -69,7 +72,7 @@ impl RedisServer {
                 panic!("redis-server is not installed; CI must install it (apt-get install redis-server redis-tools)");
             }
             eprintln!(
-                "skipping: redis-server is not installed (install redis-server to run this test)"
+                "not run: redis-server is not installed (install redis-server; under CI this fails)"
             );
             return None;
         }
@@ -85,6 +88,7 @@ impl RedisServer {
         for _ in 0..5 {
             let mut s = RedisServer {
                 child: None,
+                log: None,
                 port: free_port(),
                 dir: dir.clone(),
                 extra: extra.iter().map(|a| a.to_string()).collect(),
@@ -99,7 +103,7 @@ impl RedisServer {
     /// Starts the process on `self.port` and waits until it answers PING
     /// (at most 5 s). `false` if it exited (port taken).
     fn spawn(&mut self) -> bool {
-        let child = Command::new("redis-server")
+        let mut child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -108,28 +112,62 @@ impl RedisServer {
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra)
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn redis-server");
+        // Readiness is the server's own word: it logs "Ready to accept
+        // connections" once it listens, or exits (port taken). A thread
+        // reads the log to the end, so the pipe never fills.
+        let log = child.stdout.take().expect("piped stdout");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Some(c) = self.child.as_mut() {
-                if let Ok(Some(_)) = c.try_wait() {
-                    self.child = None;
-                    return false;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+        self.log = Some(std::sync::Mutex::new(lines_rx));
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut ready = false;
+            for line in std::io::BufReader::new(log).lines().map_while(Result::ok) {
+                if ready {
+                    let _ = lines_tx.send(line);
+                } else if line.contains("Ready to accept connections") {
+                    ready = true;
+                    let _ = tx.send(true);
                 }
             }
-            if self.ping() {
-                return true;
+            if !ready {
+                let _ = tx.send(false);
             }
-            std::thread::sleep(Duration::from_millis(5));
+        });
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(true) => {
+                assert!(
+                    self.ping(),
+                    "redis-server on port {} is not answering",
+                    self.port
+                );
+                true
+            }
+            Ok(false) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                if let Some(mut c) = self.child.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                false
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!(
+                "redis-server on port {} did not report ready within 5 s",
+                self.port
+            ),
         }
-        panic!(
-            "redis-server on port {} did not answer PING within 5 s",
-            self.port
-        );
+    }
+
+    /// Blocks until the server logs another line, or `timeout` passes;
+    /// `false` on timeout or when the server has stopped.
+    pub fn next_log_line(&self, timeout: Duration) -> bool {
+        self.log
+            .as_ref()
+            .is_some_and(|rx| rx.lock().unwrap().recv_timeout(timeout).is_ok())
     }
 
     fn ping(&self) -> bool {
@@ -172,13 +210,14 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port (after [`kill9`]).
+    /// Starts the server again on the same port (after [`kill9`], which
+    /// has reaped the old process, so the port is free again: Redis binds
+    /// with `SO_REUSEADDR`).
     pub fn restart(&mut self) {
-        for _ in 0..50 {
+        for _ in 0..5 {
             if self.spawn() {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
         panic!("could not restart redis-server on port {}", self.port);
     }
@@ -203,7 +242,9 @@ impl RedisCluster {
             if std::env::var_os("CI").is_some() {
                 panic!("redis-cli is not installed; CI must install redis-tools");
             }
-            eprintln!("skipping: redis-cli is not installed");
+            eprintln!(
+                "not run: redis-cli is not installed (install redis-tools; under CI this fails)"
+            );
             return None;
         }
         let mut nodes = Vec::new();
@@ -240,24 +281,30 @@ impl RedisCluster {
 
     /// Waits (at most 10 s) until every live node reports `cluster_state:ok`
     /// and knows every slot.
+    ///
+    /// A node that is not there yet is waited on through its log: it logs
+    /// what changes in its view of the cluster ("Cluster state changed:
+    /// ok", configuration updates), so the check runs again after each line
+    /// instead of on a timer.
     pub fn wait_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+            let lagging = self.nodes.iter().filter(|n| n.child.is_some()).find(|n| {
                 let info: String = redis::cmd("CLUSTER")
                     .arg("INFO")
                     .query(&mut n.sync())
                     .unwrap_or_default();
-                info.contains("cluster_state:ok") && info.contains("cluster_slots_assigned:16384")
+                !(info.contains("cluster_state:ok")
+                    && info.contains("cluster_slots_assigned:16384"))
             });
-            if ok {
+            let Some(node) = lagging else {
                 return;
-            }
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
             assert!(
-                Instant::now() < deadline,
-                "the cluster did not become ready"
+                node.next_log_line(left),
+                "the cluster did not become ready within 10 s"
             );
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
