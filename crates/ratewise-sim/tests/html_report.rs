@@ -7,8 +7,8 @@
 //! laid out). Without the binary the test fails under CI (`CI` set) and
 //! otherwise falls back to structural validation, saying so.
 
-use std::path::Path;
-use std::process::Command;
+#[path = "support/chromium.rs"]
+mod chromium;
 
 use ratewise::client::{Next, Outcome, Strategy};
 use ratewise::Timestamp;
@@ -128,37 +128,10 @@ fn report_opens_with_the_decision_chart_in_a_browser() {
     let (html, names) = report_html();
     let n = names.len();
     structural(&html, &names);
-    let chromium = Path::new("/usr/bin/chromium");
-    if !chromium.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but /usr/bin/chromium is missing: install the `chromium` package"
-        );
-        println!("note: /usr/bin/chromium not found; validated the report structurally only");
+    if !chromium::available() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ratewise-report-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    let file = dir.join("report.html");
-    std::fs::write(&file, &html).unwrap_or_else(|e| panic!("{e}"));
-    let out = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--dump-dom",
-        ])
-        .arg(format!("file://{}", file.display()))
-        .output()
-        .unwrap_or_else(|e| panic!("running chromium: {e}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let dom = chromium::dump_dom_of(&html, "report");
     assert!(
         dom.contains(&format!("data-rendered-charts=\"{n}\"")),
         "rendered DOM does not report {n} laid-out charts"

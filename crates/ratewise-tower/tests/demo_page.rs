@@ -5,14 +5,13 @@
 //! When `/usr/bin/chromium` is missing the page is checked structurally
 //! only — except under CI (`CI` set), where the test fails instead.
 
+#[path = "../../ratewise-sim/tests/support/chromium.rs"]
+mod chromium;
 mod common;
 
 #[path = "../examples/server/app.rs"]
 #[allow(dead_code)]
 mod app;
-
-use std::path::Path;
-use std::process::Command;
 
 use common::{serve, HttpClient};
 use http::StatusCode;
@@ -53,45 +52,15 @@ async fn the_live_page_renders_the_layers_totals_in_chromium() {
     );
     demo.record_sample();
 
-    let chromium = Path::new("/usr/bin/chromium");
-    if !chromium.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but /usr/bin/chromium is missing: install the `chromium` package"
-        );
-        println!("note: /usr/bin/chromium not found; checked the page structurally only");
+    if !chromium::available() {
         return;
     }
-    let profile = std::env::temp_dir().join(format!("ratewise-tower-page-{}", std::process::id()));
     let url = format!("http://{addr}/");
-    let out = tokio::task::spawn_blocking(move || {
-        let out = Command::new("/usr/bin/chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--virtual-time-budget=3000",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg("--dump-dom")
-            .arg(url)
-            .output();
-        let _ = std::fs::remove_dir_all(&profile);
-        out
+    let dom = tokio::task::spawn_blocking(move || {
+        chromium::dump_dom(&url, &["--virtual-time-budget=3000"])
     })
     .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("running chromium: {e}"));
-    assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dom = String::from_utf8_lossy(&out.stdout);
+    .unwrap();
     // ip-burst; key-burst and key-daily; the paid tier's paid-burst.
     assert!(
         dom.contains("data-rendered=\"4\""),
