@@ -424,13 +424,11 @@ impl Limiter {
     }
 }
 
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
+/// The `p`th percentile (0–100) of `v`, sorting it first: the simulator's
+/// nearest-rank [`percentile`](crate::metrics::percentile).
+fn percentile_of(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i.min(v.len() - 1)]
+    crate::metrics::percentile(v, p)
 }
 
 fn exp_sample(rng: &mut ChaCha8Rng, mean: f64) -> f64 {
@@ -453,7 +451,7 @@ fn ticks(
         let p99 = if per_second[i].is_empty() {
             f64::NAN
         } else {
-            percentile(&mut per_second[i].clone(), 0.99)
+            percentile_of(&mut per_second[i].clone(), 99.0)
         };
         timeline.push((
             *next_tick_ms as f64 / 1000.0,
@@ -639,7 +637,8 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
                 .skip(from)
                 .find(|(_, v)| {
                     let extra = s.extra_at(at) as f64;
-                    !v.is_empty() && percentile(&mut v.to_vec(), 0.99) <= 2.0 * no_load_ms + extra
+                    !v.is_empty()
+                        && percentile_of(&mut v.to_vec(), 99.0) <= 2.0 * no_load_ms + extra
                 })
                 .map_or(duration_s, |(i, _)| (i - from) as f64)
         })
@@ -667,8 +666,8 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         goodput_share: good as f64 / available.max(1.0),
         refused_share: refused as f64 / arrived.max(1) as f64,
         timed_out_share: timed_out as f64 / admitted.max(1) as f64,
-        p50_latency_ms: percentile(&mut good_latencies, 0.5),
-        p99_latency_ms: percentile(&mut all_latencies, 0.99),
+        p50_latency_ms: percentile_of(&mut good_latencies, 50.0),
+        p99_latency_ms: percentile_of(&mut all_latencies, 99.0),
         recovery_s,
         oscillation,
         timeline,

@@ -175,13 +175,13 @@ impl<S: Clone, A> Clone for ConcurrencyLimit<S, A> {
 }
 
 fn shed<B>(retry_after: Duration) -> Response<RateLimitBody<B>> {
-    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    let secs = ratewise::headers_out::retry_after_secs(retry_after);
     let mut res = Response::new(RateLimitBody::full(Bytes::from_static(
         b"the service is at its concurrency limit; retry later\n",
     )));
     *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
