@@ -6,7 +6,13 @@
 //! * `headers written`: the same, plus the values formatted by
 //!   `ratewise::headers_out` on the stack (the draft's `RateLimit-Policy` and
 //!   `RateLimit` for ratewise; limit and remaining for governor, the
-//!   `x-ratelimit-*` pair tower_governor sends).
+//!   `x-ratelimit-*` pair tower_governor sends);
+//! * `RateLimit written`: ratewise writing only the per-decision `RateLimit`
+//!   header, as a server does that renders its never-changing
+//!   `RateLimit-Policy` once (`ratewise-tower` does).
+//!
+//! For ratios on a busy machine, `cargo bench -p ratewise --bench check_ab`
+//! runs the same rows as interleaved trials timed by CPU time.
 //!
 //! `cargo bench -p ratewise --bench headers`
 
@@ -51,6 +57,15 @@ fn headers(c: &mut Criterion) {
                 let _ = d.write_headers(&policy, HeaderStyle::DRAFT, |name, value| {
                     black_box((name, value));
                 });
+            }
+        })
+    });
+    g.bench_function("Gcra, RateLimit written (policy pre-rendered)", |b| {
+        b.iter(|| {
+            if let Ok(d) = gcra.check(1) {
+                let mut state = HeaderBuf::<64>::new();
+                let _ = state.push_decision("default", &d);
+                black_box(state.as_bytes().len());
             }
         })
     });
