@@ -121,6 +121,7 @@
 //! key, a key over 1 KiB ([`MAX_KEY_LEN`]), `n = 0`, `n > burst`, a quota
 //! too long for Redis, an explicit time out of range.
 
+mod batch;
 mod connection;
 mod core;
 mod error;

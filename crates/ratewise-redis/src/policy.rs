@@ -3,7 +3,7 @@
 //! counters that make degraded decisions visible ([`Stats`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use ratewise::backend::DecisionSource;
@@ -133,6 +133,10 @@ pub struct StatsSnapshot {
     pub breaker_opened: u64,
     /// Decisions answered without asking Redis because the breaker was open.
     pub short_circuited: u64,
+    /// Script calls sent to Redis (round trips). With batching, one call
+    /// decides every request of its batch, so this can be far below
+    /// `backend`.
+    pub round_trips: u64,
 }
 
 impl StatsSnapshot {
@@ -152,9 +156,66 @@ pub(crate) struct Stats {
     timeouts: AtomicU64,
     breaker_opened: AtomicU64,
     short_circuited: AtomicU64,
+    round_trips: AtomicU64,
+    metrics: OnceLock<Handles>,
+}
+
+/// The `metrics` handles of one limiter, registered on first use (see the
+/// crate docs' "Metrics" for names and meanings).
+#[derive(Debug)]
+struct Handles {
+    admitted: metrics::Counter,
+    refused: metrics::Counter,
+    fail_open: metrics::Counter,
+    fail_closed: metrics::Counter,
+    local_fallback: metrics::Counter,
+    redis_error: metrics::Counter,
+    timeout: metrics::Counter,
+    circuit_open: metrics::Counter,
+    breaker_open: metrics::Gauge,
+    call_seconds: metrics::Histogram,
+    batch_requests: metrics::Histogram,
+}
+
+impl Handles {
+    fn new() -> Handles {
+        let degraded =
+            |s: &'static str| metrics::counter!("ratewise_redis_degraded_total", "source" => s);
+        let error = |k: &'static str| metrics::counter!("ratewise_redis_errors_total", "kind" => k);
+        Handles {
+            admitted: metrics::counter!("ratewise_redis_decisions_total", "outcome" => "admitted"),
+            refused: metrics::counter!("ratewise_redis_decisions_total", "outcome" => "refused"),
+            fail_open: degraded("fail_open"),
+            fail_closed: degraded("fail_closed"),
+            local_fallback: degraded("local_fallback"),
+            redis_error: error("redis"),
+            timeout: error("timeout"),
+            circuit_open: error("circuit_open"),
+            breaker_open: metrics::gauge!("ratewise_redis_breaker_open"),
+            call_seconds: metrics::histogram!("ratewise_redis_call_seconds"),
+            batch_requests: metrics::histogram!("ratewise_redis_batch_requests"),
+        }
+    }
 }
 
 impl Stats {
+    fn handles(&self) -> &Handles {
+        self.metrics.get_or_init(Handles::new)
+    }
+
+    /// Counts a decision: by source, and by outcome in the metrics.
+    pub(crate) fn decided(&self, source: DecisionSource, allowed: bool) {
+        self.count(source);
+        let h = self.handles();
+        if allowed { &h.admitted } else { &h.refused }.increment(1);
+        match source {
+            DecisionSource::Backend => {}
+            DecisionSource::LocalFallback => h.local_fallback.increment(1),
+            DecisionSource::FailOpen => h.fail_open.increment(1),
+            _ => h.fail_closed.increment(1),
+        }
+    }
+
     pub(crate) fn count(&self, source: DecisionSource) {
         let c = match source {
             DecisionSource::Backend => &self.backend,
@@ -176,12 +237,13 @@ impl Stats {
             timeouts: r(&self.timeouts),
             breaker_opened: r(&self.breaker_opened),
             short_circuited: r(&self.short_circuited),
+            round_trips: r(&self.round_trips),
         }
     }
 }
 
 /// Why Redis gave no answer.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Failure {
     Redis(redis::RedisError),
     Timeout(Duration),
@@ -245,6 +307,15 @@ impl Resilience {
     where
         F: std::future::Future<Output = redis::RedisResult<T>>,
     {
+        self.run_batch(call, 1).await
+    }
+
+    /// [`Resilience::run`] for a call deciding `requests` requests.
+    pub(crate) async fn run_batch<T, F>(&self, call: F, requests: usize) -> Result<T, Failure>
+    where
+        F: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let h = self.stats.handles();
         let until = self.open_until.load(Ordering::Acquire);
         let mut probe = false;
         if until != 0 {
@@ -255,26 +326,34 @@ impl Resilience {
                     .is_err()
             {
                 self.stats.short_circuited.fetch_add(1, Ordering::Relaxed);
+                h.circuit_open.increment(1);
                 return Err(Failure::CircuitOpen);
             }
             probe = true;
         }
+        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        h.batch_requests.record(requests as f64);
+        let sent = Instant::now();
         let outcome = match tokio::time::timeout(self.config.timeout, call).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 self.stats.redis_errors.fetch_add(1, Ordering::Relaxed);
+                h.redis_error.increment(1);
                 Err(Failure::Redis(e))
             }
             Err(_) => {
                 self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                h.timeout.increment(1);
                 Err(Failure::Timeout(self.config.timeout))
             }
         };
+        h.call_seconds.record(sent.elapsed().as_secs_f64());
         match &outcome {
             Ok(_) => {
                 self.consecutive.store(0, Ordering::Relaxed);
                 if until != 0 || probe {
                     self.open_until.store(0, Ordering::Release);
+                    h.breaker_open.set(0.0);
                 }
                 if probe {
                     self.probing.store(false, Ordering::Release);
@@ -290,6 +369,7 @@ impl Resilience {
                     if was == 0 || probe {
                         self.stats.breaker_opened.fetch_add(1, Ordering::Relaxed);
                     }
+                    h.breaker_open.set(1.0);
                     self.consecutive.store(0, Ordering::Relaxed);
                 }
                 if probe {

@@ -1,0 +1,353 @@
+//! Per-key batching against a real, private redis-server: requests that
+//! queue behind a call in flight for their key go as one script call and
+//! are decided exactly as the same requests one by one; a failed batch is
+//! answered by the failure policy request by request; a cancelled leader or
+//! waiter never strands the others.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use ratewise::backend::{BackendDecision, DecisionSource};
+use ratewise::{
+    Decision, FixedWindow, Gcra, ManualClock, Quota, RateLimiter, SlidingWindowCounter,
+    SlidingWindowLog, Timestamp, TokenBucket,
+};
+use ratewise_redis::{connect, Algorithm, Error, FailurePolicy, Options, RedisLimiter};
+
+type Call<'a> = Pin<Box<dyn Future<Output = Result<BackendDecision, Error>> + 'a>>;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn options() -> Options {
+    Options {
+        // Explicit-time tests move their clock freely; keep keys alive.
+        expiry_slack: Duration::from_secs(600),
+        policy: FailurePolicy::Error,
+        resilience: ratewise_redis::ResilienceConfig {
+            timeout: Duration::from_secs(5),
+            ..Default::default()
+        },
+        ..Options::default()
+    }
+}
+
+static KEY: AtomicU64 = AtomicU64::new(0);
+fn fresh_key() -> String {
+    format!("b{}", KEY.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Polls every call in order, again and again, until all are done; a call
+/// at `cancel` positions is dropped after its first poll. The first call
+/// polled finds the key idle and goes alone; the others queue behind it in
+/// this order and go as the next batch.
+async fn run_in_order<'a>(
+    mut calls: Vec<Option<Call<'a>>>,
+    cancel: &[usize],
+) -> Vec<Option<Result<BackendDecision, Error>>> {
+    let mut out: Vec<Option<Result<BackendDecision, Error>>> = calls.iter().map(|_| None).collect();
+    let mut first = true;
+    std::future::poll_fn(|cx: &mut Context<'_>| {
+        for (i, call) in calls.iter_mut().enumerate() {
+            if let Some(f) = call {
+                if let Poll::Ready(r) = f.as_mut().poll(cx) {
+                    out[i] = Some(r);
+                    *call = None;
+                }
+            }
+        }
+        if first {
+            first = false;
+            for &i in cancel {
+                calls[i] = None;
+            }
+        }
+        if calls.iter().all(Option::is_none) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    out
+}
+
+#[derive(Clone, Debug)]
+struct Op {
+    dt_us: u64,
+    n: u64,
+    peek: bool,
+}
+
+fn memory(alg: Algorithm, q: Quota) -> Box<dyn RateLimiter + Send + Sync> {
+    let c = ManualClock::new();
+    match alg {
+        Algorithm::Gcra => Box::new(Gcra::with_clock(q, c)),
+        Algorithm::TokenBucket => Box::new(TokenBucket::with_clock(q, c)),
+        Algorithm::FixedWindow => Box::new(FixedWindow::with_clock(q, c)),
+        Algorithm::SlidingWindowCounter => Box::new(SlidingWindowCounter::with_clock(q, c)),
+        Algorithm::SlidingWindowLog => Box::new(SlidingWindowLog::with_clock(q, c)),
+        other => panic!("no in-memory twin for {other}"),
+    }
+}
+
+fn ceil_us(d: Duration) -> Duration {
+    Duration::from_micros(u64::try_from(d.as_nanos().div_ceil(1000)).unwrap())
+}
+
+/// Sends `ops` (explicit times, in order) all at once for one key: the
+/// first alone, the rest as one batch. Every decision must equal the
+/// in-memory twin's for the same requests one by one, evidence included,
+/// and the whole took exactly two round trips.
+fn batch_conforms(
+    rt: &tokio::runtime::Runtime,
+    redis: &RedisLimiter,
+    alg: Algorithm,
+    q: Quota,
+    start_us: u64,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let key = fresh_key();
+    redis.set_key_quota(&key, q).expect("valid quota");
+    let mut now = start_us;
+    let mut times = Vec::new();
+    for op in ops {
+        now += op.dt_us;
+        times.push(now);
+    }
+    let calls: Vec<Option<Call<'_>>> = ops
+        .iter()
+        .zip(&times)
+        .map(|(op, &t)| {
+            let at = Duration::from_micros(t);
+            let key = key.clone();
+            let call: Call<'_> = if op.peek {
+                Box::pin(async move { redis.peek_at(&key, op.n, at).await })
+            } else {
+                Box::pin(async move { redis.check_at(&key, op.n, at).await })
+            };
+            Some(call)
+        })
+        .collect();
+    let trips = redis.stats().round_trips;
+    let answers = rt.block_on(run_in_order(calls, &[]));
+    let used = redis.stats().round_trips - trips;
+    prop_assert_eq!(used, if ops.len() > 1 { 2 } else { 1 });
+    let mem = memory(alg, q);
+    for (i, ((op, &t), r)) in ops.iter().zip(&times).zip(answers).enumerate() {
+        let r = r.expect("answered").expect("decided");
+        prop_assert_eq!(r.source, DecisionSource::Backend);
+        let ts = Timestamp::from_nanos(t * 1000);
+        let m = if op.peek {
+            mem.peek_at(op.n, ts).expect("memory")
+        } else {
+            mem.check_at(op.n, ts).expect("memory")
+        };
+        let m = Decision {
+            retry_after: m.retry_after.map(ceil_us),
+            reset_after: ceil_us(m.reset_after),
+            ..m
+        };
+        prop_assert_eq!(r.decision, m, "{} step {} at {} µs: {:?}", alg, i, t, op);
+    }
+    Ok(())
+}
+
+fn batch_conformance(alg: Algorithm, cases: u32) {
+    let server = redis_or_skip!();
+    let rt = rt();
+    let conn = rt.block_on(connect(&server.url())).expect("connect");
+    let redis = RedisLimiter::with_options(conn, Quota::per_second(1).unwrap(), alg, options())
+        .expect("limiter");
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    // As the one-by-one conformance tests: intervals 1 µs to 5 s, bursts
+    // 1..=12, steps up to three windows (zero included: several requests
+    // at one instant), anywhere in the first ~30 years.
+    let strategy =
+        (1u64..=5_000_000, 1u64..=12, 0u64..1_000_000_000_000_000).prop_flat_map(
+            |(e_us, b, start)| {
+                let op =
+                    |max_dt: u64| {
+                        (0..=max_dt, 1..=b, prop::bool::weighted(0.2))
+                            .prop_map(|(dt_us, n, peek)| Op { dt_us, n, peek })
+                    };
+                (
+                    Just(e_us),
+                    Just(b),
+                    Just(start),
+                    prop_oneof![
+                        prop::collection::vec(op(0), 1..40),
+                        prop::collection::vec(op(e_us * 2), 1..40),
+                        prop::collection::vec(op(e_us * b * 3), 1..40),
+                    ],
+                )
+            },
+        );
+    runner
+        .run(&strategy, |(e_us, b, start, ops)| {
+            let q = Quota::from_parts(e_us * 1000, b).expect("quota");
+            batch_conforms(&rt, &redis, alg, q, start, &ops)
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_gcra_batch_decides_as_the_in_memory_gcra_one_by_one() {
+    batch_conformance(Algorithm::Gcra, 500);
+}
+
+#[test]
+fn batches_of_every_other_algorithm_decide_as_their_twins_one_by_one() {
+    for alg in Algorithm::ALL {
+        if alg != Algorithm::Gcra {
+            batch_conformance(alg, 60);
+        }
+    }
+}
+
+/// Concurrent checks for one key on Redis's clock: one call alone, the
+/// rest in batches of at most `max_batch`; every request is answered by
+/// Redis and exactly the burst is admitted.
+#[test]
+fn concurrent_requests_for_one_key_share_round_trips() {
+    let server = redis_or_skip!();
+    let rt = rt();
+    let conn = rt.block_on(connect(&server.url())).expect("connect");
+    let quota = Quota::per(10, Duration::from_secs(3600)).unwrap();
+    let l = RedisLimiter::with_options(
+        conn,
+        quota,
+        Algorithm::Gcra,
+        Options {
+            max_batch: 16,
+            ..options()
+        },
+    )
+    .unwrap();
+    let calls: Vec<Option<Call<'_>>> = (0..50)
+        .map(|_| Some(Box::pin(l.check("hot", 1)) as Call<'_>))
+        .collect();
+    let answers = rt.block_on(run_in_order(calls, &[]));
+    let allowed = answers
+        .into_iter()
+        .map(|a| a.unwrap().unwrap())
+        .inspect(|d| assert_eq!(d.source, DecisionSource::Backend))
+        .filter(|d| d.decision.allowed)
+        .count();
+    assert_eq!(allowed, 10);
+    let s = l.stats();
+    assert_eq!(s.backend, 50);
+    // 1 alone, then 49 queued: batches of 16, 16, 16, 1.
+    assert_eq!(s.round_trips, 5);
+    // Batching off: one round trip per request.
+    let conn = rt.block_on(connect(&server.url())).expect("connect");
+    let single = RedisLimiter::with_options(
+        conn,
+        quota,
+        Algorithm::Gcra,
+        Options {
+            max_batch: 1,
+            ..options()
+        },
+    )
+    .unwrap();
+    let calls: Vec<Option<Call<'_>>> = (0..20)
+        .map(|_| Some(Box::pin(single.check("other", 1)) as Call<'_>))
+        .collect();
+    rt.block_on(run_in_order(calls, &[]));
+    assert_eq!(single.stats().round_trips, 20);
+}
+
+/// A batch Redis refuses (the key holds another type: WRONGTYPE) is
+/// answered by the failure policy for every one of its requests, and
+/// counted per request.
+#[test]
+fn a_failed_batch_is_answered_by_the_policy_for_every_request() {
+    let server = redis_or_skip!();
+    let rt = rt();
+    let conn = rt.block_on(connect(&server.url())).expect("connect");
+    let l = RedisLimiter::with_options(
+        conn,
+        Quota::per_second(100).unwrap(),
+        Algorithm::Gcra,
+        Options {
+            policy: FailurePolicy::FailClosed,
+            resilience: ratewise_redis::ResilienceConfig {
+                timeout: Duration::from_secs(5),
+                failure_threshold: 1000,
+                ..Default::default()
+            },
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    redis::cmd("HSET")
+        .arg(l.redis_key("typed"))
+        .arg("f")
+        .arg("v")
+        .query::<()>(&mut server.sync())
+        .unwrap();
+    let calls: Vec<Option<Call<'_>>> = (0..10)
+        .map(|_| Some(Box::pin(l.check("typed", 1)) as Call<'_>))
+        .collect();
+    for a in rt.block_on(run_in_order(calls, &[])) {
+        let d = a.unwrap().unwrap();
+        assert_eq!(d.source, DecisionSource::FailClosed);
+        assert!(!d.decision.allowed);
+    }
+    let s = l.stats();
+    assert_eq!((s.round_trips, s.redis_errors, s.fail_closed), (2, 2, 10));
+}
+
+/// The leader is dropped while its call is in flight and the waiter next
+/// in line has gone too: the lead passes to the next live waiter, and every
+/// remaining request is answered by Redis.
+#[test]
+fn cancelled_leaders_and_waiters_strand_nobody() {
+    let server = redis_or_skip!();
+    let rt = rt();
+    let conn = rt.block_on(connect(&server.url())).expect("connect");
+    let l = RedisLimiter::with_options(
+        conn,
+        Quota::per(100, Duration::from_secs(3600)).unwrap(),
+        Algorithm::Gcra,
+        options(),
+    )
+    .unwrap();
+    let calls: Vec<Option<Call<'_>>> = (0..12)
+        .map(|_| Some(Box::pin(l.check("cancel", 1)) as Call<'_>))
+        .collect();
+    let answers = rt.block_on(run_in_order(calls, &[0, 1, 5]));
+    for (i, a) in answers.into_iter().enumerate() {
+        match i {
+            0 | 1 | 5 => assert!(a.is_none()),
+            _ => {
+                let d = a.expect("answered").expect("decided");
+                assert_eq!(d.source, DecisionSource::Backend, "request {i}");
+                assert!(d.decision.allowed);
+            }
+        }
+    }
+    // The key is free again: a lone request goes at once.
+    let d = rt.block_on(l.check("cancel", 1)).unwrap();
+    assert_eq!(d.source, DecisionSource::Backend);
+    // The cancelled leader's call may or may not have reached Redis; the
+    // dropped waiters' requests were never sent: 9 or 10 units spent
+    // before this one.
+    let remaining = d.decision.remaining;
+    assert!((89..=90).contains(&remaining), "remaining {remaining}");
+}
