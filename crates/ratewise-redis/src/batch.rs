@@ -10,14 +10,19 @@
 //! # Protocol
 //!
 //! A key has an entry in the table exactly while some request *leads* it:
-//! holds a call in flight, or is about to send the next batch. A request
-//! that finds no entry creates one and leads with itself alone. A request
-//! that finds one queues a [`Waiter`] and awaits its one-shot channel,
+//! holds a call in flight, or is about to send the next batch. A key has
+//! at most `leaders` of them (2 by default: while one batch's answer
+//! travels back and its waiters wake, the next is already on the wire;
+//! both go on the limiter's connection in order, so Redis decides them in
+//! the order they were formed). A request that finds fewer leaders leads
+//! with itself alone. A request that finds the key's leaders all busy
+//! queues a [`Waiter`] and awaits its one-shot channel,
 //! which brings either its answer ([`Msg::Done`]) or the lead of the next
 //! batch ([`Msg::Lead`]: its own request first, then the waiters queued
 //! after it, up to the batch cap). When a leader has its answers, it sends
 //! them to its batch's waiters, then hands the lead to the oldest queued
-//! waiter still listening, or removes the entry when none is queued.
+//! waiter still listening, or, when none is queued, the key has one
+//! leader less (and no entry once it has none).
 //!
 //! The lead travels as a [`Lead`] guard. A guard dropped before its batch
 //! was answered — its leader's future was cancelled mid-call, or the
@@ -66,7 +71,13 @@ pub(crate) enum Msg<A> {
     Lead(Lead<A>),
 }
 
-type Table<A> = HashMap<BatchKey, VecDeque<Waiter<A>>>;
+/// A key with calls in flight: how many leaders it has, and who waits.
+struct Entry<A> {
+    leaders: usize,
+    queue: VecDeque<Waiter<A>>,
+}
+
+type Table<A> = HashMap<BatchKey, Entry<A>>;
 
 /// The table of keys with a call in flight, in shards.
 pub(crate) struct Batcher<A> {
@@ -74,11 +85,16 @@ pub(crate) struct Batcher<A> {
     hasher: std::collections::hash_map::RandomState,
     /// The most requests in one batch (at least 1).
     max: usize,
+    /// The most calls in flight for one key (at least 1).
+    leaders: usize,
 }
 
 impl<A> std::fmt::Debug for Batcher<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batcher").field("max", &self.max).finish()
+        f.debug_struct("Batcher")
+            .field("max", &self.max)
+            .field("leaders", &self.leaders)
+            .finish()
     }
 }
 
@@ -93,13 +109,14 @@ pub(crate) enum Joined<A> {
 impl<A> Batcher<A> {
     const SHARDS: usize = 16;
 
-    pub(crate) fn new(max: usize) -> Arc<Batcher<A>> {
+    pub(crate) fn new(max: usize, leaders: usize) -> Arc<Batcher<A>> {
         Arc::new(Batcher {
             shards: (0..Self::SHARDS)
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             max: max.max(1),
+            leaders: leaders.max(1),
         })
     }
 
@@ -113,12 +130,23 @@ impl<A> Batcher<A> {
     /// Joins `key`'s queue with `req`.
     pub(crate) fn join(self: &Arc<Self>, key: BatchKey, req: Request) -> Joined<A> {
         let mut table = self.shard(&key);
-        if let Some(queue) = table.get_mut(&key) {
-            let (tx, rx) = oneshot::channel();
-            queue.push_back(Waiter { req, tx });
-            return Joined::Wait(rx);
+        match table.get_mut(&key) {
+            Some(entry) if entry.leaders >= self.leaders => {
+                let (tx, rx) = oneshot::channel();
+                entry.queue.push_back(Waiter { req, tx });
+                return Joined::Wait(rx);
+            }
+            Some(entry) => entry.leaders += 1,
+            None => {
+                table.insert(
+                    key.clone(),
+                    Entry {
+                        leaders: 1,
+                        queue: VecDeque::new(),
+                    },
+                );
+            }
         }
-        table.insert(key.clone(), VecDeque::new());
         drop(table);
         Joined::Lead(Lead {
             batcher: self.clone(),
@@ -129,14 +157,15 @@ impl<A> Batcher<A> {
         })
     }
 
-    /// Hands `key`'s lead to the oldest listening waiter with the next
-    /// batch, or removes the entry when nobody waits. Called with the
-    /// shard locked.
+    /// Hands a finished leader's lead to the oldest listening waiter with
+    /// the next batch; when nobody waits, the key has one leader less, and
+    /// no entry once it has none. Called with the shard locked.
     fn hand_off(self: &Arc<Self>, table: &mut Table<A>, key: &BatchKey) {
         loop {
-            let Some(queue) = table.get_mut(key) else {
+            let Some(entry) = table.get_mut(key) else {
                 return;
             };
+            let queue = &mut entry.queue;
             let first = loop {
                 match queue.pop_front() {
                     Some(w) if w.tx.is_closed() => continue,
@@ -144,7 +173,10 @@ impl<A> Batcher<A> {
                 }
             };
             let Some(first) = first else {
-                table.remove(key);
+                entry.leaders -= 1;
+                if entry.leaders == 0 {
+                    table.remove(key);
+                }
                 return;
             };
             let mut others = Vec::new();
@@ -230,9 +262,9 @@ impl<A> Drop for Lead<A> {
         let others = self.disarm();
         let batcher = self.batcher.clone();
         let mut table = batcher.shard(&self.key);
-        if let Some(queue) = table.get_mut(&self.key) {
+        if let Some(entry) = table.get_mut(&self.key) {
             for w in others.into_iter().rev() {
-                queue.push_front(w);
+                entry.queue.push_front(w);
             }
         }
         batcher.hand_off(&mut table, &self.key);

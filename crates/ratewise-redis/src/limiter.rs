@@ -93,8 +93,13 @@ impl Algorithm {
 
     /// The Lua source of this algorithm's batch script: the same decision
     /// as [`Algorithm::script_source`], wrapped in a function and applied
-    /// to each request of a batch in turn (see the crate docs' "Batching").
+    /// to each request of a batch in turn (see the crate docs' "Batching");
+    /// GCRA's reads and writes its key once per batch.
     pub fn batch_script_source(self) -> String {
+        if self == Algorithm::Gcra {
+            // The same decisions, with the key read and written once.
+            return format!("{PRELUDE}\n{}", include_str!("lua/gcra_batch.lua"));
+        }
         let (body, end) = self.body();
         format!("{PRELUDE}\n{BATCH}\n{body}\n{end}\n{BATCH_END}")
     }
@@ -148,6 +153,11 @@ pub struct Options {
     /// together, decided in arrival order exactly as one by one; see the
     /// crate docs' "Batching".
     pub max_batch: usize,
+    /// The most batch calls in flight at once for one key (default 2): with
+    /// two, the next batch is on its way while the previous one's answers
+    /// are delivered. Calls of one limiter share its connection, so Redis
+    /// decides them in the order they were sent.
+    pub batches_in_flight: usize,
 }
 
 impl Default for Options {
@@ -158,6 +168,7 @@ impl Default for Options {
             resilience: ResilienceConfig::default(),
             expiry_slack: Duration::ZERO,
             max_batch: 128,
+            batches_in_flight: 2,
         }
     }
 }
@@ -234,7 +245,8 @@ impl RedisLimiter {
         options: Options,
     ) -> Result<RedisLimiter, Error> {
         let quota = MicroQuota::new(quota, algorithm == Algorithm::SlidingWindowCounter)?;
-        let batcher = (options.max_batch > 1).then(|| Batcher::new(options.max_batch));
+        let batcher = (options.max_batch > 1)
+            .then(|| Batcher::new(options.max_batch, options.batches_in_flight));
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
                 core: options.into_core(conn)?,

@@ -48,9 +48,9 @@ fn fresh_key() -> String {
 }
 
 /// Polls every call in order, again and again, until all are done; a call
-/// at `cancel` positions is dropped after its first poll. The first call
-/// polled finds the key idle and goes alone; the others queue behind it in
-/// this order and go as the next batch.
+/// at `cancel` positions is dropped after its first poll. The first two
+/// calls polled find the key's two leader places free and go alone; the
+/// others queue behind them in this order and go as the next batch(es).
 async fn run_in_order<'a>(
     mut calls: Vec<Option<Call<'a>>>,
     cancel: &[usize],
@@ -106,9 +106,9 @@ fn ceil_us(d: Duration) -> Duration {
 }
 
 /// Sends `ops` (explicit times, in order) all at once for one key: the
-/// first alone, the rest as one batch. Every decision must equal the
+/// first two alone, the rest as one batch. Every decision must equal the
 /// in-memory twin's for the same requests one by one, evidence included,
-/// and the whole took exactly two round trips.
+/// and the whole took at most three round trips.
 fn batch_conforms(
     rt: &tokio::runtime::Runtime,
     redis: &RedisLimiter,
@@ -142,7 +142,7 @@ fn batch_conforms(
     let trips = redis.stats().round_trips;
     let answers = rt.block_on(run_in_order(calls, &[]));
     let used = redis.stats().round_trips - trips;
-    prop_assert_eq!(used, if ops.len() > 1 { 2 } else { 1 });
+    prop_assert_eq!(used, ops.len().min(3) as u64);
     let mem = memory(alg, q);
     for (i, ((op, &t), r)) in ops.iter().zip(&times).zip(answers).enumerate() {
         let r = r.expect("answered").expect("decided");
@@ -251,7 +251,7 @@ fn concurrent_requests_for_one_key_share_round_trips() {
     assert_eq!(allowed, 10);
     let s = l.stats();
     assert_eq!(s.backend, 50);
-    // 1 alone, then 49 queued: batches of 16, 16, 16, 1.
+    // 2 alone, then 48 queued: batches of 16, 16, 16.
     assert_eq!(s.round_trips, 5);
     // Batching off: one round trip per request.
     let conn = rt.block_on(connect(&server.url())).expect("connect");
@@ -310,12 +310,13 @@ fn a_failed_batch_is_answered_by_the_policy_for_every_request() {
         assert!(!d.decision.allowed);
     }
     let s = l.stats();
-    assert_eq!((s.round_trips, s.redis_errors, s.fail_closed), (2, 2, 10));
+    // 2 alone, then a batch of 8.
+    assert_eq!((s.round_trips, s.redis_errors, s.fail_closed), (3, 3, 10));
 }
 
-/// The leader is dropped while its call is in flight and the waiter next
-/// in line has gone too: the lead passes to the next live waiter, and every
-/// remaining request is answered by Redis.
+/// Both leaders are dropped while their calls are in flight, and a waiter
+/// already in the next batch gives up too: the lead passes to the next live
+/// waiter, and every remaining request is answered by Redis.
 #[test]
 fn cancelled_leaders_and_waiters_strand_nobody() {
     let server = redis_or_skip!();
@@ -345,9 +346,10 @@ fn cancelled_leaders_and_waiters_strand_nobody() {
     // The key is free again: a lone request goes at once.
     let d = rt.block_on(l.check("cancel", 1)).unwrap();
     assert_eq!(d.source, DecisionSource::Backend);
-    // The cancelled leader's call may or may not have reached Redis; the
-    // dropped waiters' requests were never sent: 9 or 10 units spent
-    // before this one.
+    // The cancelled leaders' calls may or may not have reached Redis; the
+    // dropped waiter's request was never sent: 9 to 11 units spent before
+    // this one.
     let remaining = d.decision.remaining;
-    assert!((89..=90).contains(&remaining), "remaining {remaining}");
+    assert!((88..=90).contains(&remaining), "remaining {remaining}");
+    assert!(l.stats().backend >= 10);
 }
