@@ -241,13 +241,17 @@ impl<A> Lead<A> {
     /// order), hands the lead on, and ends this batch; returns `own`, the
     /// leader's answer.
     pub(crate) fn finish(mut self, own: A, others: impl IntoIterator<Item = A>) -> A {
-        for (w, a) in self.disarm().into_iter().zip(others) {
-            // A waiter that gave up has no one to tell.
-            let _ = w.tx.send(Msg::Done(a));
-        }
+        let waiters = self.disarm();
+        // The next batch first, so it is on its way while these answers
+        // are delivered.
         let batcher = self.batcher.clone();
         let mut table = batcher.shard(&self.key);
         batcher.hand_off(&mut table, &self.key);
+        drop(table);
+        for (w, a) in waiters.into_iter().zip(others) {
+            // A waiter that gave up has no one to tell.
+            let _ = w.tx.send(Msg::Done(a));
+        }
         own
     }
 }
