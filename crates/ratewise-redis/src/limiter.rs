@@ -182,10 +182,10 @@ impl Options {
         }
         Ok(Core {
             conn: conn.into(),
+            res: Resilience::new(self.resilience, self.prefix.clone()),
             prefix: self.prefix.into_bytes(),
             slack_ms: u64::try_from(self.expiry_slack.as_millis()).unwrap_or(u64::MAX),
             policy: self.policy,
-            res: Resilience::new(self.resilience),
         })
     }
 }

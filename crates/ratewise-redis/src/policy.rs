@@ -146,7 +146,7 @@ impl StatsSnapshot {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Stats {
     backend: AtomicU64,
     local_fallback: AtomicU64,
@@ -157,6 +157,8 @@ pub(crate) struct Stats {
     breaker_opened: AtomicU64,
     short_circuited: AtomicU64,
     round_trips: AtomicU64,
+    /// The `limiter` label of this limiter's metrics (its key prefix).
+    label: String,
     metrics: OnceLock<Handles>,
 }
 
@@ -178,29 +180,47 @@ struct Handles {
 }
 
 impl Handles {
-    fn new() -> Handles {
-        let degraded =
-            |s: &'static str| metrics::counter!("ratewise_redis_degraded_total", "source" => s);
-        let error = |k: &'static str| metrics::counter!("ratewise_redis_errors_total", "kind" => k);
+    fn new(limiter: &str) -> Handles {
+        let l = || limiter.to_owned();
+        let degraded = |s: &'static str| metrics::counter!("ratewise_redis_degraded_total", "limiter" => l(), "source" => s);
+        let error = |k: &'static str| metrics::counter!("ratewise_redis_errors_total", "limiter" => l(), "kind" => k);
+        let decided = |o: &'static str| metrics::counter!("ratewise_redis_decisions_total", "limiter" => l(), "outcome" => o);
         Handles {
-            admitted: metrics::counter!("ratewise_redis_decisions_total", "outcome" => "admitted"),
-            refused: metrics::counter!("ratewise_redis_decisions_total", "outcome" => "refused"),
+            admitted: decided("admitted"),
+            refused: decided("refused"),
             fail_open: degraded("fail_open"),
             fail_closed: degraded("fail_closed"),
             local_fallback: degraded("local_fallback"),
             redis_error: error("redis"),
             timeout: error("timeout"),
             circuit_open: error("circuit_open"),
-            breaker_open: metrics::gauge!("ratewise_redis_breaker_open"),
-            call_seconds: metrics::histogram!("ratewise_redis_call_seconds"),
-            batch_requests: metrics::histogram!("ratewise_redis_batch_requests"),
+            breaker_open: metrics::gauge!("ratewise_redis_breaker_open", "limiter" => l()),
+            call_seconds: metrics::histogram!("ratewise_redis_call_seconds", "limiter" => l()),
+            batch_requests: metrics::histogram!("ratewise_redis_batch_requests", "limiter" => l()),
         }
     }
 }
 
 impl Stats {
+    fn new(label: String) -> Stats {
+        let z = || AtomicU64::new(0);
+        Stats {
+            backend: z(),
+            local_fallback: z(),
+            fail_open: z(),
+            fail_closed: z(),
+            redis_errors: z(),
+            timeouts: z(),
+            breaker_opened: z(),
+            short_circuited: z(),
+            round_trips: z(),
+            label,
+            metrics: OnceLock::new(),
+        }
+    }
+
     fn handles(&self) -> &Handles {
-        self.metrics.get_or_init(Handles::new)
+        self.metrics.get_or_init(|| Handles::new(&self.label))
     }
 
     /// Counts a decision: by source, and by outcome in the metrics.
@@ -279,14 +299,15 @@ pub(crate) struct Resilience {
 }
 
 impl Resilience {
-    pub(crate) fn new(config: ResilienceConfig) -> Self {
+    /// `label` names the limiter in its metrics (its key prefix).
+    pub(crate) fn new(config: ResilienceConfig, label: String) -> Self {
         Resilience {
             config,
             origin: Instant::now(),
             consecutive: AtomicU64::new(0),
             open_until: AtomicU64::new(0),
             probing: AtomicBool::new(false),
-            stats: Stats::default(),
+            stats: Stats::new(label),
         }
     }
 
