@@ -128,9 +128,9 @@ impl<A> Batcher<A> {
     }
 
     /// Joins `key`'s queue with `req`.
-    pub(crate) fn join(self: &Arc<Self>, key: BatchKey, req: Request) -> Joined<A> {
-        let mut table = self.shard(&key);
-        match table.get_mut(&key) {
+    pub(crate) fn join(self: &Arc<Self>, key: &BatchKey, req: Request) -> Joined<A> {
+        let mut table = self.shard(key);
+        match table.get_mut(key) {
             Some(entry) if entry.leaders >= self.leaders => {
                 let (tx, rx) = oneshot::channel();
                 entry.queue.push_back(Waiter { req, tx });
@@ -150,7 +150,7 @@ impl<A> Batcher<A> {
         drop(table);
         Joined::Lead(Lead {
             batcher: self.clone(),
-            key,
+            key: key.clone(),
             own: req,
             others: Vec::new(),
             done: false,

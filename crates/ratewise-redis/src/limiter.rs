@@ -459,7 +459,7 @@ impl RedisLimiter {
             emission_us: q.emission_us,
             burst: q.burst,
         };
-        let mut joined = batcher.join(bk.clone(), req);
+        let mut joined = batcher.join(&bk, req);
         loop {
             match joined {
                 Joined::Lead(mut lead) => {
@@ -472,7 +472,7 @@ impl RedisLimiter {
                     Ok(Msg::Lead(lead)) => joined = Joined::Lead(lead),
                     // The answer's sender went away unanswered (a leader
                     // panicked): queue again.
-                    Err(_) => joined = batcher.join(bk.clone(), req),
+                    Err(_) => joined = batcher.join(&bk, req),
                 },
             }
         }
@@ -517,11 +517,15 @@ impl RedisLimiter {
             }
         }
         let mut conn = core.conn.clone();
-        let outcome = match core
-            .res
-            .run_batch(inv.invoke_async::<Vec<i64>>(&mut conn), count)
-            .await
-        {
+        let reply = if rest.is_empty() {
+            core.res.run(inv.invoke_async::<Vec<i64>>(&mut conn)).await
+        } else {
+            core.res
+                .run_batch(inv.invoke_async::<Vec<u8>>(&mut conn), count)
+                .await
+                .map(|bytes| decode_doubles(&bytes))
+        };
+        let outcome = match reply {
             Ok(v) if v.len() == 5 * count => Ok(v),
             Ok(v) => Err(Failure::Redis(redis::RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
@@ -547,6 +551,23 @@ impl RedisLimiter {
         let others = rest.iter().enumerate().map(|(i, r)| answer(i + 1, r));
         (own, others.collect())
     }
+}
+
+/// A batch script's answer: little-endian doubles, each an integer below
+/// 2^53 (so exact); a length that is not a whole number of doubles yields
+/// no values (then the caller's count check fails).
+fn decode_doubles(bytes: &[u8]) -> Vec<i64> {
+    if bytes.len() % 8 != 0 {
+        return Vec::new();
+    }
+    bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            f64::from_le_bytes(b) as i64
+        })
+        .collect()
 }
 
 impl<K: AsRef<[u8]> + ?Sized + Sync> AsyncKeyedLimiter<K> for RedisLimiter {

@@ -4,8 +4,11 @@
 -- previous step left it). KEYS[1] is the key; ARGV: the server clock's
 -- `now` (-1 = read TIME once, 0 = unused), emission interval (µs), burst,
 -- expiry slack (ms), then per request: n, peek ('1' = write nothing), and
--- its own now (µs; -1 = the server's time). Answers 5 integers per
--- request, in order: {allowed, remaining, reset_after, retry_after or -1, now}.
+-- its own now (µs; -1 = the server's time). Answers one string: per
+-- request, in order, the single script's 5 integers {allowed, remaining,
+-- reset_after, retry_after or -1, now} as little-endian doubles (exact:
+-- every value is an integer below 2^53), 40 bytes per request, so the
+-- client decodes a batch without parsing a reply array.
 local key = KEYS[1]
 local e = tonumber(ARGV[2])
 local b = tonumber(ARGV[3])

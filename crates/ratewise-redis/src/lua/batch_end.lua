@@ -1,15 +1,12 @@
 end
+local pack = struct.pack
 local out = {}
-local j = 0
 for i = 5, #ARGV, 3 do
   local t = tonumber(ARGV[i + 2])
   if t < 0 then
     t = server_now
   end
   local r = decide(tonumber(ARGV[i]), ARGV[i + 1] == '1', t)
-  for k = 1, 5 do
-    out[j + k] = r[k]
-  end
-  j = j + 5
+  out[#out + 1] = pack('<ddddd', r[1], r[2], r[3], r[4], r[5])
 end
-return out
+return table.concat(out)

@@ -1,4 +1,4 @@
--- GCRA batch: the protocol of batch.lua (same ARGV, same answers), with
+-- GCRA batch: the protocol of batch.lua (same ARGV, same answer), with
 -- the key read once and written once. The TAT is carried from request to
 -- request in a local; the last admission's SET (value and PX) is the only
 -- write, which is what its own SET would have left after one-by-one calls.
@@ -9,8 +9,8 @@ local slack = tonumber(ARGV[4])
 local tau = e * b
 local stored = tonumber(redis.call('GET', key))
 local last_ahead = nil
+local pack = struct.pack
 local out = {}
-local j = 0
 for i = 5, #ARGV, 3 do
   local n = tonumber(ARGV[i])
   local peek = ARGV[i + 1] == '1'
@@ -27,22 +27,14 @@ for i = 5, #ARGV, 3 do
     if ahead > tau then
       retry = ahead - tau
     end
-    out[j + 1] = (retry < 0 and 1 or 0)
-    out[j + 2] = floor((max(0, tau - a)) / e)
-    out[j + 3] = a
-    out[j + 4] = retry
+    out[#out + 1] = pack('<ddddd', (retry < 0 and 1 or 0), floor((max(0, tau - a)) / e), a, retry, t)
   else
     stored = new_tat
     last_ahead = ahead
-    out[j + 1] = 1
-    out[j + 2] = floor((tau - ahead) / e)
-    out[j + 3] = ahead
-    out[j + 4] = -1
+    out[#out + 1] = pack('<ddddd', 1, floor((tau - ahead) / e), ahead, -1, t)
   end
-  out[j + 5] = t
-  j = j + 5
 end
 if last_ahead then
   redis.call('SET', key, fmt('%.0f', stored), 'PX', max(1, ceil(last_ahead / 1000) + slack))
 end
-return out
+return table.concat(out)
