@@ -14,10 +14,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratewise::backend::{BackendDecision, DecisionSource};
-use ratewise::{
-    Decision, FixedWindow, Gcra, ManualClock, Quota, RateLimiter, SlidingWindowCounter,
-    SlidingWindowLog, Timestamp, TokenBucket,
-};
+use ratewise::Quota;
 use ratewise_redis::{connect, Algorithm, Error, FailurePolicy, Options, RedisLimiter};
 
 type Call<'a> = Pin<Box<dyn Future<Output = Result<BackendDecision, Error>> + 'a>>;
@@ -82,29 +79,6 @@ async fn run_in_order<'a>(
     out
 }
 
-#[derive(Clone, Debug)]
-struct Op {
-    dt_us: u64,
-    n: u64,
-    peek: bool,
-}
-
-fn memory(alg: Algorithm, q: Quota) -> Box<dyn RateLimiter + Send + Sync> {
-    let c = ManualClock::new();
-    match alg {
-        Algorithm::Gcra => Box::new(Gcra::with_clock(q, c)),
-        Algorithm::TokenBucket => Box::new(TokenBucket::with_clock(q, c)),
-        Algorithm::FixedWindow => Box::new(FixedWindow::with_clock(q, c)),
-        Algorithm::SlidingWindowCounter => Box::new(SlidingWindowCounter::with_clock(q, c)),
-        Algorithm::SlidingWindowLog => Box::new(SlidingWindowLog::with_clock(q, c)),
-        other => panic!("no in-memory twin for {other}"),
-    }
-}
-
-fn ceil_us(d: Duration) -> Duration {
-    Duration::from_micros(u64::try_from(d.as_nanos().div_ceil(1000)).unwrap())
-}
-
 /// Sends `ops` (explicit times, in order) all at once for one key: the
 /// first two alone, the rest as one batch. Every decision must equal the
 /// in-memory twin's for the same requests one by one, evidence included,
@@ -115,7 +89,7 @@ fn batch_conforms(
     alg: Algorithm,
     q: Quota,
     start_us: u64,
-    ops: &[Op],
+    ops: &[common::Op],
 ) -> Result<(), TestCaseError> {
     let key = fresh_key();
     redis.set_key_quota(&key, q).expect("valid quota");
@@ -143,21 +117,11 @@ fn batch_conforms(
     let answers = rt.block_on(run_in_order(calls, &[]));
     let used = redis.stats().round_trips - trips;
     prop_assert_eq!(used, ops.len().min(3) as u64);
-    let mem = memory(alg, q);
+    let mem = common::memory(alg, q);
     for (i, ((op, &t), r)) in ops.iter().zip(&times).zip(answers).enumerate() {
         let r = r.expect("answered").expect("decided");
         prop_assert_eq!(r.source, DecisionSource::Backend);
-        let ts = Timestamp::from_nanos(t * 1000);
-        let m = if op.peek {
-            mem.peek_at(op.n, ts).expect("memory")
-        } else {
-            mem.check_at(op.n, ts).expect("memory")
-        };
-        let m = Decision {
-            retry_after: m.retry_after.map(ceil_us),
-            reset_after: ceil_us(m.reset_after),
-            ..m
-        };
+        let m = common::memory_step(&*mem, op, t);
         prop_assert_eq!(r.decision, m, "{} step {} at {} µs: {:?}", alg, i, t, op);
     }
     Ok(())
@@ -169,40 +133,11 @@ fn batch_conformance(alg: Algorithm, cases: u32) {
     let conn = rt.block_on(connect(&server.url())).expect("connect");
     let redis = RedisLimiter::with_options(conn, Quota::per_second(1).unwrap(), alg, options())
         .expect("limiter");
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
+    // As the one-by-one conformance tests, plus scenarios with every
+    // request at one instant, and longer.
+    common::run_scenarios(cases, 40, true, |q, start, ops| {
+        batch_conforms(&rt, &redis, alg, q, start, ops)
     });
-    // As the one-by-one conformance tests: intervals 1 µs to 5 s, bursts
-    // 1..=12, steps up to three windows (zero included: several requests
-    // at one instant), anywhere in the first ~30 years.
-    let strategy =
-        (1u64..=5_000_000, 1u64..=12, 0u64..1_000_000_000_000_000).prop_flat_map(
-            |(e_us, b, start)| {
-                let op =
-                    |max_dt: u64| {
-                        (0..=max_dt, 1..=b, prop::bool::weighted(0.2))
-                            .prop_map(|(dt_us, n, peek)| Op { dt_us, n, peek })
-                    };
-                (
-                    Just(e_us),
-                    Just(b),
-                    Just(start),
-                    prop_oneof![
-                        prop::collection::vec(op(0), 1..40),
-                        prop::collection::vec(op(e_us * 2), 1..40),
-                        prop::collection::vec(op(e_us * b * 3), 1..40),
-                    ],
-                )
-            },
-        );
-    runner
-        .run(&strategy, |(e_us, b, start, ops)| {
-            let q = Quota::from_parts(e_us * 1000, b).expect("quota");
-            batch_conforms(&rt, &redis, alg, q, start, &ops)
-        })
-        .unwrap();
 }
 
 #[test]
@@ -295,12 +230,7 @@ fn a_failed_batch_is_answered_by_the_policy_for_every_request() {
         },
     )
     .unwrap();
-    redis::cmd("HSET")
-        .arg(l.redis_key("typed"))
-        .arg("f")
-        .arg("v")
-        .query::<()>(&mut server.sync())
-        .unwrap();
+    common::wrong_type(&server, l.redis_key("typed"));
     let calls: Vec<Option<Call<'_>>> = (0..10)
         .map(|_| Some(Box::pin(l.check("typed", 1)) as Call<'_>))
         .collect();

@@ -28,6 +28,26 @@ fn options(policy: FailurePolicy, timeout: Duration) -> Options {
     }
 }
 
+/// A fail-open GCRA limiter of 1 000/s on the cluster, with `timeout`.
+fn gcra_limiter(
+    rt: &tokio::runtime::Runtime,
+    cluster: &common::RedisCluster,
+    timeout: Duration,
+) -> RedisLimiter {
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    rt.block_on(async {
+        let conn = connect_cluster(&nodes).await.expect("cluster connection");
+        RedisLimiter::with_options(
+            conn,
+            Quota::per_second(1000).unwrap(),
+            Algorithm::Gcra,
+            options(FailurePolicy::FailOpen, timeout),
+        )
+        .unwrap()
+    })
+}
+
 macro_rules! cluster_or_skip {
     () => {
         match common::RedisCluster::start(3) {
@@ -95,19 +115,8 @@ fn cluster_limits_keys_in_every_slot_and_multi_levels_need_a_hash_tag() {
 fn a_dead_master_is_answered_by_the_policy() {
     let mut cluster = cluster_or_skip!();
     let rt = common::multi_thread_runtime();
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     let timeout = Duration::from_millis(100);
-    let l = rt.block_on(async {
-        let conn = connect_cluster(&nodes).await.expect("cluster connection");
-        RedisLimiter::with_options(
-            conn,
-            Quota::per_second(1000).unwrap(),
-            Algorithm::Gcra,
-            options(FailurePolicy::FailOpen, timeout),
-        )
-        .unwrap()
-    });
+    let l = gcra_limiter(&rt, &cluster, timeout);
     let keys: Vec<String> = (0..30).map(|k| format!("user-{k}")).collect();
     rt.block_on(async {
         for k in &keys {
@@ -181,20 +190,9 @@ fn a_dead_master_is_answered_by_the_policy() {
 fn a_slot_moving_mid_load_is_followed_or_answered_by_the_policy() {
     let cluster = cluster_or_skip!();
     let rt = common::multi_thread_runtime();
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let l = rt.block_on(async {
-        let conn = connect_cluster(&nodes).await.expect("cluster connection");
-        RedisLimiter::with_options(
-            conn,
-            // Under this load the keys stay ahead of their rate, so they
-            // live (up to 1 s) and are there to be migrated.
-            Quota::per_second(1000).unwrap(),
-            Algorithm::Gcra,
-            options(FailurePolicy::FailOpen, Duration::from_secs(1)),
-        )
-        .unwrap()
-    });
+    // Under this load the keys stay ahead of their rate, so they live (up
+    // to 1 s) and are there to be migrated.
+    let l = gcra_limiter(&rt, &cluster, Duration::from_secs(1));
     // Several keys in one slot (one hash tag), all hot.
     let keys: Vec<String> = (0..4).map(|i| format!("{{moving}}:{i}")).collect();
     let mut any = cluster.nodes[0].sync();

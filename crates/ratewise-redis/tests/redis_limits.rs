@@ -8,10 +8,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use ratewise::backend::{AsyncKeyedLimiter, DecisionSource};
-use ratewise::{
-    CheckError, Decision, FixedWindow, Gcra, ManualClock, Quota, QuotaError, RateLimiter,
-    SlidingWindowCounter, SlidingWindowLog, Timestamp, TokenBucket,
-};
+use ratewise::{CheckError, Quota, QuotaError};
 use ratewise_redis::{
     connect, Algorithm, Error, FailurePolicy, LeaseConfig, MultiLimiter, Options, RedisLimiter,
     ResilienceConfig, TwoTierLimiter,
@@ -51,41 +48,6 @@ fn fresh_key() -> String {
     format!("k{}", KEY.fetch_add(1, Ordering::Relaxed))
 }
 
-/// The in-memory limiter a Redis algorithm is the Redis form of.
-fn memory(alg: Algorithm, q: Quota) -> Box<dyn RateLimiter + Send + Sync> {
-    let c = ManualClock::new();
-    match alg {
-        Algorithm::Gcra => Box::new(Gcra::with_clock(q, c)),
-        Algorithm::TokenBucket => Box::new(TokenBucket::with_clock(q, c)),
-        Algorithm::FixedWindow => Box::new(FixedWindow::with_clock(q, c)),
-        Algorithm::SlidingWindowCounter => Box::new(SlidingWindowCounter::with_clock(q, c)),
-        Algorithm::SlidingWindowLog => Box::new(SlidingWindowLog::with_clock(q, c)),
-        other => panic!("no in-memory twin for {other}"),
-    }
-}
-
-fn ceil_us(d: Duration) -> Duration {
-    Duration::from_micros(u64::try_from(d.as_nanos().div_ceil(1000)).unwrap())
-}
-
-#[derive(Clone, Debug)]
-struct Op {
-    dt_us: u64,
-    n: u64,
-    peek: bool,
-}
-
-fn ops(burst: u64, max_dt: u64) -> impl Strategy<Value = Vec<Op>> {
-    prop::collection::vec(
-        (0..=max_dt, 1..=burst, prop::bool::weighted(0.2)).prop_map(|(dt_us, n, peek)| Op {
-            dt_us,
-            n,
-            peek,
-        }),
-        1..25,
-    )
-}
-
 /// Runs `ops` against Redis (explicit time) and the in-memory twin; every
 /// decision must be identical, evidence included.
 fn conform(
@@ -94,39 +56,22 @@ fn conform(
     alg: Algorithm,
     q: Quota,
     start_us: u64,
-    ops: &[Op],
+    ops: &[common::Op],
 ) -> Result<(), TestCaseError> {
-    let mem = memory(alg, q);
+    let mem = common::memory(alg, q);
     let key = fresh_key();
     redis.set_key_quota(&key, q).expect("valid quota");
     let mut now = start_us;
     for (i, op) in ops.iter().enumerate() {
         now += op.dt_us;
         let at = Duration::from_micros(now);
-        let ts = Timestamp::from_nanos(now * 1000);
-        let (r, m): (Decision, Decision) = if op.peek {
-            (
-                rt.block_on(redis.peek_at(&key, op.n, at))
-                    .expect("redis")
-                    .decision,
-                mem.peek_at(op.n, ts).expect("memory"),
-            )
+        let call = if op.peek {
+            rt.block_on(redis.peek_at(&key, op.n, at))
         } else {
-            (
-                rt.block_on(redis.check_at(&key, op.n, at))
-                    .expect("redis")
-                    .decision,
-                mem.check_at(op.n, ts).expect("memory"),
-            )
+            rt.block_on(redis.check_at(&key, op.n, at))
         };
-        // Redis answers in whole microseconds; the in-memory counter places
-        // its earliest time in nanoseconds, which Redis rounds up (never
-        // early). Every other algorithm's times are whole µs here anyway.
-        let m = Decision {
-            retry_after: m.retry_after.map(ceil_us),
-            reset_after: ceil_us(m.reset_after),
-            ..m
-        };
+        let r = call.expect("redis").decision;
+        let m = common::memory_step(&*mem, op, now);
         prop_assert_eq!(r, m, "{} step {} at {} µs: {:?}", alg, i, now, op);
     }
     Ok(())
@@ -138,30 +83,9 @@ fn conformance(alg: Algorithm, cases: u32) {
     let conn = rt.block_on(connect(&server.url())).expect("connect");
     let redis = RedisLimiter::with_options(conn, Quota::per_second(1).unwrap(), alg, options())
         .expect("limiter");
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
+    common::run_scenarios(cases, 25, false, |q, start, ops| {
+        conform(&rt, &redis, alg, q, start, ops)
     });
-    // Intervals from 1 µs to 5 s (sub-1/s rates included), bursts 1..=12,
-    // steps up to three windows, start anywhere in the first ~30 years.
-    let strategy = (1u64..=5_000_000, 1u64..=12, 0u64..1_000_000_000_000_000).prop_flat_map(
-        |(e_us, b, start)| {
-            let window = e_us * b;
-            (
-                Just(e_us),
-                Just(b),
-                Just(start),
-                prop_oneof![ops(b, e_us * 2), ops(b, window * 3)],
-            )
-        },
-    );
-    runner
-        .run(&strategy, |(e_us, b, start, ops)| {
-            let q = Quota::from_parts(e_us * 1000, b).expect("quota");
-            conform(&rt, &redis, alg, q, start, &ops)
-        })
-        .unwrap();
 }
 
 #[test]

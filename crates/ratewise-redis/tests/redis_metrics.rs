@@ -138,12 +138,7 @@ fn decisions_degradations_errors_breaker_and_latency_are_measured() {
 
     // A key of the wrong type: Redis errors, fail-closed decisions, and
     // after 2 in a row the breaker opens; the next check is short-circuited.
-    redis::cmd("HSET")
-        .arg(l.redis_key("typed"))
-        .arg("f")
-        .arg("v")
-        .query::<()>(&mut server.sync())
-        .unwrap();
+    common::wrong_type(&server, l.redis_key("typed"));
     rt.block_on(async {
         for _ in 0..3 {
             let d = l.check("typed", 1).await.unwrap();
