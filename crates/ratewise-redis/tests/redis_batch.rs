@@ -283,3 +283,108 @@ fn cancelled_leaders_and_waiters_strand_nobody() {
     assert!((88..=90).contains(&remaining), "remaining {remaining}");
     assert!(l.stats().backend >= 10);
 }
+
+/// Drops the inner future after it has been polled `polls` times without
+/// finishing: a caller giving up at some point of its request's life
+/// (queued, handed the lead, mid-call).
+struct GiveUpAfter<F> {
+    inner: Option<Pin<Box<F>>>,
+    polls: u32,
+}
+
+impl<F: Future> Future for GiveUpAfter<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(v) = inner.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        self.polls = self.polls.saturating_sub(1);
+        if self.polls == 0 {
+            self.inner = None;
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    }
+}
+
+/// 32 tasks on a multi-thread runtime hammer one key, each request given
+/// up after a pseudo-random number of polls (so leaders and waiters are
+/// cancelled at every stage). Nothing hangs, the answers that arrive come
+/// from Redis, and afterwards the key's table entry is gone: three requests
+/// sent together take three round trips again (two alone, one batched),
+/// which they would not if a leader place had leaked.
+#[test]
+fn requests_given_up_at_any_point_leave_no_key_locked() {
+    let server = redis_or_skip!();
+    let rt = common::multi_thread_runtime();
+    let conn = rt.block_on(connect(&server.url())).expect("connect");
+    let l = RedisLimiter::with_options(
+        conn,
+        Quota::per_second(1_000_000).unwrap(),
+        Algorithm::Gcra,
+        options(),
+    )
+    .unwrap();
+    let (answered, given_up) = rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for t in 0..32u64 {
+            let l = l.clone();
+            set.spawn(async move {
+                let (mut answered, mut given_up) = (0u32, 0u32);
+                let mut x = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                for _ in 0..200 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let polls = (x % 4) as u32 + 1;
+                    let call = GiveUpAfter {
+                        inner: Some(Box::pin(l.check("chaos", 1))),
+                        polls,
+                    };
+                    match call.await {
+                        Some(d) => {
+                            let d = d.expect("decided");
+                            assert_eq!(d.source, DecisionSource::Backend);
+                            answered += 1;
+                        }
+                        None => given_up += 1,
+                    }
+                }
+                (answered, given_up)
+            });
+        }
+        let (mut a, mut g) = (0, 0);
+        // A watchdog, not a speed bound: a key left locked would make the
+        // waiters wait forever.
+        let all = async {
+            while let Some(r) = set.join_next().await {
+                let (x, y) = r.expect("no task panicked");
+                a += x;
+                g += y;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), all)
+            .await
+            .expect("requests hung: a key stayed locked");
+        (a, g)
+    });
+    println!("{answered} answered, {given_up} given up");
+    assert!(answered > 0 && given_up > 0, "{answered} / {given_up}");
+    let before = l.stats().round_trips;
+    let calls: Vec<Option<Call<'_>>> = (0..3)
+        .map(|_| Some(Box::pin(l.check("chaos", 1)) as Call<'_>))
+        .collect();
+    let answers = rt
+        .block_on(async {
+            tokio::time::timeout(Duration::from_secs(60), run_in_order(calls, &[])).await
+        })
+        .expect("requests hung: a key stayed locked");
+    for a in answers {
+        assert_eq!(a.unwrap().unwrap().source, DecisionSource::Backend);
+    }
+    assert_eq!(l.stats().round_trips - before, 3);
+}
