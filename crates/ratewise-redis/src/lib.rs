@@ -211,7 +211,7 @@
 //! |---|---|---|
 //! | `ratewise_redis_decisions_total{outcome}` | counter | decisions, `admitted` or `refused`, whoever made them (Redis or the policy) |
 //! | `ratewise_redis_degraded_total{source}` | counter | decisions made without Redis: `fail_open`, `fail_closed`, `local_fallback` |
-//! | `ratewise_redis_errors_total{kind}` | counter | Redis calls that failed (`redis`: an error reply or a broken connection; `timeout`), and requests not sent because the breaker was open (`circuit_open`) |
+//! | `ratewise_redis_errors_total{kind}` | counter | Redis calls that failed (`redis`: an error reply or a broken connection; `timeout`; one per call, however many requests it carried), and requests not sent because the breaker was open (`circuit_open`, one per request) |
 //! | `ratewise_redis_breaker_open` | gauge | 1 while the circuit breaker is open (or half-open), 0 once a call succeeds |
 //! | `ratewise_redis_call_seconds` | histogram | duration of each script call sent to Redis (a round trip, however many requests it decided) |
 //! | `ratewise_redis_batch_requests` | histogram | requests decided per call (1 without batching) |

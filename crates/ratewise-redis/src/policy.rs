@@ -125,9 +125,10 @@ pub struct StatsSnapshot {
     /// Decisions refused by the fail-closed policy (or returned as errors
     /// under [`FailurePolicy::Error`]).
     pub fail_closed: u64,
-    /// Redis calls that failed with an error.
+    /// Redis calls that failed with an error (one per batch: a call may
+    /// carry several requests).
     pub redis_errors: u64,
-    /// Redis calls that exceeded the timeout.
+    /// Redis calls that exceeded the timeout (one per batch).
     pub timeouts: u64,
     /// Times the breaker opened.
     pub breaker_opened: u64,
@@ -346,8 +347,10 @@ impl Resilience {
                     .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
             {
-                self.stats.short_circuited.fetch_add(1, Ordering::Relaxed);
-                h.circuit_open.increment(1);
+                // Counted per request: each is a decision made without Redis.
+                let n = requests as u64;
+                self.stats.short_circuited.fetch_add(n, Ordering::Relaxed);
+                h.circuit_open.increment(n);
                 return Err(Failure::CircuitOpen);
             }
             probe = true;
