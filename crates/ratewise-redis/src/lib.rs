@@ -140,7 +140,8 @@
 //! Commands: `loadgen --mode floor --concurrency 64 --duration 5s --json`,
 //! `loadgen --algorithm gcra --rate 1000 --burst 50 --keys 1 --concurrency
 //! 64 --duration 5s --timeout 1s --json` (add `--max-batch 1` for
-//! unbatched).
+//! unbatched); `--compare-floor N` runs both alternately N times and
+//! prints the ratios.
 //!
 //! [`TwoTierLimiter`] serves hot keys in process: it leases batches of
 //! tokens from the key's GCRA bucket on Redis (one script call per lease,
