@@ -127,7 +127,9 @@
 //!
 //! Batched decisions per second were 1.09–1.52× the floor's calls per
 //! second in the same round (target ≥ 0.7×); a second set of three rounds,
-//! run later the same way, gave 0.98×, 1.01× and 1.04×. Against Node
+//! run later the same way, gave 0.98×, 1.01× and 1.04×, and
+//! `--compare-floor 5` at load average 5.7–6.4 gave 0.89–1.46× (median
+//! 1.19×, ≈ 19.5 decisions per round trip). Against Node
 //! `rate-limiter-flexible` (`RateLimiterRedis` on ioredis, 32–42 k/s in the
 //! same rounds) that is 3.6–7.4×. Per round trip a batch costs Redis ≈ 30×
 //! a trivial call (25–30 µs against 0.8 µs), that is 1.4–1.5 µs per
