@@ -8,7 +8,11 @@
 //!
 //! `--mode limiter` (default) runs `RedisLimiter::check`; `--mode floor`
 //! spends the same round trips on a trivial `EVALSHA` (`return 1`) — the
-//! floor a limiter can approach. Prints one JSON object with `--json`,
+//! floor a limiter can approach; `--compare-floor N` runs N rounds of the
+//! floor then the chosen mode (A/B/A/B) and reports the ratio of decisions
+//! per second to the floor's calls per second. `--max-batch` caps how many requests for
+//! one key go in one script call (1 turns batching off); `redis_calls` in
+//! the output counts round trips. Prints one JSON object with `--json`,
 //! otherwise a short summary; a progress line goes to stderr on a terminal.
 //! Bad arguments and an unreachable Redis give a one-line error and exit 2
 //! and 1.
@@ -47,7 +51,7 @@ enum Policy {
 
 /// Drives a Redis rate limiter (or the EVALSHA floor) at a fixed
 /// concurrency and reports decisions per second and latency percentiles.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(name = "loadgen")]
 struct Args {
     /// Redis URL.
@@ -83,6 +87,17 @@ struct Args {
     /// Failure policy of the limiter.
     #[arg(long, value_enum, default_value_t = Policy::Open)]
     policy: Policy,
+    /// The most requests for one key per script call (1 = no batching).
+    #[arg(long, default_value_t = 128)]
+    max_batch: usize,
+    /// The most batch calls in flight at once for one key.
+    #[arg(long, default_value_t = 2)]
+    batches_in_flight: usize,
+    /// Run this many rounds, each the floor then `--mode` (A/B/A/B, the
+    /// same duration each), and report every run and the ratio of
+    /// decisions per second to the floor's calls per second.
+    #[arg(long, default_value_t = 0)]
+    compare_floor: u32,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -142,10 +157,7 @@ impl Lim {
     /// Calls that reached (or tried to reach) Redis.
     fn redis_calls(&self) -> u64 {
         match self {
-            Lim::One(l) => {
-                let s = l.stats();
-                s.backend + s.redis_errors + s.timeouts
-            }
+            Lim::One(l) => l.stats().round_trips,
             Lim::Two(l) => l.lease_stats().redis_calls,
         }
     }
@@ -202,10 +214,82 @@ fn run(args: Args) -> Result<(), (u8, String)> {
         .enable_all()
         .build()
         .map_err(|e| (1, format!("cannot start the runtime: {e}")))?;
-    rt.block_on(drive(args, quota))
+    if args.compare_floor == 0 {
+        let out = rt.block_on(drive(args.clone(), quota))?;
+        report(&args, &out);
+        return Ok(());
+    }
+    let mut rounds = Vec::new();
+    for _ in 0..args.compare_floor {
+        let floor = rt.block_on(drive(
+            Args {
+                mode: Mode::Floor,
+                ..args.clone()
+            },
+            quota,
+        ))?;
+        let run = rt.block_on(drive(args.clone(), quota))?;
+        let per_s = |v: &serde_json::Value| v["decisions_per_s"].as_f64().unwrap_or(0.0);
+        let ratio = per_s(&run) / per_s(&floor).max(f64::MIN_POSITIVE);
+        if !args.json {
+            report(&args, &floor);
+            report(&args, &run);
+            println!("ratio {ratio:.2}× the floor's calls per second");
+        }
+        rounds.push(serde_json::json!({ "floor": floor, "run": run, "ratio_to_floor": ratio }));
+    }
+    let mut ratios: Vec<f64> = rounds
+        .iter()
+        .filter_map(|r| r["ratio_to_floor"].as_f64())
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let mid = ratios.len() / 2;
+    let median = if ratios.len() % 2 == 0 {
+        (ratios[mid - 1] + ratios[mid]) / 2.0
+    } else {
+        ratios[mid]
+    };
+    if args.json {
+        let out = serde_json::json!({
+            "rounds": rounds,
+            "ratio_to_floor_min": ratios[0],
+            "ratio_to_floor_median": median,
+            "ratio_to_floor_max": ratios[ratios.len() - 1],
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "ratio to the floor over {} rounds: min {:.2}, median {median:.2}, max {:.2}",
+            ratios.len(),
+            ratios[0],
+            ratios[ratios.len() - 1]
+        );
+    }
+    Ok(())
 }
 
-async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
+/// Prints one run: its JSON object with `--json`, else a summary line.
+fn report(args: &Args, out: &serde_json::Value) {
+    if args.json {
+        println!("{out}");
+    } else {
+        println!(
+            "{} {}: {} decisions in {:.2}s = {:.0}/s, {:.0} Redis calls/s, allowed {}, denied {}, errors {}, degraded {}, p50 {} µs, p99 {} µs",
+            out["mode"].as_str().unwrap_or_default(),
+            args.algorithm,
+            out["decisions"],
+            out["duration_s"].as_f64().unwrap_or(0.0),
+            out["decisions_per_s"].as_f64().unwrap_or(0.0),
+            out["redis_calls_per_s"].as_f64().unwrap_or(0.0),
+            out["allowed"], out["denied"], out["errors"], out["degraded"],
+            out["p50_us"],
+            out["p99_us"],
+        );
+    }
+}
+
+/// One run of `args.mode`; returns its JSON object.
+async fn drive(args: Args, quota: Quota) -> Result<serde_json::Value, (u8, String)> {
     let unreachable =
         |e: ratewise_redis::Error| (1u8, format!("cannot reach Redis at {}: {e}", args.url));
     let mut conns = Vec::new();
@@ -225,6 +309,8 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
             timeout: args.timeout,
             ..ResilienceConfig::default()
         },
+        max_batch: args.max_batch,
+        batches_in_flight: args.batches_in_flight,
         ..Options::default()
     };
     let limiters = conns
@@ -382,23 +468,13 @@ async fn drive(args: Args, quota: Quota) -> Result<(), (u8, String)> {
         "p50_us": pct(0.50),
         "p99_us": pct(0.99),
         "max_us": lat.last().copied().unwrap_or(0),
+        "max_batch": args.max_batch,
+        "batches_in_flight": args.batches_in_flight,
         "redis_calls": redis_calls,
+        "redis_calls_per_s": redis_calls as f64 / elapsed,
         "redis_calls_per_decision": redis_calls as f64 / decisions.max(1) as f64,
         "first_error": first_error,
         "limiter_stats": stats,
     });
-    if args.json {
-        println!("{out}");
-    } else {
-        println!(
-            "{} {}: {decisions} decisions in {elapsed:.2}s = {:.0}/s, allowed {}, denied {}, errors {}, degraded {}, p50 {} µs, p99 {} µs",
-            out["mode"].as_str().unwrap_or_default(),
-            args.algorithm,
-            decisions as f64 / elapsed,
-            out["allowed"], out["denied"], out["errors"], out["degraded"],
-            pct(0.50),
-            pct(0.99),
-        );
-    }
-    Ok(())
+    Ok(out)
 }

@@ -157,10 +157,12 @@ impl Core {
         failure: Failure,
     ) -> Result<BackendDecision, Error> {
         let source = self.policy.source();
-        self.res.stats.count(source);
         let wait = self.res.time_to_probe().max(Duration::from_millis(1));
         let decision = match &self.policy {
-            FailurePolicy::Error => return Err(failure.into()),
+            FailurePolicy::Error => {
+                self.res.stats.count(source);
+                return Err(failure.into());
+            }
             FailurePolicy::FailOpen => policy_decision(true, limit, Duration::ZERO),
             FailurePolicy::FailClosed => policy_decision(false, limit, wait),
             FailurePolicy::LocalFallback(local) => {
@@ -175,10 +177,12 @@ impl Core {
                 answer.unwrap_or_else(|_| policy_decision(false, limit, wait))
             }
         };
+        self.res.stats.decided(source, decision.allowed);
         Ok(BackendDecision { decision, source })
     }
 
-    pub(crate) fn count_backend(&self) {
-        self.res.stats.count(DecisionSource::Backend);
+    /// Counts a decision Redis made.
+    pub(crate) fn count_backend(&self, allowed: bool) {
+        self.res.stats.decided(DecisionSource::Backend, allowed);
     }
 }

@@ -11,12 +11,18 @@ use ratewise::backend::{AsyncKeyedLimiter, BackendDecision};
 use ratewise::Quota;
 use redis::Script;
 
+use crate::batch::{BatchKey, Batcher, Joined, Msg, Request};
 use crate::core::{micros, now_arg, validate_key, Core, MicroQuota};
 use crate::error::Error;
-use crate::policy::{FailurePolicy, Resilience, ResilienceConfig, StatsSnapshot};
+use crate::policy::{Failure, FailurePolicy, Resilience, ResilienceConfig, StatsSnapshot};
+
+/// One request's answer, as a batch delivers it.
+type Answer = Result<Timed, Error>;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const SINGLE: &str = include_str!("lua/single.lua");
+const BATCH: &str = include_str!("lua/batch.lua");
+const BATCH_END: &str = include_str!("lua/batch_end.lua");
 
 /// The algorithm a [`RedisLimiter`] runs on Redis. Each is the Redis form of
 /// the core limiter of the same name and answers with the same
@@ -64,10 +70,11 @@ impl Algorithm {
         Algorithm::ALL.into_iter().find(|a| a.name() == name)
     }
 
-    /// The Lua source of this algorithm's script.
-    pub fn script_source(self) -> String {
+    /// The algorithm's decision, as Lua statements that read `key`, `e`,
+    /// `b`, `n`, `peek`, `slack` and `now` and end in a `return`.
+    fn body(self) -> (&'static str, &'static str) {
         const WINDOW_END: &str = include_str!("lua/window_end.lua");
-        let (body, end) = match self {
+        match self {
             Algorithm::Gcra => (include_str!("lua/gcra.lua"), ""),
             Algorithm::TokenBucket => (include_str!("lua/token_bucket.lua"), ""),
             Algorithm::FixedWindow => (include_str!("lua/fixed_window.lua"), WINDOW_END),
@@ -75,17 +82,43 @@ impl Algorithm {
                 (include_str!("lua/sliding_window_counter.lua"), WINDOW_END)
             }
             Algorithm::SlidingWindowLog => (include_str!("lua/sliding_window_log.lua"), WINDOW_END),
-        };
+        }
+    }
+
+    /// The Lua source of this algorithm's script.
+    pub fn script_source(self) -> String {
+        let (body, end) = self.body();
         format!("{PRELUDE}\n{SINGLE}\n{body}\n{end}")
+    }
+
+    /// The Lua source of this algorithm's batch script: the same decision
+    /// as [`Algorithm::script_source`], wrapped in a function and applied
+    /// to each request of a batch in turn (see the crate docs' "Batching");
+    /// GCRA's reads and writes its key once per batch.
+    pub fn batch_script_source(self) -> String {
+        if self == Algorithm::Gcra {
+            // The same decisions, with the key read and written once.
+            return format!("{PRELUDE}\n{}", include_str!("lua/gcra_batch.lua"));
+        }
+        let (body, end) = self.body();
+        format!("{PRELUDE}\n{BATCH}\n{body}\n{end}\n{BATCH_END}")
+    }
+
+    fn index(self) -> usize {
+        Algorithm::ALL
+            .iter()
+            .position(|&a| a == self)
+            .unwrap_or_default()
     }
 
     pub(crate) fn script(self) -> &'static Script {
         static SCRIPTS: [OnceLock<Script>; 5] = [const { OnceLock::new() }; 5];
-        let i = Algorithm::ALL
-            .iter()
-            .position(|&a| a == self)
-            .unwrap_or_default();
-        SCRIPTS[i].get_or_init(|| Script::new(&self.script_source()))
+        SCRIPTS[self.index()].get_or_init(|| Script::new(&self.script_source()))
+    }
+
+    pub(crate) fn batch_script(self) -> &'static Script {
+        static SCRIPTS: [OnceLock<Script>; 5] = [const { OnceLock::new() }; 5];
+        SCRIPTS[self.index()].get_or_init(|| Script::new(&self.batch_script_source()))
     }
 }
 
@@ -114,6 +147,17 @@ pub struct Options {
     /// clock may run slower than Redis's sets a slack so that keys never
     /// expire before their state is back to a fresh key's.
     pub expiry_slack: Duration,
+    /// The most requests for one key decided by one script call (default
+    /// 128; 1 turns batching off). While a call for a key is in flight,
+    /// further requests for that key and quota wait in process and then go
+    /// together, decided in arrival order exactly as one by one; see the
+    /// crate docs' "Batching".
+    pub max_batch: usize,
+    /// The most batch calls in flight at once for one key (default 2): with
+    /// two, the next batch is on its way while the previous one's answers
+    /// are delivered. Calls of one limiter share its connection, so Redis
+    /// decides them in the order they were sent.
+    pub batches_in_flight: usize,
 }
 
 impl Default for Options {
@@ -123,6 +167,8 @@ impl Default for Options {
             policy: FailurePolicy::FailOpen,
             resilience: ResilienceConfig::default(),
             expiry_slack: Duration::ZERO,
+            max_batch: 128,
+            batches_in_flight: 2,
         }
     }
 }
@@ -136,10 +182,10 @@ impl Options {
         }
         Ok(Core {
             conn: conn.into(),
+            res: Resilience::new(self.resilience, self.prefix.clone()),
             prefix: self.prefix.into_bytes(),
             slack_ms: u64::try_from(self.expiry_slack.as_millis()).unwrap_or(u64::MAX),
             policy: self.policy,
-            res: Resilience::new(self.resilience),
         })
     }
 }
@@ -179,6 +225,7 @@ pub struct RedisLimiter {
 struct Inner {
     core: Core,
     algorithm: Algorithm,
+    batcher: Option<Arc<Batcher<Answer>>>,
     quota: RwLock<MicroQuota>,
     has_overrides: AtomicBool,
     overrides: RwLock<HashMap<Vec<u8>, MicroQuota>>,
@@ -198,10 +245,13 @@ impl RedisLimiter {
         options: Options,
     ) -> Result<RedisLimiter, Error> {
         let quota = MicroQuota::new(quota, algorithm == Algorithm::SlidingWindowCounter)?;
+        let batcher = (options.max_batch > 1)
+            .then(|| Batcher::new(options.max_batch, options.batches_in_flight));
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
                 core: options.into_core(conn)?,
                 algorithm,
+                batcher,
                 quota: RwLock::new(quota),
                 has_overrides: AtomicBool::new(false),
                 overrides: RwLock::new(HashMap::new()),
@@ -396,38 +446,128 @@ impl RedisLimiter {
         validate_key(key)?;
         let q = quota.unwrap_or_else(|| self.micro_quota(key));
         q.validate_weight(n)?;
-        let now = now_arg(now)?;
-        let core = &self.inner.core;
-        let script = self.inner.algorithm.script();
-        let mut inv = script.prepare_invoke();
-        inv.key(core.full_key(key))
-            .arg(now)
-            .arg(q.emission_us)
-            .arg(q.burst)
-            .arg(n)
-            .arg(u8::from(peek))
-            .arg(core.slack_ms);
-        let mut conn = core.conn.clone();
-        match core.res.run(inv.invoke_async::<Vec<i64>>(&mut conn)).await {
-            Ok(v) if v.len() == 5 => {
-                core.count_backend();
-                Ok(Timed {
-                    decision: BackendDecision::from_backend(q.decision(&v)),
-                    redis_time: Some(micros(v[4])),
-                })
+        let req = Request {
+            n,
+            peek,
+            now: now_arg(now)?,
+        };
+        let Some(batcher) = &self.inner.batcher else {
+            return self.call(key, q, req, &[]).await.0;
+        };
+        let bk = BatchKey {
+            key: key.to_vec(),
+            emission_us: q.emission_us,
+            burst: q.burst,
+        };
+        let mut joined = batcher.join(&bk, req);
+        loop {
+            match joined {
+                Joined::Lead(mut lead) => {
+                    let others = lead.others();
+                    let (own, others) = self.call(key, q, lead.own(), &others).await;
+                    return lead.finish(own, others);
+                }
+                Joined::Wait(rx) => match rx.await {
+                    Ok(Msg::Done(answer)) => return answer,
+                    Ok(Msg::Lead(lead)) => joined = Joined::Lead(lead),
+                    // The answer's sender went away unanswered (a leader
+                    // panicked): queue again.
+                    Err(_) => joined = batcher.join(&bk, req),
+                },
             }
-            Ok(v) => {
-                let e = redis::RedisError::from((
-                    redis::ErrorKind::UnexpectedReturnType,
-                    "a ratewise script answered with the wrong number of values",
-                    format!("{v:?}"),
-                ));
-                core.degrade(key, n, peek, q.burst, crate::policy::Failure::Redis(e))
-                    .map(Timed::untimed)
-            }
-            Err(f) => core.degrade(key, n, peek, q.burst, f).map(Timed::untimed),
         }
     }
+
+    /// One script call deciding `first`, then `rest` (all for `key` under
+    /// `q`), in order: the single script for one request, the batch script
+    /// for several. Returns `first`'s answer and the others', in order;
+    /// when Redis gives no answer, the failure policy answers each request.
+    async fn call(
+        &self,
+        key: &[u8],
+        q: MicroQuota,
+        first: Request,
+        rest: &[Request],
+    ) -> (Answer, Vec<Answer>) {
+        let core = &self.inner.core;
+        let algorithm = self.inner.algorithm;
+        let reqs = || std::iter::once(&first).chain(rest);
+        let count = rest.len() + 1;
+        let mut inv;
+        if rest.is_empty() {
+            let r = first;
+            inv = algorithm.script().prepare_invoke();
+            inv.key(core.full_key(key))
+                .arg(r.now)
+                .arg(q.emission_us)
+                .arg(q.burst)
+                .arg(r.n)
+                .arg(u8::from(r.peek))
+                .arg(core.slack_ms);
+        } else {
+            inv = algorithm.batch_script().prepare_invoke();
+            let server_clock = if reqs().any(|r| r.now < 0) { -1 } else { 0 };
+            inv.key(core.full_key(key))
+                .arg(server_clock)
+                .arg(q.emission_us)
+                .arg(q.burst)
+                .arg(core.slack_ms);
+            for r in reqs() {
+                inv.arg(r.n).arg(u8::from(r.peek)).arg(r.now);
+            }
+        }
+        let mut conn = core.conn.clone();
+        let reply = if rest.is_empty() {
+            core.res.run(inv.invoke_async::<Vec<i64>>(&mut conn)).await
+        } else {
+            core.res
+                .run_batch(inv.invoke_async::<Vec<u8>>(&mut conn), count)
+                .await
+                .map(|bytes| decode_doubles(&bytes))
+        };
+        let outcome = match reply {
+            Ok(v) if v.len() == 5 * count => Ok(v),
+            Ok(v) => Err(Failure::Redis(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "a ratewise script answered with the wrong number of values",
+                format!("{v:?}"),
+            )))),
+            Err(f) => Err(f),
+        };
+        let answer = |i: usize, r: &Request| match &outcome {
+            Ok(v) => {
+                let c = &v[5 * i..5 * i + 5];
+                core.count_backend(c[0] == 1);
+                Ok(Timed {
+                    decision: BackendDecision::from_backend(q.decision(c)),
+                    redis_time: Some(micros(c[4])),
+                })
+            }
+            Err(f) => core
+                .degrade(key, r.n, r.peek, q.burst, f.clone())
+                .map(Timed::untimed),
+        };
+        let own = answer(0, &first);
+        let others = rest.iter().enumerate().map(|(i, r)| answer(i + 1, r));
+        (own, others.collect())
+    }
+}
+
+/// A batch script's answer: little-endian doubles, each an integer below
+/// 2^53 (so exact); a length that is not a whole number of doubles yields
+/// no values (then the caller's count check fails).
+fn decode_doubles(bytes: &[u8]) -> Vec<i64> {
+    if bytes.len() % 8 != 0 {
+        return Vec::new();
+    }
+    bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            f64::from_le_bytes(b) as i64
+        })
+        .collect()
 }
 
 impl<K: AsRef<[u8]> + ?Sized + Sync> AsyncKeyedLimiter<K> for RedisLimiter {

@@ -162,13 +162,13 @@ impl MultiLimiter {
                 return Ok(degraded(overall));
             }
         };
-        core.count_backend();
         let decisions: Vec<Decision> = levels
             .iter()
             .zip(v.chunks_exact(4))
             .map(|(q, c)| q.decision(c))
             .collect();
         let denied_level = decisions.iter().position(|d| !d.allowed);
+        core.count_backend(denied_level.is_none());
         let overall = match denied_level {
             Some(i) => decisions[i],
             None => *decisions

@@ -3,7 +3,7 @@
 //! counters that make degraded decisions visible ([`Stats`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use ratewise::backend::DecisionSource;
@@ -125,14 +125,19 @@ pub struct StatsSnapshot {
     /// Decisions refused by the fail-closed policy (or returned as errors
     /// under [`FailurePolicy::Error`]).
     pub fail_closed: u64,
-    /// Redis calls that failed with an error.
+    /// Redis calls that failed with an error (one per batch: a call may
+    /// carry several requests).
     pub redis_errors: u64,
-    /// Redis calls that exceeded the timeout.
+    /// Redis calls that exceeded the timeout (one per batch).
     pub timeouts: u64,
     /// Times the breaker opened.
     pub breaker_opened: u64,
     /// Decisions answered without asking Redis because the breaker was open.
     pub short_circuited: u64,
+    /// Script calls sent to Redis (round trips). With batching, one call
+    /// decides every request of its batch, so this can be far below
+    /// `backend`.
+    pub round_trips: u64,
 }
 
 impl StatsSnapshot {
@@ -142,7 +147,7 @@ impl StatsSnapshot {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Stats {
     backend: AtomicU64,
     local_fallback: AtomicU64,
@@ -152,9 +157,86 @@ pub(crate) struct Stats {
     timeouts: AtomicU64,
     breaker_opened: AtomicU64,
     short_circuited: AtomicU64,
+    round_trips: AtomicU64,
+    /// The `limiter` label of this limiter's metrics (its key prefix).
+    label: String,
+    metrics: OnceLock<Handles>,
+}
+
+/// The `metrics` handles of one limiter, registered on first use (see the
+/// crate docs' "Metrics" for names and meanings).
+#[derive(Debug)]
+struct Handles {
+    admitted: metrics::Counter,
+    refused: metrics::Counter,
+    fail_open: metrics::Counter,
+    fail_closed: metrics::Counter,
+    local_fallback: metrics::Counter,
+    redis_error: metrics::Counter,
+    timeout: metrics::Counter,
+    circuit_open: metrics::Counter,
+    breaker_open: metrics::Gauge,
+    call_seconds: metrics::Histogram,
+    batch_requests: metrics::Histogram,
+}
+
+impl Handles {
+    fn new(limiter: &str) -> Handles {
+        let l = || limiter.to_owned();
+        let degraded = |s: &'static str| metrics::counter!("ratewise_redis_degraded_total", "limiter" => l(), "source" => s);
+        let error = |k: &'static str| metrics::counter!("ratewise_redis_errors_total", "limiter" => l(), "kind" => k);
+        let decided = |o: &'static str| metrics::counter!("ratewise_redis_decisions_total", "limiter" => l(), "outcome" => o);
+        Handles {
+            admitted: decided("admitted"),
+            refused: decided("refused"),
+            fail_open: degraded("fail_open"),
+            fail_closed: degraded("fail_closed"),
+            local_fallback: degraded("local_fallback"),
+            redis_error: error("redis"),
+            timeout: error("timeout"),
+            circuit_open: error("circuit_open"),
+            breaker_open: metrics::gauge!("ratewise_redis_breaker_open", "limiter" => l()),
+            call_seconds: metrics::histogram!("ratewise_redis_call_seconds", "limiter" => l()),
+            batch_requests: metrics::histogram!("ratewise_redis_batch_requests", "limiter" => l()),
+        }
+    }
 }
 
 impl Stats {
+    fn new(label: String) -> Stats {
+        let z = || AtomicU64::new(0);
+        Stats {
+            backend: z(),
+            local_fallback: z(),
+            fail_open: z(),
+            fail_closed: z(),
+            redis_errors: z(),
+            timeouts: z(),
+            breaker_opened: z(),
+            short_circuited: z(),
+            round_trips: z(),
+            label,
+            metrics: OnceLock::new(),
+        }
+    }
+
+    fn handles(&self) -> &Handles {
+        self.metrics.get_or_init(|| Handles::new(&self.label))
+    }
+
+    /// Counts a decision: by source, and by outcome in the metrics.
+    pub(crate) fn decided(&self, source: DecisionSource, allowed: bool) {
+        self.count(source);
+        let h = self.handles();
+        if allowed { &h.admitted } else { &h.refused }.increment(1);
+        match source {
+            DecisionSource::Backend => {}
+            DecisionSource::LocalFallback => h.local_fallback.increment(1),
+            DecisionSource::FailOpen => h.fail_open.increment(1),
+            _ => h.fail_closed.increment(1),
+        }
+    }
+
     pub(crate) fn count(&self, source: DecisionSource) {
         let c = match source {
             DecisionSource::Backend => &self.backend,
@@ -176,12 +258,13 @@ impl Stats {
             timeouts: r(&self.timeouts),
             breaker_opened: r(&self.breaker_opened),
             short_circuited: r(&self.short_circuited),
+            round_trips: r(&self.round_trips),
         }
     }
 }
 
 /// Why Redis gave no answer.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Failure {
     Redis(redis::RedisError),
     Timeout(Duration),
@@ -217,14 +300,15 @@ pub(crate) struct Resilience {
 }
 
 impl Resilience {
-    pub(crate) fn new(config: ResilienceConfig) -> Self {
+    /// `label` names the limiter in its metrics (its key prefix).
+    pub(crate) fn new(config: ResilienceConfig, label: String) -> Self {
         Resilience {
             config,
             origin: Instant::now(),
             consecutive: AtomicU64::new(0),
             open_until: AtomicU64::new(0),
             probing: AtomicBool::new(false),
-            stats: Stats::default(),
+            stats: Stats::new(label),
         }
     }
 
@@ -245,6 +329,15 @@ impl Resilience {
     where
         F: std::future::Future<Output = redis::RedisResult<T>>,
     {
+        self.run_batch(call, 1).await
+    }
+
+    /// [`Resilience::run`] for a call deciding `requests` requests.
+    pub(crate) async fn run_batch<T, F>(&self, call: F, requests: usize) -> Result<T, Failure>
+    where
+        F: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let h = self.stats.handles();
         let until = self.open_until.load(Ordering::Acquire);
         let mut probe = false;
         if until != 0 {
@@ -254,27 +347,37 @@ impl Resilience {
                     .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
             {
-                self.stats.short_circuited.fetch_add(1, Ordering::Relaxed);
+                // Counted per request: each is a decision made without Redis.
+                let n = requests as u64;
+                self.stats.short_circuited.fetch_add(n, Ordering::Relaxed);
+                h.circuit_open.increment(n);
                 return Err(Failure::CircuitOpen);
             }
             probe = true;
         }
+        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        h.batch_requests.record(requests as f64);
+        let sent = Instant::now();
         let outcome = match tokio::time::timeout(self.config.timeout, call).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 self.stats.redis_errors.fetch_add(1, Ordering::Relaxed);
+                h.redis_error.increment(1);
                 Err(Failure::Redis(e))
             }
             Err(_) => {
                 self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                h.timeout.increment(1);
                 Err(Failure::Timeout(self.config.timeout))
             }
         };
+        h.call_seconds.record(sent.elapsed().as_secs_f64());
         match &outcome {
             Ok(_) => {
                 self.consecutive.store(0, Ordering::Relaxed);
                 if until != 0 || probe {
                     self.open_until.store(0, Ordering::Release);
+                    h.breaker_open.set(0.0);
                 }
                 if probe {
                     self.probing.store(false, Ordering::Release);
@@ -290,6 +393,7 @@ impl Resilience {
                     if was == 0 || probe {
                         self.stats.breaker_opened.fetch_add(1, Ordering::Relaxed);
                     }
+                    h.breaker_open.set(1.0);
                     self.consecutive.store(0, Ordering::Relaxed);
                 }
                 if probe {

@@ -310,9 +310,9 @@ impl TwoTierLimiter {
             }
             Err(f) => return core.degrade(key, n, false, q.burst, f),
         };
-        core.count_backend();
         let granted = u64::try_from(v[0]).unwrap_or(0);
         if granted == 0 {
+            core.count_backend(false);
             let wait = u64::try_from(micros(v[1]).as_nanos()).unwrap_or(u64::MAX);
             lease
                 .denied_until
@@ -328,7 +328,9 @@ impl TwoTierLimiter {
             .store(now.saturating_add(ttl), Ordering::Release);
         let total = lease.tokens.fetch_add(granted, Ordering::AcqRel) + granted;
         drop(refill);
-        match Self::take(&lease, n, now) {
+        let taken = Self::take(&lease, n, now);
+        core.count_backend(matches!(taken, Take::Admitted(_)));
+        match taken {
             Take::Admitted(left) => Ok(self.decision(true, left, 0)),
             _ => {
                 // The lease was too small for this weight (or others spent

@@ -11,6 +11,129 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// The in-memory limiter a Redis algorithm is the Redis form of.
+pub fn memory(
+    alg: ratewise_redis::Algorithm,
+    q: ratewise::Quota,
+) -> Box<dyn ratewise::RateLimiter + Send + Sync> {
+    use ratewise::{
+        FixedWindow, Gcra, ManualClock, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    };
+    use ratewise_redis::Algorithm;
+    let c = ManualClock::new();
+    match alg {
+        Algorithm::Gcra => Box::new(Gcra::with_clock(q, c)),
+        Algorithm::TokenBucket => Box::new(TokenBucket::with_clock(q, c)),
+        Algorithm::FixedWindow => Box::new(FixedWindow::with_clock(q, c)),
+        Algorithm::SlidingWindowCounter => Box::new(SlidingWindowCounter::with_clock(q, c)),
+        Algorithm::SlidingWindowLog => Box::new(SlidingWindowLog::with_clock(q, c)),
+        other => panic!("no in-memory twin for {other}"),
+    }
+}
+
+/// `op` on the in-memory twin at `t_us`, in Redis's units ([`in_micros`]).
+pub fn memory_step(
+    mem: &(dyn ratewise::RateLimiter + Send + Sync),
+    op: &Op,
+    t_us: u64,
+) -> ratewise::Decision {
+    let ts = ratewise::Timestamp::from_nanos(t_us * 1000);
+    in_micros(if op.peek {
+        mem.peek_at(op.n, ts).expect("memory")
+    } else {
+        mem.check_at(op.n, ts).expect("memory")
+    })
+}
+
+/// An in-memory decision as Redis reports it: Redis answers in whole
+/// microseconds; the in-memory counter places its earliest time in
+/// nanoseconds, which Redis rounds up (never early). Every other
+/// algorithm's times are whole µs in the conformance tests anyway.
+pub fn in_micros(m: ratewise::Decision) -> ratewise::Decision {
+    let ceil_us =
+        |d: Duration| Duration::from_micros(u64::try_from(d.as_nanos().div_ceil(1000)).unwrap());
+    ratewise::Decision {
+        retry_after: m.retry_after.map(ceil_us),
+        reset_after: ceil_us(m.reset_after),
+        ..m
+    }
+}
+
+/// One request of a conformance scenario: the time since the previous
+/// one, its weight, and whether it only peeks.
+#[derive(Clone, Debug)]
+pub struct Op {
+    pub dt_us: u64,
+    pub n: u64,
+    pub peek: bool,
+}
+
+/// Conformance scenarios `(interval µs, burst, start µs, requests)`:
+/// intervals from 1 µs to 5 s (sub-1/s rates included), bursts 1..=12,
+/// steps up to two intervals or up to three windows (and, with
+/// `same_instant`, also all at one instant), starting anywhere in the
+/// first ~30 years; at most `max_ops` requests.
+pub fn scenarios(
+    max_ops: usize,
+    same_instant: bool,
+) -> impl proptest::strategy::Strategy<Value = (u64, u64, u64, Vec<Op>)> {
+    use proptest::prelude::*;
+    (1u64..=5_000_000, 1u64..=12, 0u64..1_000_000_000_000_000).prop_flat_map(
+        move |(e_us, b, start)| {
+            let ops = move |max_dt: u64| {
+                prop::collection::vec(
+                    (0..=max_dt, 1..=b, prop::bool::weighted(0.2))
+                        .prop_map(|(dt_us, n, peek)| Op { dt_us, n, peek }),
+                    1..max_ops,
+                )
+            };
+            let mut arms = vec![ops(e_us * 2).boxed(), ops(e_us * b * 3).boxed()];
+            if same_instant {
+                arms.push(ops(0).boxed());
+            }
+            (
+                Just(e_us),
+                Just(b),
+                Just(start),
+                prop::strategy::Union::new(arms),
+            )
+        },
+    )
+}
+
+/// Runs `cases` scenarios through `check(quota, start µs, requests)`.
+pub fn run_scenarios(
+    cases: u32,
+    max_ops: usize,
+    same_instant: bool,
+    check: impl Fn(ratewise::Quota, u64, &[Op]) -> Result<(), proptest::test_runner::TestCaseError>,
+) {
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    });
+    runner
+        .run(
+            &scenarios(max_ops, same_instant),
+            |(e_us, b, start, ops)| {
+                let q = ratewise::Quota::from_parts(e_us * 1000, b).expect("quota");
+                check(q, start, &ops)
+            },
+        )
+        .unwrap();
+}
+
+/// Makes `key` hold a hash, so a GCRA script on it fails (`WRONGTYPE`).
+pub fn wrong_type(server: &RedisServer, key: Vec<u8>) {
+    redis::cmd("HSET")
+        .arg(key)
+        .arg("f")
+        .arg("v")
+        .query::<()>(&mut server.sync())
+        .unwrap();
+}
+
 /// A two-worker tokio runtime (this machine's tests run on 2 cores).
 pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
