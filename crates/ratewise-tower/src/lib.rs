@@ -106,6 +106,7 @@
 #![warn(missing_docs)]
 
 mod body;
+pub mod client_throttle;
 pub mod concurrency;
 mod key;
 mod layer;
@@ -115,6 +116,7 @@ pub mod problem;
 mod verdict;
 
 pub use body::RateLimitBody;
+pub use client_throttle::{ClientError, ThrottleLayer, ThrottleService};
 pub use key::{
     IpGrouping, Key, KeyFn, KeySource, MissingKey, ProxyHeader, RequestInfo, TrustedProxies,
 };
