@@ -341,3 +341,124 @@ impl Observer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::backoff::{BackoffConfig, Jitter};
+    use crate::client::throttle::ThrottleConfig;
+    use crate::client::ServerHints;
+    use std::time::Duration;
+
+    fn throttle(config: ThrottleConfig) -> Throttle<String> {
+        Throttle::new(ThrottleConfig {
+            backoff: BackoffConfig::constant(Duration::from_millis(100)).with_jitter(Jitter::None),
+            pause_jitter: 0.0,
+            ..config
+        })
+        .unwrap()
+    }
+
+    /// An answer is its status: 429 carries `Retry-After: 1`.
+    fn read(status: &u16) -> Answer {
+        let outcome = if *status == 429 {
+            Outcome::throttled().with_hints(ServerHints {
+                retry_after: Some(Duration::from_secs(1)),
+                ..ServerHints::default()
+            })
+        } else {
+            Outcome::success()
+        };
+        Answer {
+            outcome,
+            status: http::StatusCode::from_u16(*status).ok(),
+        }
+    }
+
+    /// Answers the scripted statuses in turn, noting each request sent.
+    async fn run(
+        th: &Throttle<String>,
+        script: &[u16],
+        replayable: bool,
+    ) -> (Result<u16, Refused>, Vec<u32>) {
+        let mut sent = Vec::new();
+        let mut n = 0;
+        let r = send(
+            th,
+            &"api:443".to_owned(),
+            7u32,
+            |q| replayable.then_some(*q),
+            |q| {
+                sent.push(q);
+                let status = script[n.min(script.len() - 1)];
+                n += 1;
+                async move { status }
+            },
+            read,
+        )
+        .await;
+        (r, sent)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_429_is_retried_after_its_retry_after_with_a_copy() {
+        let th = throttle(ThrottleConfig::default());
+        let t0 = tokio::time::Instant::now();
+        let (r, sent) = run(&th, &[429, 200], true).await;
+        assert_eq!(r, Ok(200));
+        assert_eq!(sent, [7, 7]);
+        assert_eq!(t0.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_cannot_be_copied_is_sent_once_and_refused() {
+        let th = throttle(ThrottleConfig::default());
+        let (r, sent) = run(&th, &[429, 200], false).await;
+        let refused = r.unwrap_err();
+        assert_eq!(refused.reason, RefusalReason::NotReplayable);
+        assert!(refused.is_client_side());
+        assert_eq!(refused.label(), "not_replayable");
+        assert_eq!(
+            (refused.attempts, refused.last_status),
+            (1, Some(http::StatusCode::TOO_MANY_REQUESTS))
+        );
+        assert_eq!(refused.partition, "api:443");
+        assert_eq!(sent, [7]);
+        // Sent once and answered: nothing to replay, nothing refused.
+        let th = throttle(ThrottleConfig::default());
+        assert_eq!(run(&th, &[200], false).await.0, Ok(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_server_having_the_last_word_returns_its_answer() {
+        let th = throttle(ThrottleConfig {
+            max_attempts: 2,
+            ..ThrottleConfig::default()
+        });
+        let (r, sent) = run(&th, &[429], true).await;
+        assert_eq!(r, Ok(429), "the last 429, as without a throttle");
+        assert_eq!(sent.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_side_stop_is_a_refusal_with_the_last_status() {
+        let th = throttle(ThrottleConfig {
+            deadline: Some(Duration::from_millis(500)),
+            ..ThrottleConfig::default()
+        });
+        let (r, sent) = run(&th, &[429], true).await;
+        let refused = r.unwrap_err();
+        assert_eq!(refused.reason, RefusalReason::Stopped(StopReason::Deadline));
+        assert!(refused.is_client_side());
+        assert_eq!(
+            refused.last_status,
+            Some(http::StatusCode::TOO_MANY_REQUESTS)
+        );
+        assert_eq!(sent.len(), 1);
+        let text = refused.to_string();
+        assert!(
+            text.contains("client-side") && text.contains("429"),
+            "{text}"
+        );
+    }
+}
