@@ -64,6 +64,25 @@
 //! A `grpc-status` sent only in the trailers after a streamed body is not
 //! seen: the layer does not hold a response back to read its end.
 //!
+//! # gRPC (tonic)
+//!
+//! A tonic request body is a stream, not `Clone`: with
+//! `.replay_by(NoReplay)` the layer paces and classifies every call but
+//! retries none (a throttled one returns [`Refused`] with
+//! [`RefusalReason::NotReplayable`]). To retry, buffer the unary message
+//! below the layer, as the gRPC retry design does (gRFC A6 buffers each
+//! call's messages for its retries): collect the body into a
+//! `Full<Bytes>` (`http-body-util`), put the layer over that, and give the
+//! channel a tonic body again — `tests/client_throttle.rs` does exactly
+//! this:
+//!
+//! ```text
+//! service_fn(collect body → Full<Bytes>)
+//!   → ThrottleLayer::per_authority(throttle)          // B = Full<Bytes>: Clone
+//!   → map_request(|r| r.map(tonic::body::Body::new))
+//!   → tonic::transport::Channel
+//! ```
+//!
 //! # Clones
 //!
 //! The layer and its services are `Clone` and cheap to clone (a few `Arc`s);

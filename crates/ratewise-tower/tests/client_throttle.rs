@@ -324,8 +324,13 @@ impl tonic::server::UnaryService<Bytes> for Exhausted {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_grpc_resource_exhausted_waits_the_pushback_then_succeeds() {
+/// A gRPC server answering `/demo.Echo/Say` with [`Exhausted`]; returns a
+/// connected channel and the arrival log.
+async fn grpc_server() -> (
+    std::net::SocketAddr,
+    tonic::transport::Channel,
+    Arc<Mutex<Vec<tokio::time::Instant>>>,
+) {
     let arrivals = Arc::new(Mutex::new(Vec::new()));
     let svc = Exhausted {
         arrivals: Arc::clone(&arrivals),
@@ -343,6 +348,12 @@ async fn a_grpc_resource_exhausted_waits_the_pushback_then_succeeds() {
         .connect()
         .await
         .unwrap();
+    (addr, channel, arrivals)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grpc_resource_exhausted_waits_the_pushback_then_succeeds() {
+    let (addr, channel, arrivals) = grpc_server().await;
 
     // tonic's request body is a stream, not `Clone`: buffer it (a unary
     // call is one small message), throttle the buffered request, and hand
@@ -418,4 +429,30 @@ async fn a_negative_pushback_forbids_the_retry_and_returns_the_status() {
     assert_eq!(sent.load(Ordering::SeqCst), 1, "not retried");
     let m = throttle.metrics();
     assert_eq!((m.attempts, m.throttled, m.retries), (1, 1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tonic_channel_under_the_layer_without_replay_is_refused_not_retried() {
+    let (addr, channel, arrivals) = grpc_server().await;
+    let throttle = Throttle::new(ThrottleConfig::default()).unwrap();
+    let layered = ServiceBuilder::new()
+        .layer(ThrottleLayer::per_authority(throttle).replay_by(NoReplay))
+        .service(channel);
+    let origin: http::Uri = format!("http://{addr}").parse().unwrap();
+    let mut client = tonic::client::Grpc::with_origin(layered, origin);
+    client.ready().await.unwrap();
+    let status = client
+        .unary(
+            tonic::Request::new(Bytes::from_static(b"hello")),
+            PathAndQuery::from_static("/demo.Echo/Say"),
+            Raw,
+        )
+        .await
+        .unwrap_err();
+    // tonic turns the layer's error into a status carrying its message.
+    assert!(
+        status.message().contains("cannot be replayed"),
+        "{status:?}"
+    );
+    assert_eq!(arrivals.lock().unwrap().len(), 1, "sent once");
 }
