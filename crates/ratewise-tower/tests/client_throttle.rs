@@ -390,8 +390,11 @@ async fn a_grpc_resource_exhausted_waits_the_pushback_then_succeeds() {
     let arrivals = arrivals.lock().unwrap();
     assert_eq!(arrivals.len(), 2, "refused once, retried once");
     let gap = arrivals[1] - arrivals[0];
+    // The pause is the pushback plus up to `pause_jitter` (0.1 by default)
+    // of it, on tokio's paused clock: nothing else moves time.
+    let jitter = ThrottleConfig::default().pause_jitter;
     assert!(
-        gap >= PUSHBACK,
+        gap >= PUSHBACK && gap <= PUSHBACK.mul_f64(1.0 + jitter),
         "retried after {gap:?}, pushback {PUSHBACK:?}"
     );
     let m = throttle.metrics();
