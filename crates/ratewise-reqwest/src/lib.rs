@@ -40,7 +40,8 @@
 //! the retry budget is spent, the SRE throttle rejected it) or the body could
 //! not be replayed, it returns a [`reqwest_middleware::Error::Middleware`]
 //! holding a [`Refused`] (find it with [`Refused::from_error`]), whose
-//! [`Refused::is_client_side`] says which side refused.
+//! [`is_client_side`](ratewise::client::exchange::Refused::is_client_side)
+//! says which side refused.
 //!
 //! # Metrics
 //!
