@@ -59,7 +59,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use http::Extensions;
 use ratewise::client::exchange::{self, Answer};
@@ -195,15 +194,7 @@ where
                 async move { (next.run(attempt, &mut ext).await, ext) }
             },
             |(result, _): &(reqwest_middleware::Result<Response>, Extensions)| match result {
-                Ok(r) => Answer {
-                    outcome: self.classifier.outcome(
-                        r.status().as_u16(),
-                        r.headers(),
-                        None,
-                        SystemTime::now(),
-                    ),
-                    status: Some(r.status()),
-                },
+                Ok(r) => Answer::response(&self.classifier, r.status(), r.headers()),
                 Err(_) => Answer::failure(),
             },
         )

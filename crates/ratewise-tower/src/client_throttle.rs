@@ -101,7 +101,6 @@ use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::SystemTime;
 
 use http::{request, Request, Response};
 use ratewise::client::exchange::{self, Answer};
@@ -402,15 +401,7 @@ where
                     }
                 },
                 |result: &Result<Response<RB>, S::Error>| match result {
-                    Ok(r) => Answer {
-                        outcome: layer.classifier.outcome(
-                            r.status().as_u16(),
-                            r.headers(),
-                            None,
-                            SystemTime::now(),
-                        ),
-                        status: Some(r.status()),
-                    },
+                    Ok(r) => Answer::response(&layer.classifier, r.status(), r.headers()),
                     Err(_) => Answer::failure(),
                 },
             )

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use axum::routing::{get, post};
 use axum::Router;
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
+use common::grpc::Raw;
 use http::uri::PathAndQuery;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -33,7 +34,6 @@ use ratewise::client::{Throttle, ThrottleConfig};
 use ratewise::Quota;
 use ratewise_tower::client_throttle::{authority_key, NoReplay, RefusalReason};
 use ratewise_tower::{KeySource, Policy, RateLimitLayer, ThrottleLayer};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
@@ -264,38 +264,6 @@ fn the_default_partition_is_host_and_port() {
     p.headers
         .insert("host", "grpc.example:50051".parse().unwrap());
     assert_eq!(authority_key(&p), "grpc.example:50051");
-}
-
-/// Messages are raw bytes: no protobuf code generation needed.
-#[derive(Clone, Copy, Default)]
-struct Raw;
-impl Codec for Raw {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = Raw;
-    type Decoder = Raw;
-    fn encoder(&mut self) -> Raw {
-        Raw
-    }
-    fn decoder(&mut self) -> Raw {
-        Raw
-    }
-}
-impl Encoder for Raw {
-    type Item = Bytes;
-    type Error = Status;
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-impl Decoder for Raw {
-    type Item = Bytes;
-    type Error = Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        let n = src.remaining();
-        Ok(Some(src.copy_to_bytes(n)))
-    }
 }
 
 /// Answers the first call `RESOURCE_EXHAUSTED` with a pushback, then

@@ -165,6 +165,25 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// A response's status and headers, classified by `classifier`
+    /// (status, then headers) with the hints it carries read at the
+    /// wall-clock time now.
+    pub fn response(
+        classifier: &super::Classifier,
+        status: http::StatusCode,
+        headers: &http::HeaderMap,
+    ) -> Self {
+        Answer {
+            outcome: classifier.outcome(
+                status.as_u16(),
+                headers,
+                None,
+                std::time::SystemTime::now(),
+            ),
+            status: Some(status),
+        }
+    }
+
     /// A transport error: no response, [`Signal::Failure`] (not retried by
     /// default).
     pub fn failure() -> Self {
