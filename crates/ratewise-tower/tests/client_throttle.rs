@@ -70,6 +70,41 @@ fn counter(snap: &Metrics, name: &str, partition: &str) -> u64 {
     }
 }
 
+/// Counts the client loop's `tracing` events by level (for the test's
+/// thread, `current_thread` runtimes).
+#[derive(Clone, Default)]
+struct Events(Arc<Mutex<Vec<tracing::Level>>>);
+
+impl Events {
+    fn count(&self, level: tracing::Level) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| **l == level)
+            .count()
+    }
+}
+
+impl tracing::Subscriber for Events {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        // Only the shared client loop's events (h2 and tonic have their own).
+        if event.metadata().target() == "ratewise::client::exchange" {
+            self.0.lock().unwrap().push(*event.metadata().level());
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
 const RATE: u64 = 100;
 const BURST: u64 = 10;
 const TASKS: usize = 4;
@@ -80,6 +115,8 @@ async fn every_call_succeeds_at_the_servers_rate_and_429s_are_honoured() {
     let recorder = DebuggingRecorder::new();
     let snap = recorder.snapshotter();
     let _guard = metrics::set_default_local_recorder(&recorder);
+    let events = Events::default();
+    let _events = tracing::subscriber::set_default(events.clone());
 
     let limits = RateLimitLayer::builder()
         .key(KeySource::Global)
@@ -167,6 +204,9 @@ async fn every_call_succeeds_at_the_servers_rate_and_429s_are_honoured() {
     // Every 429 was retried, and only 429s were: the attempts are the calls
     // plus one per 429, and the throttle counts the same.
     assert_eq!(retries, throttled);
+    // One `debug` event per retry, no refusal.
+    assert_eq!(events.count(tracing::Level::DEBUG) as u64, retries);
+    assert_eq!(events.count(tracing::Level::WARN), 0);
     assert_eq!(attempts, calls + throttled);
     let m = throttle.metrics();
     assert_eq!((m.attempts, m.throttled), (attempts, throttled));
@@ -195,6 +235,8 @@ async fn a_body_that_cannot_be_replayed_is_sent_once_and_the_refusal_says_so() {
     let recorder = DebuggingRecorder::new();
     let snap = recorder.snapshotter();
     let _guard = metrics::set_default_local_recorder(&recorder);
+    let events = Events::default();
+    let _events = tracing::subscriber::set_default(events.clone());
 
     let seen = Arc::new(AtomicU32::new(0));
     let s = Arc::clone(&seen);
@@ -228,6 +270,11 @@ async fn a_body_that_cannot_be_replayed_is_sent_once_and_the_refusal_says_so() {
     assert_eq!(refused.last_status, Some(StatusCode::TOO_MANY_REQUESTS));
     assert!(err.to_string().contains("cannot be replayed"), "{err}");
     assert_eq!(seen.load(Ordering::SeqCst), 1, "sent once, never retried");
+    assert_eq!(
+        events.count(tracing::Level::WARN),
+        1,
+        "the refusal is logged"
+    );
 
     let partition = format!("127.0.0.1:{}", addr.port());
     let snap = snapshot(&snap);
