@@ -102,6 +102,13 @@
 //! each decision runs in a `tracing` span at debug level, and refusals log
 //! one `warn` per interval at most. [`RateLimitHandle::status`] is a
 //! JSON-serialisable snapshot for a health endpoint.
+//!
+//! # The client side
+//!
+//! [`ThrottleLayer`] ([`client_throttle`]) is the other direction: the
+//! core's client `Throttle` around an HTTP *client* service (hyper-util,
+//! tonic), pacing per authority and retrying throttled answers (429,
+//! `RESOURCE_EXHAUSTED`) after `Retry-After` or the gRPC pushback.
 
 #![warn(missing_docs)]
 
