@@ -474,3 +474,48 @@ async fn a_tonic_channel_under_the_layer_without_replay_is_refused_not_retried()
     );
     assert_eq!(arrivals.lock().unwrap().len(), 1, "sent once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clones_on_many_threads_share_one_pace() {
+    // A fixed pace of 200/s, strictly even (burst 1), shared by 8 tasks on 4
+    // threads, each with its own clone of the layered service: if the clones
+    // shared nothing, 80 calls would take a tenth of a second; sharing one
+    // pacer they take at least 79 intervals of 5 ms.
+    const PACE: f64 = 200.0;
+    const CALLS: u32 = 80;
+    let sent = Arc::new(AtomicU32::new(0));
+    let s = Arc::clone(&sent);
+    let api = tower::service_fn(move |_req: Request<String>| {
+        s.fetch_add(1, Ordering::SeqCst);
+        async { http::Response::builder().status(200).body(()) }
+    });
+    let throttle = Throttle::new(ThrottleConfig {
+        adaptation: ratewise::client::Adaptation::Fixed(PACE),
+        burst: Some(1),
+        ..ThrottleConfig::default()
+    })
+    .unwrap();
+    let client = ThrottleLayer::per_authority(throttle.clone()).layer(api);
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for _ in 0..CALLS / 8 {
+                    let req = Request::get("http://api.example/").body(String::new());
+                    let resp = client.clone().oneshot(req.unwrap()).await.unwrap();
+                    assert_eq!(resp.status(), 200);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(sent.load(Ordering::SeqCst), CALLS);
+    assert_eq!(throttle.metrics().attempts, u64::from(CALLS));
+    assert_eq!(throttle.partitions(), 1, "one partition: api.example:80");
+    let floor = Duration::from_secs_f64(f64::from(CALLS - 1) / PACE);
+    assert!(elapsed >= floor, "{CALLS} calls in {elapsed:?} < {floor:?}");
+}
