@@ -40,6 +40,11 @@
 //! # }
 //! ```
 //!
+//! **Cancellation safety** is the async driver's (`Throttle::run`): no lock
+//! is held across an `.await`, so dropping the future while it sleeps or
+//! while an attempt is in flight leaves every counter consistent; a reserved
+//! slot is simply not used.
+//!
 //! # Metrics and events
 //!
 //! With the `observe` feature, each call reports to the [`metrics`] facade
