@@ -40,78 +40,43 @@
 //! the retry budget is spent, the SRE throttle rejected it) or the body could
 //! not be replayed, it returns a [`reqwest_middleware::Error::Middleware`]
 //! holding a [`Refused`] (find it with [`Refused::from_error`]), whose
-//! [`Refused::is_client_side`] says which side refused.
+//! [`is_client_side`](ratewise::client::exchange::Refused::is_client_side)
+//! says which side refused.
 //!
 //! # Metrics
 //!
-//! With a [`metrics`] recorder installed, per partition (label `partition`):
-//! counters `ratewise_client_attempts_total`, `ratewise_client_throttled_total`,
+//! The loop is the core's [`ratewise::client::exchange::send`], shared with
+//! `ratewise-tower`'s client layer, so both report the same
+//! `ratewise_client_*` family (names in
+//! [`ratewise::client::exchange::names`]), labelled by `partition`: counters
+//! `ratewise_client_attempts_total`, `ratewise_client_throttled_total`,
 //! `ratewise_client_retries_total`, `ratewise_client_refused_total` (label
-//! `reason`), the histogram `ratewise_client_wait_seconds` (time spent waiting
-//! before an attempt) and the gauge `ratewise_client_rate` (the partition's
-//! pacing rate, requests per second; 0 while not pacing). `tracing` events:
-//! `debug` for each retry, `warn` for each refusal.
+//! `reason`), the histogram `ratewise_client_wait_seconds` (time waited before
+//! each attempt: retry delay, pause and pacing) and the gauge
+//! `ratewise_client_rate` (the partition's pacing rate, requests per second;
+//! 0 while not pacing). `tracing` events: `debug` for each retry, `warn` for
+//! each refusal.
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use http::Extensions;
-use ratewise::client::throttle::Step;
-use ratewise::client::{Classifier, Outcome, StopReason, Throttle};
-use reqwest::{Request, Response, StatusCode};
+use ratewise::client::exchange::{self, Answer};
+use ratewise::client::{Classifier, Throttle};
+use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-/// Why the middleware returned an error instead of a response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RefusalReason {
-    /// The throttle stopped the call ([`StopReason`] says why and which side).
-    Stopped(StopReason),
-    /// The response was throttled, but the request's body cannot be sent
-    /// again (a stream), so it was not retried. Client-side.
-    NotReplayable,
-}
-
-impl fmt::Display for RefusalReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RefusalReason::Stopped(r) => r.fmt(f),
-            RefusalReason::NotReplayable => f.write_str(
-                "the response was throttled and the request's body cannot be replayed, so it was not retried",
-            ),
-        }
-    }
-}
+pub use ratewise::client::exchange::RefusalReason;
 
 /// The typed error inside [`reqwest_middleware::Error::Middleware`] when a
-/// call ends without a response to return.
-#[derive(Clone, Debug, thiserror::Error)]
-#[error("ratewise: call to {partition} stopped after {attempts} attempt(s) ({side}): {reason}{}",
-    last_status.map(|s| format!("; last status {s}")).unwrap_or_default(),
-    side = if self.is_client_side() { "client-side refusal" } else { "server kept refusing" })]
-pub struct Refused {
-    /// Why.
-    pub reason: RefusalReason,
-    /// Attempts sent.
-    pub attempts: u32,
-    /// The status of the last response, if any attempt was answered.
-    pub last_status: Option<StatusCode>,
-    /// The partition (the host by default).
-    pub partition: String,
-}
+/// call ends without a response to return: the core's
+/// [`exchange::Refused`] (its fields and [`is_client_side`](exchange::Refused::is_client_side)
+/// are reached through `Deref`), plus [`Refused::from_error`] to find it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(transparent)]
+pub struct Refused(pub exchange::Refused);
 
 impl Refused {
-    /// `true` when the client declined to send the next attempt (deadline,
-    /// retry budget, SRE rejection, a body that cannot be replayed); `false`
-    /// when the server's refusals ended the call.
-    pub fn is_client_side(&self) -> bool {
-        match self.reason {
-            RefusalReason::Stopped(r) => r.is_client_side(),
-            RefusalReason::NotReplayable => true,
-        }
-    }
-
     /// The `Refused` inside a middleware error, if that is what it is.
     pub fn from_error(error: &reqwest_middleware::Error) -> Option<&Refused> {
         match error {
@@ -119,17 +84,12 @@ impl Refused {
             _ => None,
         }
     }
+}
 
-    fn label(&self) -> &'static str {
-        match self.reason {
-            RefusalReason::NotReplayable => "not_replayable",
-            RefusalReason::Stopped(StopReason::MaxAttempts) => "max_attempts",
-            RefusalReason::Stopped(StopReason::Deadline) => "deadline",
-            RefusalReason::Stopped(StopReason::BudgetExhausted) => "budget_exhausted",
-            RefusalReason::Stopped(StopReason::RejectedLocally) => "rejected_locally",
-            RefusalReason::Stopped(StopReason::RetryForbidden) => "retry_forbidden",
-            RefusalReason::Stopped(_) => "other",
-        }
+impl std::ops::Deref for Refused {
+    type Target = exchange::Refused;
+    fn deref(&self) -> &exchange::Refused {
+        &self.0
     }
 }
 
@@ -206,27 +166,6 @@ where
     pub fn throttle(&self) -> &Throttle<K> {
         &self.throttle
     }
-
-    fn refuse(
-        &self,
-        partition: &K,
-        reason: RefusalReason,
-        attempts: u32,
-        last_status: Option<StatusCode>,
-    ) -> reqwest_middleware::Error {
-        let refused = Refused {
-            reason,
-            attempts,
-            last_status,
-            partition: partition.to_string(),
-        };
-        metrics::counter!("ratewise_client_refused_total",
-            "partition" => refused.partition.clone(), "reason" => refused.label())
-        .increment(1);
-        tracing::warn!(partition = %refused.partition, attempts, reason = %reason,
-            client_side = refused.is_client_side(), "ratewise: call refused");
-        reqwest_middleware::Error::middleware(refused)
-    }
 }
 
 #[async_trait::async_trait]
@@ -241,107 +180,31 @@ where
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         let key = (self.key)(&req);
-        let label = key.to_string();
-        let th = &self.throttle;
-        let mut now = th.now();
-        let mut call = th.begin(now);
-        let mut not_before = now;
-        let mut last_status = None;
-        // The original is kept to copy from; when it cannot be copied it is
-        // sent itself, once.
-        let mut original = Some(req);
-        loop {
-            if not_before > now {
-                tokio::time::sleep(not_before.saturating_duration_since(now)).await;
-                now = th.now();
+        // Each attempt runs with its own copy of the extensions; the one
+        // that ended the call hands its copy back to the caller.
+        let shared: &Extensions = extensions;
+        let result = exchange::send(
+            &self.throttle,
+            &key,
+            req,
+            Request::try_clone,
+            |attempt| {
+                let next = next.clone();
+                let mut ext = shared.clone();
+                async move { (next.run(attempt, &mut ext).await, ext) }
+            },
+            |(result, _): &(reqwest_middleware::Result<Response>, Extensions)| match result {
+                Ok(r) => Answer::response(&self.classifier, r.status(), r.headers()),
+                Err(_) => Answer::failure(),
+            },
+        )
+        .await;
+        match result {
+            Ok((answer, ext)) => {
+                *extensions = ext;
+                answer
             }
-            let wait = match th.acquire_at(&key, &mut call, now, now) {
-                Ok(wait) => wait,
-                Err(reason) => {
-                    return Err(self.refuse(
-                        &key,
-                        RefusalReason::Stopped(reason),
-                        call.attempts(),
-                        last_status,
-                    ))
-                }
-            };
-            metrics::histogram!("ratewise_client_wait_seconds", "partition" => label.clone())
-                .record(wait.as_secs_f64());
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
-            }
-            let (attempt, replayable) = match original.as_ref().and_then(Request::try_clone) {
-                Some(copy) => (copy, true),
-                None => match original.take() {
-                    Some(req) => (req, false),
-                    // Unreachable: a request that cannot be copied is sent
-                    // once and the call ends after it.
-                    None => {
-                        return Err(self.refuse(
-                            &key,
-                            RefusalReason::NotReplayable,
-                            call.attempts(),
-                            last_status,
-                        ))
-                    }
-                },
-            };
-            metrics::counter!("ratewise_client_attempts_total", "partition" => label.clone())
-                .increment(1);
-            let result = next.clone().run(attempt, extensions).await;
-            let outcome = match &result {
-                Ok(r) => self.classifier.outcome(
-                    r.status().as_u16(),
-                    r.headers(),
-                    None,
-                    SystemTime::now(),
-                ),
-                Err(_) => Outcome::new(ratewise::client::Signal::Failure),
-            };
-            if outcome.signal == ratewise::client::Signal::Throttled {
-                metrics::counter!("ratewise_client_throttled_total", "partition" => label.clone())
-                    .increment(1);
-            }
-            now = th.now();
-            let step = th.record_at(&key, &mut call, now, &outcome);
-            metrics::gauge!("ratewise_client_rate", "partition" => label.clone())
-                .set(th.rate_of(&key).unwrap_or(0.0));
-            match step {
-                Step::Done => return result,
-                Step::Retry(_) if !replayable => {
-                    let status = result.as_ref().ok().map(Response::status);
-                    return Err(self.refuse(
-                        &key,
-                        RefusalReason::NotReplayable,
-                        call.attempts(),
-                        status,
-                    ));
-                }
-                Step::Retry(delay) => {
-                    metrics::counter!("ratewise_client_retries_total", "partition" => label.clone())
-                        .increment(1);
-                    tracing::debug!(partition = %label, attempt = call.attempts(),
-                        delay_ms = delay.as_millis() as u64, signal = ?outcome.signal,
-                        "ratewise: retrying");
-                    last_status = result.as_ref().ok().map(Response::status);
-                    not_before = now.saturating_add(delay);
-                }
-                Step::GiveUp(reason) if !reason.is_client_side() => {
-                    // The server had the last word: hand its answer (or the
-                    // transport's error) back.
-                    return result;
-                }
-                Step::GiveUp(reason) => {
-                    let status = result.as_ref().ok().map(Response::status);
-                    return Err(self.refuse(
-                        &key,
-                        RefusalReason::Stopped(reason),
-                        call.attempts(),
-                        status,
-                    ));
-                }
-            }
+            Err(refused) => Err(reqwest_middleware::Error::middleware(Refused(refused))),
         }
     }
 }

@@ -102,10 +102,18 @@
 //! each decision runs in a `tracing` span at debug level, and refusals log
 //! one `warn` per interval at most. [`RateLimitHandle::status`] is a
 //! JSON-serialisable snapshot for a health endpoint.
+//!
+//! # The client side
+//!
+//! [`ThrottleLayer`] ([`client_throttle`]) is the other direction: the
+//! core's client `Throttle` around an HTTP *client* service (hyper-util,
+//! tonic), pacing per authority and retrying throttled answers (429,
+//! `RESOURCE_EXHAUSTED`) after `Retry-After` or the gRPC pushback.
 
 #![warn(missing_docs)]
 
 mod body;
+pub mod client_throttle;
 pub mod concurrency;
 mod key;
 mod layer;
@@ -115,6 +123,7 @@ pub mod problem;
 mod verdict;
 
 pub use body::RateLimitBody;
+pub use client_throttle::{ClientError, ThrottleLayer, ThrottleService};
 pub use key::{
     IpGrouping, Key, KeyFn, KeySource, MissingKey, ProxyHeader, RequestInfo, TrustedProxies,
 };

@@ -14,6 +14,11 @@
 //! | `ratewise_backend_healthy` | gauge | 1 while the backend's store answers, 0 after a degraded decision or error |
 //! | `ratewise_bypassed_total{reason}` | counter | requests not checked (`disabled`, `bypass`) |
 //!
+//! The client side (this crate's [`ThrottleLayer`](crate::ThrottleLayer) and
+//! the reqwest middleware) reports the `ratewise_client_*` family, labelled
+//! by `partition` as these are by `policy`; its names live in one place,
+//! [`ratewise::client::exchange::names`].
+//!
 //! Handles are registered with the global recorder on first use, so install
 //! the recorder (e.g. `metrics-exporter-prometheus`) before the first
 //! request.

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod grpc;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

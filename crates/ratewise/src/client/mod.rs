@@ -71,6 +71,9 @@ pub mod cubic;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod driver;
+#[cfg(all(feature = "tokio", feature = "http"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "tokio", feature = "http"))))]
+pub mod exchange;
 pub mod flood_guard;
 pub mod heroku;
 pub mod hints;
