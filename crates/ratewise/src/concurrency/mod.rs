@@ -55,11 +55,13 @@ use crate::time::Timestamp;
 mod aimd;
 mod envoy;
 mod gradient2;
+mod knee;
 mod vegas;
 
 pub use aimd::Aimd;
 pub use envoy::EnvoyGradient;
 pub use gradient2::Gradient2;
+pub use knee::Knee;
 pub use vegas::Vegas;
 
 /// One completed request, as a [`LimitAlgorithm`] sees it.
