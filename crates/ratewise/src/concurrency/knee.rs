@@ -40,16 +40,18 @@ use crate::time::Timestamp;
 ///   normal.
 /// * **Hold or grow.** While the window's mean latency `r` is within
 ///   `B × (1 + headroom)` (headroom 0.25 by default: a queue of about a
-///   quarter of the workers), the limit grows by `√limit / 2` per window,
-///   but only if the window used at least 90 % of it (an idle client does
-///   not inflate its limit).
-/// * **Cut.** When `r` exceeds the target, the limit is multiplied by
+///   quarter of the workers), or not significantly above it, the limit grows
+///   by `√limit / 2` per window, but only if the window used at least 90 %
+///   of it (an idle client does not inflate its limit).
+/// * **Cut.** When `r` exceeds the target by more than two standard errors
+///   of the window's mean (noise is not a signal), the limit is multiplied by
 ///   `target / r` (at least ½): proportional, so a latency twice the target
 ///   halves the excess at once. This is the fast reaction when capacity
 ///   drops.
 /// * **The test.** If the limit has been cut to 60 % of where the episode
 ///   of cuts began, the latency is still above target and it fell by less
-///   than 10 % (a queue we made would have shrunk with the cut), the
+///   than 10 % since the window before (a queue we made drains as the
+///   limit shrinks; once it is gone the latency stops falling), the
 ///   latency is not a queue: `B` becomes the current latency, the target moves with
 ///   it, and the limit grows back to the new knee. A latency spike of a
 ///   slow dependency (more in flight for the same throughput, by Little's
@@ -98,6 +100,7 @@ struct Window {
     start: Option<Timestamp>,
     count: u32,
     sum_s: f64,
+    sum_sq: f64,
     drops: u32,
     peak: usize,
 }
@@ -105,12 +108,15 @@ struct Window {
 /// Samples a window needs before a decision.
 const MIN_SAMPLES: u32 = 128;
 /// A cut to this share of the episode's starting limit, with latency still
-/// high, re-learns the baseline...
+/// significantly high, re-learns the baseline...
 const TEST_CUT: f64 = 0.6;
-/// ...if the latency fell by less than this share of where it was.
+/// ...if the latency fell by less than this share since the window
+/// before.
 const TEST_FALL: f64 = 0.1;
 /// How far a faster window pulls the baseline down.
 const BASELINE_DOWN: f64 = 0.1;
+/// Standard errors by which a window's mean must exceed the target to cut.
+const SIGNIFICANT: f64 = 2.0;
 /// The cut after a window with a loss.
 const LOSS_BACKOFF: f64 = 0.8;
 
@@ -167,7 +173,12 @@ impl Knee {
         if w.count == 0 {
             return;
         }
-        let r = w.sum_s / f64::from(w.count);
+        let n = f64::from(w.count);
+        let r = w.sum_s / n;
+        // The standard error of the window's mean: a cut needs the mean
+        // above target by more than noise.
+        let var = ((w.sum_sq - w.sum_s * r) / (n - 1.0).max(1.0)).max(0.0);
+        let se = (var / n).sqrt();
         let base = match self.baseline {
             None => r,
             Some(b) if r < b => b + BASELINE_DOWN * (r - b),
@@ -175,9 +186,10 @@ impl Knee {
         };
         self.baseline = Some(base);
         let target = base * (1.0 + self.headroom);
-        if r > target {
-            let (start, r0) = *self.episode.get_or_insert((self.limit, r));
-            if self.limit <= (start * TEST_CUT).max(self.min) && r >= (1.0 - TEST_FALL) * r0 {
+        if r - SIGNIFICANT * se > target {
+            let (start, prev) = *self.episode.get_or_insert((self.limit, f64::INFINITY));
+            self.episode = Some((start, r));
+            if self.limit <= (start * TEST_CUT).max(self.min) && r >= (1.0 - TEST_FALL) * prev {
                 // Cut hard and the latency stayed: not our queue.
                 self.baseline = Some(r);
                 self.episode = None;
@@ -187,7 +199,7 @@ impl Knee {
             self.limit = super::clamp(self.limit * gradient, self.min, self.max);
         } else {
             self.episode = None;
-            if w.peak as f64 >= 0.9 * self.limit {
+            if w.peak as f64 >= 0.9 * self.limit.floor() {
                 let next = self.limit + self.limit.sqrt() / 2.0;
                 self.limit = super::clamp(next, self.min, self.max);
             }
@@ -207,7 +219,9 @@ impl LimitAlgorithm for Knee {
             w.drops += 1;
         } else {
             w.count += 1;
-            w.sum_s += s.rtt.as_secs_f64();
+            let rtt = s.rtt.as_secs_f64();
+            w.sum_s += rtt;
+            w.sum_sq += rtt * rtt;
         }
         w.peak = w.peak.max(s.inflight);
         let span = self.baseline.unwrap_or(0.0);
@@ -267,7 +281,7 @@ mod tests {
         let t = window(&mut k, 0, 20, 10);
         // Latency 60 ms, and each cut brings it down: a queue we made.
         let mut t = window(&mut k, t, 60, 40);
-        for rtt in [50, 45, 40, 35, 30] {
+        for rtt in [50, 42, 36, 30] {
             let used = k.limit();
             t = window(&mut k, t, rtt, used);
         }
@@ -299,6 +313,32 @@ mod tests {
         }
         assert_eq!(k.limit(), 4);
         assert_eq!(k.baseline(), base);
+    }
+
+    #[test]
+    fn a_fractional_limit_in_full_use_grows() {
+        // A limit of 7.9 admits 7: a window with 7 in flight used all of it.
+        let mut k = Knee::new(8, 4, 200);
+        k.limit = 7.9;
+        window(&mut k, 0, 20, 7);
+        assert!(k.limit > 7.9, "{}", k.limit);
+    }
+
+    #[test]
+    fn noise_is_not_a_cut() {
+        // Exponential-looking latencies around a 20 ms mean: windows whose
+        // mean is above target by less than two standard errors hold.
+        let mut k = Knee::new(30, 4, 200);
+        let t = window(&mut k, 0, 20, 10);
+        let mut now = t;
+        for i in 0..u64::from(MIN_SAMPLES) {
+            // Alternating 2 ms and 48 ms: mean 25 ms (at the 25 ms target +
+            // a hair), standard error about 2 ms.
+            let rtt = if i % 2 == 0 { 2 } else { 49 };
+            k.on_sample(sample(now, rtt, 10, false));
+            now += 1;
+        }
+        assert!((k.limit - 30.0).abs() < 1e-9, "{}", k.limit);
     }
 
     #[test]
