@@ -102,10 +102,19 @@
 //! each decision runs in a `tracing` span at debug level, and refusals log
 //! one `warn` per interval at most. [`RateLimitHandle::status`] is a
 //! JSON-serialisable snapshot for a health endpoint.
+//!
+//! # Concurrency limits, both sides
+//!
+//! [`concurrency::ConcurrencyLimitLayer`] protects a service with an
+//! adaptive concurrency limit (503 + `Retry-After` above it, lowest
+//! priority shed first); [`ClientConcurrencyLayer`] keeps the calls a
+//! client makes to a dependency within one, failing fast and locally
+//! ([`ClientError::Refused`]) when the dependency is at its limit.
 
 #![warn(missing_docs)]
 
 mod body;
+pub mod client_concurrency;
 pub mod concurrency;
 mod key;
 mod layer;
@@ -115,6 +124,7 @@ pub mod problem;
 mod verdict;
 
 pub use body::RateLimitBody;
+pub use client_concurrency::{ClientConcurrencyLayer, ClientError, Refused};
 pub use key::{
     IpGrouping, Key, KeyFn, KeySource, MissingKey, ProxyHeader, RequestInfo, TrustedProxies,
 };
