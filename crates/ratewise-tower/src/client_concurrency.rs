@@ -76,7 +76,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use metrics::{Counter, Gauge};
 use pin_project_lite::pin_project;
 use ratewise::concurrency::{Completion, ConcurrencyLimiter, Knee, LimitAlgorithm, Permit};
@@ -353,7 +353,7 @@ fn completion<ResB, E>(
         Ok(_) if timeout.is_some_and(|t| latency > t) => Completion::Dropped,
         Ok(res) => {
             let s = res.status();
-            if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS {
+            if crate::concurrency::is_overload(s) {
                 Completion::Dropped
             } else if s.is_client_error() {
                 Completion::Ignored
@@ -414,6 +414,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::StatusCode;
 
     #[test]
     fn statuses_map_to_completions() {
