@@ -686,6 +686,19 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
     }
 }
 
+/// What `ratewise overload` prints for one scenario: a line naming it
+/// (description, capacity, no-load p99), then [`table`].
+pub fn text_report(s: &OverloadScenario, results: &[OverloadResult]) -> String {
+    format!(
+        "{}: {} (capacity {:.0}/s, no-load p99 {:.0} ms)\n{}",
+        s.name,
+        s.description,
+        s.capacity_per_s(),
+        s.no_load_p99_ms(),
+        table(results)
+    )
+}
+
 /// A text table of `results`, one row a controller.
 pub fn table(results: &[OverloadResult]) -> String {
     use std::fmt::Write;

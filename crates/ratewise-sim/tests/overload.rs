@@ -3,6 +3,8 @@
 
 #[path = "support/chromium.rs"]
 mod chromium;
+#[path = "support/docblock.rs"]
+mod docblock;
 
 use ratewise_sim::overload::{run, Controller, OverloadScenario};
 
@@ -159,4 +161,31 @@ fn knee_holds_latency_and_goodput_when_capacity_halves() {
     // admits a third of the work).
     let vegas = means(&s, Controller::Vegas, 1..=1);
     assert!(knee[0] > 2.5 * vegas[0], "{knee:?} {vegas:?}");
+}
+
+#[test]
+fn simulator_doc_quotes_the_overload_tables() {
+    // What `ratewise overload --scenario NAME --seed 1` prints, for each
+    // shipped scenario (one thread each: 28 runs).
+    let blocks: Vec<(String, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = OverloadScenario::all()
+            .into_iter()
+            .map(|s| {
+                scope.spawn(move || {
+                    let results: Vec<_> = Controller::ALL.iter().map(|&c| run(&s, c, 1)).collect();
+                    let text = format!(
+                        "```text\n{}```\n",
+                        ratewise_sim::overload::text_report(&s, &results)
+                    );
+                    (format!("overload-{}", s.name), text)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let blocks: Vec<(&str, String)> = blocks
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.clone()))
+        .collect();
+    docblock::check_simulator_doc(&blocks);
 }
