@@ -91,9 +91,22 @@ fn the_report_charts_every_controller_in_a_browser() {
     );
 }
 
-/// Means over seeds of (goodput share, p99 ms, worst recovery s).
-fn means(s: &OverloadScenario, c: Controller, seeds: std::ops::RangeInclusive<u64>) -> [f64; 3] {
-    let runs: Vec<_> = seeds.map(|seed| run(s, c, seed)).collect();
+/// `c` on `s` with each seed, the seeds on threads of their own.
+fn runs(
+    s: &OverloadScenario,
+    c: Controller,
+    seeds: std::ops::RangeInclusive<u64>,
+) -> Vec<ratewise_sim::overload::OverloadResult> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = seeds
+            .map(|seed| scope.spawn(move || run(s, c, seed)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Means over runs of (goodput share, p99 ms, worst recovery s).
+fn means(runs: &[ratewise_sim::overload::OverloadResult]) -> [f64; 3] {
     let n = runs.len() as f64;
     let mean = |f: &dyn Fn(&ratewise_sim::overload::OverloadResult) -> f64| {
         runs.iter().map(f).sum::<f64>() / n
@@ -126,23 +139,27 @@ fn compare(a: [f64; 3], b: [f64; 3]) -> (Vec<&'static str>, f64) {
 fn knee_holds_latency_and_goodput_when_capacity_halves() {
     let s = OverloadScenario::capacity_halving();
     let bound = 2.0 * s.no_load_p99_ms();
-    let seeds = 1..=4;
+    // Ten seeds: recovery is counted in whole seconds and one seed is one
+    // draw of the service times (docs/simulator.md shows the same means).
+    let seeds = 1..=10;
     // The absolute goals on every seed: p99 within 2x the no-load p99 and
     // recovery within 10 s of each change.
-    for seed in seeds.clone() {
-        let k = run(&s, Controller::Knee, seed);
-        assert!(k.p99_latency_ms <= bound, "seed {seed}: {k:?}");
-        assert!(
-            k.recovery_s.iter().all(|&r| r <= 10.0),
-            "seed {seed}: {k:?}"
-        );
+    let knee_runs = runs(&s, Controller::Knee, seeds.clone());
+    for k in &knee_runs {
+        assert!(k.p99_latency_ms <= bound, "{k:?}");
+        assert!(k.recovery_s.iter().all(|&r| r <= 10.0), "{k:?}");
     }
-    let knee = means(&s, Controller::Knee, seeds.clone());
-    // Goodput: close to the 90 % goal, not at it (docs/simulator.md).
-    assert!(knee[0] >= 0.87, "{knee:?}");
-    // Beats AIMD and Gradient2 on two of the three, loses none by > 10 %.
-    for rival in [Controller::Aimd, Controller::Gradient2] {
-        let theirs = means(&s, rival, seeds.clone());
+    let knee = means(&knee_runs);
+    // Goodput: at least 90 % of the capacity available.
+    assert!(knee[0] >= 0.9, "{knee:?}");
+    // Beats the fixed limit tuned for this very server, AIMD and Gradient2
+    // on two of the three, and loses to none by more than 10 %.
+    for rival in [
+        Controller::FixedTuned,
+        Controller::Aimd,
+        Controller::Gradient2,
+    ] {
+        let theirs = means(&runs(&s, rival, seeds.clone()));
         let (wins, loss) = compare(knee, theirs);
         assert!(
             wins.len() >= 2,
@@ -151,15 +168,9 @@ fn knee_holds_latency_and_goodput_when_capacity_halves() {
         );
         assert!(loss <= 0.1, "{}: {loss} {knee:?} {theirs:?}", rival.name());
     }
-    // The fixed limit tuned for this very server: a faster recovery, within
-    // 10 % on the rest (one win, not two).
-    let fixed = means(&s, Controller::FixedTuned, seeds.clone());
-    let (wins, loss) = compare(knee, fixed);
-    assert!(wins.contains(&"recovery"), "{wins:?} {knee:?} {fixed:?}");
-    assert!(loss <= 0.1, "fixed: {loss} {knee:?} {fixed:?}");
-    // Vegas: near three times the goodput (its p99 is lower because it
-    // admits a third of the work).
-    let vegas = means(&s, Controller::Vegas, 1..=1);
+    // Vegas: near three times the goodput; not two wins (its p99 is lower
+    // because it admits a third of the work: docs/simulator.md).
+    let vegas = means(&runs(&s, Controller::Vegas, 1..=1));
     assert!(knee[0] > 2.5 * vegas[0], "{knee:?} {vegas:?}");
 }
 

@@ -45,9 +45,13 @@ use crate::time::Timestamp;
 ///   of it (an idle client does not inflate its limit).
 /// * **Cut.** When `r` exceeds the target by more than two standard errors
 ///   of the window's mean (noise is not a signal), the limit is multiplied by
-///   `target / r` (at least ½): proportional, so a latency twice the target
-///   halves the excess at once. This is the fast reaction when capacity
-///   drops.
+///   `√(target / r)` (at least ½): half the proportional step in log terms,
+///   because part of the excess may be a slower server rather than a queue
+///   (the test below tells). The next window counts only requests admitted
+///   after the cut (their permits carry the controller's epoch): the ones
+///   admitted before still report the old queue, and cutting again on them
+///   would cut twice for one queue (Envoy #11579 is the same mistake with
+///   minRTT).
 /// * **The test.** If the limit has been cut to 60 % of where the episode
 ///   of cuts began, the latency is still above target and it fell by less
 ///   than 10 % since the window before (a queue we made drains as the
@@ -90,8 +94,11 @@ pub struct Knee {
     /// The no-queue mean latency in seconds; `None` until the first window.
     baseline: Option<f64>,
     window: Window,
-    /// The limit and latency when the current run of cuts began.
+    /// The limit and the latency of the latest window of the current run
+    /// of cuts.
     episode: Option<(f64, f64)>,
+    /// Bumped at each cut: only requests admitted after it judge it.
+    epoch: u64,
 }
 
 /// The samples pooled since the last decision.
@@ -141,6 +148,7 @@ impl Knee {
             baseline: None,
             window: Window::default(),
             episode: None,
+            epoch: 0,
         }
     }
 
@@ -195,8 +203,10 @@ impl Knee {
                 self.episode = None;
                 return;
             }
-            let gradient = super::clamp(target / r, 0.5, 1.0);
+            let gradient = super::clamp((target / r).sqrt(), 0.5, 1.0);
             self.limit = super::clamp(self.limit * gradient, self.min, self.max);
+            // Requests admitted before the cut still report the old queue.
+            self.epoch += 1;
         } else {
             self.episode = None;
             if w.peak as f64 >= 0.9 * self.limit.floor() {
@@ -212,7 +222,14 @@ impl LimitAlgorithm for Knee {
         self.limit as usize
     }
 
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
     fn on_sample(&mut self, s: Sample) {
+        if s.epoch != self.epoch {
+            return;
+        }
         let w = &mut self.window;
         let start = *w.start.get_or_insert(s.now);
         if s.dropped || s.rtt > self.timeout {
@@ -241,9 +258,17 @@ mod tests {
     /// millisecond apart; returns the time after.
     fn window(k: &mut Knee, t_ms: u64, rtt_ms: u64, inflight: usize) -> u64 {
         for i in 0..u64::from(MIN_SAMPLES) {
-            k.on_sample(sample(t_ms + i, rtt_ms, inflight, false));
+            k.on_sample(fresh(k, t_ms + i, rtt_ms, inflight, false));
         }
         t_ms + u64::from(MIN_SAMPLES)
+    }
+
+    /// A sample from a request admitted in the controller's current epoch.
+    fn fresh(k: &Knee, t_ms: u64, rtt_ms: u64, inflight: usize, dropped: bool) -> Sample {
+        Sample {
+            epoch: k.epoch(),
+            ..sample(t_ms, rtt_ms, inflight, dropped)
+        }
     }
 
     #[test]
@@ -257,16 +282,25 @@ mod tests {
         // A window that did not use the limit: no growth.
         let t = window(&mut k, t, 20, 10);
         assert!((k.limit - 27.5).abs() < 1e-9);
-        // Latency doubles (40 ms): cut by target / r = 25 / 40, at most ½.
+        // Latency doubles (40 ms): cut by √(target / r) = √(25 / 40), and
+        // a new epoch: only requests admitted from now on judge the cut.
+        let g = (25.0f64 / 40.0).sqrt();
+        let epoch = k.epoch();
         let t = window(&mut k, t, 40, 27);
-        assert!((k.limit - 27.5 * 0.625).abs() < 1e-9, "{}", k.limit);
-        // Still 40 ms: cut again, to 39 % of where the cuts began (27.5).
+        assert!((k.limit - 27.5 * g).abs() < 1e-9, "{}", k.limit);
+        assert_eq!(k.epoch(), epoch + 1);
+        // A late answer to a request admitted before the cut is not counted.
+        k.on_sample(sample(t, 90, 27, false));
+        assert_eq!(k.window.count, 0);
+        // Still 40 ms: cut again, twice, down to 49 % of where the cuts
+        // began (27.5), under the 60 % of the test.
+        let t = window(&mut k, t, 40, 21);
+        let t = window(&mut k, t, 40, 17);
+        let cut = 27.5 * g * g * g;
+        assert!((k.limit - cut).abs() < 1e-9, "{}", k.limit);
         // The next window finds the latency where it was: the server, not a
         // queue. The baseline is learnt again at 40 ms and the limit holds.
-        let t = window(&mut k, t, 40, 17);
-        let cut = 27.5 * 0.625 * 0.625;
-        assert!((k.limit - cut).abs() < 1e-9, "{}", k.limit);
-        let t = window(&mut k, t, 40, 10);
+        let t = window(&mut k, t, 40, 13);
         assert_eq!(k.baseline(), Some(Duration::from_millis(40)));
         assert!((k.limit - cut).abs() < 1e-9);
         // From there it grows back at the new latency.
@@ -303,11 +337,11 @@ mod tests {
         let mut t = t;
         for _ in 0..20 {
             for i in 0..u64::from(MIN_SAMPLES) {
-                k.on_sample(sample(t + i, 5_000, 100, false));
+                k.on_sample(fresh(&k, t + i, 5_000, 100, false));
             }
             t += u64::from(MIN_SAMPLES);
             for i in 0..u64::from(MIN_SAMPLES) {
-                k.on_sample(sample(t + i, 0, 100, true));
+                k.on_sample(fresh(&k, t + i, 0, 100, true));
             }
             t += u64::from(MIN_SAMPLES);
         }
@@ -334,7 +368,7 @@ mod tests {
             // Alternating 2 ms and 49 ms: mean 25.5 ms, above the 25 ms
             // target by a quarter of its standard error (about 2 ms).
             let rtt = if i % 2 == 0 { 2 } else { 49 };
-            k.on_sample(sample(t + i, rtt, 10, false));
+            k.on_sample(fresh(&k, t + i, rtt, 10, false));
         }
         assert!((k.limit - 30.0).abs() < 1e-9, "{}", k.limit);
     }
@@ -376,7 +410,7 @@ mod tests {
             let mut now = 0;
             for (rtt, inflight, dropped, gap) in samples {
                 now += gap;
-                k.on_sample(sample(now, rtt, inflight, dropped));
+                k.on_sample(fresh(&k, now, rtt, inflight, dropped));
                 proptest::prop_assert!(k.limit.is_finite());
                 proptest::prop_assert!((min..=max).contains(&k.limit()));
                 if let Some(b) = k.baseline {
