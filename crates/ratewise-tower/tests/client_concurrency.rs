@@ -20,7 +20,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use ratewise::concurrency::{Aimd, LimitAlgorithm, Sample};
+use ratewise::concurrency::{Aimd, Fixed, LimitAlgorithm, Sample};
 use ratewise::TokioClock;
 use ratewise_tower::{ClientConcurrencyLayer, ClientError};
 use std::sync::Mutex;
@@ -267,4 +267,49 @@ async fn knee_is_the_default_controller() {
     let layer = ClientConcurrencyLayer::new("default-dep");
     assert_eq!(layer.limit(), 20);
     assert!(layer.limiter().with_algorithm(|k| k.baseline()).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_tasks_at_once_get_exactly_the_limit() {
+    // 32 tasks on 4 threads call at once through one layer with a limit of
+    // 4; the server holds every call it gets until the test opens the gate.
+    let gate = Arc::new(Semaphore::new(0));
+    let (tx, mut arrived) = mpsc::unbounded_channel();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let addr = server(Arc::clone(&gate), tx, Arc::clone(&hits)).await;
+    let layer = ClientConcurrencyLayer::with_algorithm("busy-dep", Fixed(4));
+    let client = ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(Client::builder(TokioExecutor::new()).build_http::<Body>());
+    let (done_tx, mut done) = mpsc::unbounded_channel();
+    let barrier = Arc::new(tokio::sync::Barrier::new(32));
+    for _ in 0..32 {
+        let (client, done_tx, barrier) = (client.clone(), done_tx.clone(), Arc::clone(&barrier));
+        tokio::spawn(async move {
+            barrier.wait().await;
+            let out = client.oneshot(get_req(addr, "/slow")).await;
+            done_tx.send(out.map(|r| r.status())).unwrap();
+        });
+    }
+    // Exactly 4 reach the server; the other 28 are refused locally.
+    for _ in 0..4 {
+        arrived.recv().await.unwrap();
+    }
+    let mut refused = 0;
+    while refused < 28 {
+        match done.recv().await.unwrap() {
+            Err(ClientError::Refused(r)) => {
+                assert_eq!(r.limit, 4);
+                refused += 1;
+            }
+            other => panic!("only refusals can finish before the gate opens: {other:?}"),
+        }
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 4);
+    assert_eq!(layer.inflight(), 4);
+    gate.add_permits(4);
+    for _ in 0..4 {
+        assert_eq!(done.recv().await.unwrap().unwrap(), StatusCode::OK);
+    }
+    assert_eq!(layer.inflight(), 0);
 }
