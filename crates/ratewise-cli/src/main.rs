@@ -224,19 +224,11 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
             };
             let mut runs = Vec::new();
             for s in scenarios {
-                writeln!(
-                    out,
-                    "{}: {} (capacity {:.0}/s, no-load p99 {:.0} ms)",
-                    s.name,
-                    s.description,
-                    s.capacity_per_s(),
-                    s.no_load_p99_ms()
-                )?;
                 let results: Vec<_> = Controller::ALL
                     .iter()
                     .map(|&c| overload::run(&s, c, seed))
                     .collect();
-                writeln!(out, "{}", overload::table(&results))?;
+                writeln!(out, "{}", overload::text_report(&s, &results))?;
                 runs.push((s, results));
             }
             if let Some(report) = report {

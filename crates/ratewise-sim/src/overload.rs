@@ -41,8 +41,8 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ratewise::concurrency::{
-    Aimd, Completion, ConcurrencyLimiter, EnvoyGradient, Fixed, Gradient2, LimitAlgorithm, Permit,
-    Vegas,
+    Aimd, Completion, ConcurrencyLimiter, EnvoyGradient, Fixed, Gradient2, Knee, LimitAlgorithm,
+    Permit, Vegas,
 };
 use ratewise::Timestamp;
 
@@ -255,17 +255,21 @@ pub enum Controller {
     Gradient2,
     /// Envoy's gradient controller, defaults.
     Envoy,
+    /// ratewise's own controller ([`Knee`]), defaults, with the client
+    /// timeout as its timeout: the recommended one.
+    Knee,
 }
 
 impl Controller {
     /// Every controller, in table order.
-    pub const ALL: [Controller; 6] = [
+    pub const ALL: [Controller; 7] = [
         Controller::None,
         Controller::FixedTuned,
         Controller::Aimd,
         Controller::Vegas,
         Controller::Gradient2,
         Controller::Envoy,
+        Controller::Knee,
     ];
 
     /// Its name in tables and on the command line.
@@ -277,6 +281,7 @@ impl Controller {
             Controller::Vegas => "vegas",
             Controller::Gradient2 => "gradient2",
             Controller::Envoy => "envoy",
+            Controller::Knee => "knee",
         }
     }
 }
@@ -360,6 +365,7 @@ enum Limiter {
     Vegas(ConcurrencyLimiter<Vegas>),
     Gradient2(ConcurrencyLimiter<Gradient2>),
     Envoy(ConcurrencyLimiter<EnvoyGradient>),
+    Knee(ConcurrencyLimiter<Knee>),
 }
 
 impl Limiter {
@@ -380,6 +386,9 @@ impl Limiter {
                 Gradient2::default().with_timeout(timeout),
             )),
             Controller::Envoy => Limiter::Envoy(ConcurrencyLimiter::new(EnvoyGradient::new(seed))),
+            Controller::Knee => Limiter::Knee(ConcurrencyLimiter::new(
+                Knee::default().with_timeout(timeout),
+            )),
         }
     }
 
@@ -398,6 +407,7 @@ impl Limiter {
             Limiter::Vegas(l) => one(l, now),
             Limiter::Gradient2(l) => one(l, now),
             Limiter::Envoy(l) => one(l, now),
+            Limiter::Knee(l) => one(l, now),
         }
     }
 
@@ -409,6 +419,7 @@ impl Limiter {
             Limiter::Vegas(l) => l.complete(p, now, c),
             Limiter::Gradient2(l) => l.complete(p, now, c),
             Limiter::Envoy(l) => l.complete(p, now, c),
+            Limiter::Knee(l) => l.complete(p, now, c),
         }
     }
 
@@ -420,6 +431,7 @@ impl Limiter {
             Limiter::Vegas(l) => l.limit() as f64,
             Limiter::Gradient2(l) => l.limit() as f64,
             Limiter::Envoy(l) => l.limit() as f64,
+            Limiter::Knee(l) => l.limit() as f64,
         }
     }
 }
@@ -672,6 +684,19 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         oscillation,
         timeline,
     }
+}
+
+/// What `ratewise overload` prints for one scenario: a line naming it
+/// (description, capacity, no-load p99), then [`table`].
+pub fn text_report(s: &OverloadScenario, results: &[OverloadResult]) -> String {
+    format!(
+        "{}: {} (capacity {:.0}/s, no-load p99 {:.0} ms)\n{}",
+        s.name,
+        s.description,
+        s.capacity_per_s(),
+        s.no_load_p99_ms(),
+        table(results)
+    )
 }
 
 /// A text table of `results`, one row a controller.

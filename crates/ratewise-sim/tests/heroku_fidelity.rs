@@ -13,6 +13,9 @@
 //!   (EIPRD's retry rate under 10 % and far below EB's, EIPD's time to
 //!   clear several times the others').
 
+#[path = "support/docblock.rs"]
+mod docblock;
+
 use std::sync::OnceLock;
 
 use ratewise_sim::scenario::StateSharing;
@@ -285,53 +288,15 @@ fn strategies_block() -> String {
     out
 }
 
-/// Replaces (or, with `UPDATE_EXPECT` set, rewrites) the text between
-/// `<!-- generated:NAME -->` and `<!-- end:NAME -->` in the document.
-fn check_block(doc: &mut String, name: &str, expected: &str) -> Result<(), String> {
-    let (begin, end) = (
-        format!("<!-- generated:{name} -->\n"),
-        format!("<!-- end:{name} -->"),
-    );
-    let start = doc
-        .find(&begin)
-        .map(|i| i + begin.len())
-        .ok_or_else(|| format!("marker {begin:?} missing"))?;
-    let stop = doc[start..]
-        .find(&end)
-        .map(|i| i + start)
-        .ok_or_else(|| format!("marker {end:?} missing"))?;
-    if &doc[start..stop] == expected {
-        return Ok(());
-    }
-    if std::env::var_os("UPDATE_EXPECT").is_some() {
-        doc.replace_range(start..stop, expected);
-        return Ok(());
-    }
-    Err(format!(
-        "docs/simulator.md block `{name}` is stale; rerun with UPDATE_EXPECT=1 and re-read the \
-         prose around it.\n--- in the doc:\n{}\n--- simulated:\n{expected}",
-        &doc[start..stop]
-    ))
-}
-
 #[test]
 fn simulator_doc_quotes_the_current_numbers() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/simulator.md");
-    let mut doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let before = doc.clone();
-    let results = [
-        check_block(&mut doc, "strategies", &strategies_block()),
-        check_block(&mut doc, "fidelity-table", &fidelity_table()),
-        check_block(&mut doc, "fidelity-orderings", &ordering_block()),
-        check_block(&mut doc, "state-sharing", &state_sharing_block()),
-        check_block(&mut doc, "other-scenarios", &other_scenarios_block()),
-    ];
-    if doc != before {
-        std::fs::write(path, &doc).unwrap_or_else(|e| panic!("{path}: {e}"));
-    }
-    for r in results {
-        r.unwrap_or_else(|e| panic!("{e}"));
-    }
+    docblock::check_simulator_doc(&[
+        ("strategies", strategies_block()),
+        ("fidelity-table", fidelity_table()),
+        ("fidelity-orderings", ordering_block()),
+        ("state-sharing", state_sharing_block()),
+        ("other-scenarios", other_scenarios_block()),
+    ]);
 }
 
 /// `a`'s metric is above `b`'s in every seed.

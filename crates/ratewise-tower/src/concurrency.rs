@@ -174,6 +174,12 @@ impl<S: Clone, A> Clone for ConcurrencyLimit<S, A> {
     }
 }
 
+/// Whether a response status says the callee is overloaded: a `5xx` or a
+/// `429` (both concurrency layers complete such a permit as a drop).
+pub(crate) fn is_overload(status: StatusCode) -> bool {
+    status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS
+}
+
 fn shed<B>(retry_after: Duration) -> Response<RateLimitBody<B>> {
     let secs = ratewise::headers_out::retry_after_secs(retry_after);
     let mut res = Response::new(RateLimitBody::full(Bytes::from_static(
@@ -275,10 +281,7 @@ where
             } => {
                 let out = std::task::ready!(future.poll(cx));
                 let overloaded = match &out {
-                    Ok(res) => {
-                        let s = res.status();
-                        s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS
-                    }
+                    Ok(res) => is_overload(res.status()),
                     Err(_) => true,
                 };
                 if let Some(p) = permit.take() {

@@ -109,10 +109,20 @@
 //! core's client `Throttle` around an HTTP *client* service (hyper-util,
 //! tonic), pacing per authority and retrying throttled answers (429,
 //! `RESOURCE_EXHAUSTED`) after `Retry-After` or the gRPC pushback.
+//!
+//! # Concurrency limits, both sides
+//!
+//! [`concurrency::ConcurrencyLimitLayer`] protects a service with an
+//! adaptive concurrency limit (503 + `Retry-After` above it, lowest
+//! priority shed first); [`ClientConcurrencyLayer`] keeps the calls a
+//! client makes to a dependency within one, failing fast and locally
+//! ([`client_concurrency::ClientError::Refused`]) when the dependency is at
+//! its limit.
 
 #![warn(missing_docs)]
 
 mod body;
+pub mod client_concurrency;
 pub mod client_throttle;
 pub mod concurrency;
 mod key;
@@ -123,6 +133,9 @@ pub mod problem;
 mod verdict;
 
 pub use body::RateLimitBody;
+// The concurrency layer's error types stay under `client_concurrency::`:
+// `ClientError` at the root is the throttle layer's.
+pub use client_concurrency::ClientConcurrencyLayer;
 pub use client_throttle::{ClientError, ThrottleLayer, ThrottleService};
 pub use key::{
     IpGrouping, Key, KeyFn, KeySource, MissingKey, ProxyHeader, RequestInfo, TrustedProxies,

@@ -13,6 +13,10 @@
 //! | `ratewise_degraded_total{source}` | counter | decisions a backend made without its store (`fail_open`, `fail_closed`, `local_fallback`) |
 //! | `ratewise_backend_healthy` | gauge | 1 while the backend's store answers, 0 after a degraded decision or error |
 //! | `ratewise_bypassed_total{reason}` | counter | requests not checked (`disabled`, `bypass`) |
+//! | `ratewise_client_admitted_total{dependency}` | counter | outbound calls [`ClientConcurrencyLayer`](crate::ClientConcurrencyLayer) gave a permit |
+//! | `ratewise_client_refused_total{dependency}` | counter | outbound calls it refused locally |
+//! | `ratewise_client_dropped_total{dependency}` | counter | outbound calls completed as overload signals (5xx, 429, errors, too slow) |
+//! | `ratewise_client_limit{dependency}` | gauge | its concurrency limit after each completion |
 //!
 //! The client side (this crate's [`ThrottleLayer`](crate::ThrottleLayer) and
 //! the reqwest middleware) reports the `ratewise_client_*` family, labelled

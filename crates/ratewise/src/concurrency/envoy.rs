@@ -87,6 +87,19 @@ impl EnvoyGradient {
         self
     }
 
+    /// The smallest limit outside a minRTT measurement (3 by default),
+    /// separate from the probe concurrency of a measurement, which stays 3
+    /// (Envoy #46602: `min_concurrency` once set both, so a higher floor
+    /// also made every measurement run at that concurrency and read a
+    /// queued minRTT). At least 1; the largest limit is raised to it if
+    /// needed.
+    pub fn with_min_limit(mut self, min: usize) -> Self {
+        self.min_limit = min.max(1) as f64;
+        self.max_limit = self.max_limit.max(self.min_limit);
+        self.limit = self.limit.max(self.min_limit);
+        self
+    }
+
     /// The largest limit.
     pub fn with_max_limit(mut self, max: usize) -> Self {
         self.max_limit = (max as f64).max(self.min_limit);
@@ -273,6 +286,24 @@ mod tests {
         assert!(started < t + 2_000, "{started}");
         run(&mut e, started, 50, 1, 100);
         assert_eq!(e.min_rtt(), Some(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn the_floor_is_not_the_probe_concurrency() {
+        // Envoy #46602: a floor of 10 must not make the minRTT measurement
+        // run at 10 in flight.
+        let mut e = EnvoyGradient::new(4).with_min_limit(10);
+        assert!(e.is_measuring());
+        assert_eq!(e.limit(), 3, "measures at the probe concurrency");
+        let t = run(&mut e, 0, 50, 1, 10);
+        assert_eq!(e.min_rtt(), Some(Duration::from_millis(10)));
+        // Latency far above minRTT: the limit falls to the floor, not to 3.
+        run(&mut e, t, 300, 1, 100);
+        assert!(e.is_measuring() || e.limit() >= 10, "{}", e.limit());
+        let mut e = EnvoyGradient::new(4).with_min_limit(10);
+        let t = run(&mut e, 0, 50, 1, 10);
+        run(&mut e, t, 150, 1, 100);
+        assert_eq!(e.limit(), 10);
     }
 
     #[test]

@@ -55,11 +55,13 @@ use crate::time::Timestamp;
 mod aimd;
 mod envoy;
 mod gradient2;
+mod knee;
 mod vegas;
 
 pub use aimd::Aimd;
 pub use envoy::EnvoyGradient;
 pub use gradient2::Gradient2;
+pub use knee::Knee;
 pub use vegas::Vegas;
 
 /// One completed request, as a [`LimitAlgorithm`] sees it.
@@ -441,6 +443,55 @@ mod tests {
         // not come. Between 80 and 100 of the 100 slots are used each tick.
         let used = admitted.iter().sum::<u64>();
         assert!((80 * 1_000..=100 * 1_000).contains(&used), "{used}");
+    }
+
+    /// Netflix #72: a caller behind a *rate* limit of `allowed` requests per
+    /// RTT-long window sends `limit` requests a window; the excess is
+    /// refused at once. Returns the mean limit over the last 100 of 600
+    /// windows and the limit after the first 10.
+    fn behind_a_rate_limit<A: LimitAlgorithm + 'static>(a: A, allowed: usize) -> (f64, usize) {
+        let l = ConcurrencyLimiter::new(a);
+        let (mut sum, mut early) = (0.0, 0);
+        for w in 0..600u64 {
+            let t = Timestamp::from_nanos(w * 10_000_000);
+            let permits: Vec<_> = std::iter::from_fn(|| l.try_acquire(t)).collect();
+            for (i, p) in permits.into_iter().enumerate() {
+                if i < allowed {
+                    l.complete(p, t + Duration::from_millis(10), Completion::Success);
+                } else {
+                    l.complete(p, t + Duration::from_micros(100), Completion::Dropped);
+                }
+            }
+            if w == 9 {
+                early = l.limit();
+            }
+            if w >= 500 {
+                sum += l.limit() as f64;
+            }
+        }
+        (sum / 100.0, early)
+    }
+
+    #[test]
+    fn rate_limited_callers_settle_near_the_rate_netflix_72() {
+        // AIMD and Knee (×0.8 per window with a loss) settle near the 30
+        // the rate allows; Vegas, which sheds only log10(limit) per drop,
+        // is still far above it after ten windows (its documented limit).
+        let allowed = 30;
+        let (aimd, aimd_early) = behind_a_rate_limit(Aimd::new(200, 1, 200), allowed);
+        let (knee, _) = behind_a_rate_limit(Knee::new(200, 1, 200), allowed);
+        let (_, vegas_early) = behind_a_rate_limit(Vegas::new(200, 200, 1), allowed);
+        for (name, mean) in [("aimd", aimd), ("knee", knee)] {
+            assert!(
+                (15.0..=60.0).contains(&mean),
+                "{name} settles at {mean}, the rate allows {allowed}"
+            );
+        }
+        assert!(aimd_early <= 40, "{aimd_early}");
+        assert!(
+            vegas_early > allowed * 3 / 2,
+            "{vegas_early} vs {aimd_early}"
+        );
     }
 
     #[test]
