@@ -122,6 +122,11 @@ pub struct ServerHints {
     /// the strategies that reproduce a published client exactly
     /// ([`heroku`], [`auto_sleeper`]) ignore it, as their sources do.
     pub no_retry: bool,
+    /// The governing IETF `RateLimit-Policy`: its quota `q` and window `w`
+    /// (the policy of the tightest `RateLimit` item, or the only policy).
+    /// `q / w` is the server's stated sustained rate, which a
+    /// [`Throttle`] paces at from the first response, before any 429.
+    pub policy: Option<(u64, Duration)>,
 }
 
 /// [`ServerHints::default`] in a `const` context.
@@ -131,6 +136,7 @@ const NO_HINTS: ServerHints = ServerHints {
     limit: None,
     reset_after: None,
     no_retry: false,
+    policy: None,
 };
 
 /// An attempt's result, as fed back to a strategy.

@@ -61,6 +61,12 @@ use super::sre::{SreConfig, SreThrottler};
 use super::{Next, Outcome, Signal};
 use crate::time::{duration_to_nanos_saturating, Timestamp};
 
+/// The share of a `RateLimit-Policy`'s stated rate (`q / w`) a partition
+/// paces at: arrivals jitter on the network and clocks differ, so a client
+/// pacing at exactly the limit finds the server's bucket empty and some of
+/// its requests early.
+pub const POLICY_HEADROOM: f64 = 0.95;
+
 /// How a partition's pacing rate adapts.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -221,6 +227,10 @@ pub struct Call {
     attempts: u32,
     backoff: Backoff,
     last_cost: Option<u32>,
+    /// When the latest attempt was due to be sent.
+    sent_at: Timestamp,
+    /// Whether the latest attempt went through a pacer in force.
+    paced: bool,
 }
 
 impl Call {
@@ -292,6 +302,14 @@ struct PartitionState {
     rng: JitterRng,
     /// Whether the pacer is in force (a controller or hint rate exists).
     pacing: bool,
+    /// The sustained rate the server's `RateLimit-Policy` states, with the
+    /// headroom taken off; the pace never exceeds it.
+    policy_rate: Option<f64>,
+    /// When pacing began or the rate was last cut: a throttle answering an
+    /// attempt sent before then says nothing about the current rate.
+    cut_at: Timestamp,
+    /// Whether any attempt of this partition has been answered.
+    answered: bool,
 }
 
 struct Partition {
@@ -379,6 +397,9 @@ impl Template {
                 sre: self.sre.as_ref().map(|s| s.with_seed(seed_for(seed, 1))),
                 rng: JitterRng::seed_from_u64(seed_for(seed, 2)),
                 pacing: self.pacing,
+                policy_rate: None,
+                cut_at: Timestamp::ZERO,
+                answered: false,
             }),
         }
     }
@@ -540,6 +561,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 .backoff
                 .with_seed(seed_for(self.inner.config.seed, n.wrapping_add(1 << 32))),
             last_cost: None,
+            sent_at: now,
+            paced: false,
         }
     }
 
@@ -622,6 +645,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         match wait {
             Ok(w) => {
                 call.attempts += 1;
+                call.sent_at = now.saturating_add(w);
+                call.paced = pacing;
                 c.attempts.fetch_add(1, Ordering::Relaxed);
                 // Count only the wait the pacer or a pause added; a retry's
                 // own delay was counted when `record_at` decided it.
@@ -673,31 +698,73 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         //    fixed window) is answered by the pause until the window ends,
         //    when the whole quota returns; it says nothing about the pace,
         //    so the controller does not cut for it.
+        st.answered = true;
         if cfg.use_hints {
             st.hints.observe(now, &outcome.hints);
             st.paused_until = st.paused_until.max(st.hints.pause_until());
+            if let Some((q, w)) = outcome.hints.policy {
+                let r = q as f64 / w.as_secs_f64() * POLICY_HEADROOM;
+                if r.is_finite() && r > 0.0 {
+                    st.policy_rate = Some(r);
+                }
+            }
         }
         let window_refusal = cfg.use_hints
             && outcome.signal == Signal::Throttled
             && outcome.hints.reset_after.is_some()
             && st.hints.reading(outcome.hints.limit) == ResetMeaning::WindowEnd;
+        // A throttle answering an attempt sent before the rate was last cut
+        // (or before pacing began) was sent at the old pace: it says nothing
+        // about the current one. Nor does one answering an unpaced attempt
+        // once the server has stated its rate: pacing starts at that rate.
+        let stale = outcome.signal == Signal::Throttled
+            && (call.sent_at < st.cut_at
+                || (!call.paced && cfg.use_hints && st.policy_rate.is_some()));
+        let before = st.controller.as_ref().and_then(|ctl| ctl.rate());
         let controller_rate = match cfg.adaptation {
             Adaptation::Fixed(r) => Some(r),
-            _ if window_refusal => st.controller.as_ref().and_then(|ctl| ctl.rate()),
+            _ if window_refusal || stale => before,
             _ => st
                 .controller
                 .as_mut()
                 .and_then(|ctl| ctl.on_outcome(now, outcome)),
+        };
+        // The policy's rate is the server's own word on the sustained pace:
+        // pacing starts there, before any 429, and never goes above it.
+        let controller_rate = match st.policy_rate.filter(|_| cfg.use_hints) {
+            Some(p) => {
+                let r = match st.controller.as_mut() {
+                    Some(ctl) if !matches!(cfg.adaptation, Adaptation::Fixed(_)) => {
+                        ctl.limit_to(p);
+                        ctl.rate()
+                    }
+                    _ => controller_rate,
+                };
+                Some(r.map_or(p, |r| r.min(p)))
+            }
+            None => controller_rate,
         };
         let rate = if cfg.use_hints {
             st.hints.limit(controller_rate, now)
         } else {
             controller_rate
         };
+        let began = !st.pacing && rate.is_some();
+        let cut = outcome.signal == Signal::Throttled
+            && matches!((before, controller_rate), (Some(b), Some(a)) if a < b);
+        if began || cut {
+            st.cut_at = now;
+        }
         st.pacing = rate.is_some();
         if let Some(r) = rate {
             if (r - part.pacer.rate()).abs() > 1e-9 * r.max(1.0) {
                 part.pacer.set_rate_at(r, now);
+            }
+            if began {
+                // Credit saved while not pacing is no licence to burst: the
+                // response that started pacing says the server is at its limit
+                // (or states the limit), so pacing starts from an empty pacer.
+                part.pacer.drain_at(now);
             }
             c.current_rate_bits
                 .store(part.pacer.rate().to_bits(), Ordering::Relaxed);
@@ -791,6 +858,23 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             .unwrap_or_else(PoisonError::into_inner)
             .pacing;
         pacing.then(|| part.pacer.rate())
+    }
+
+    /// Whether any attempt in `key`'s partition has been answered (recorded
+    /// with [`Throttle::record_at`]). Until then the throttle knows nothing
+    /// of the server's limits; a driver may send a partition's first attempt
+    /// alone and hold the others until its answer is recorded, so that a
+    /// server stating its rate (`RateLimit-Policy`) is paced from the start
+    /// instead of answering a burst with 429s, as the reqwest middleware
+    /// does.
+    pub fn answered(&self, key: &K) -> bool {
+        let part = self.partition(key);
+        let answered = part
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .answered;
+        answered
     }
 
     /// Retry-budget tokens left in `key`'s partition, if it has a budget.
@@ -979,6 +1063,57 @@ mod tests {
     }
 
     #[test]
+    fn a_stated_policy_paces_from_the_first_response() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        let policy = |signal| {
+            Outcome::new(signal).with_hints(ServerHints {
+                policy: Some((100, Duration::from_secs(1))),
+                ..ServerHints::default()
+            })
+        };
+        // Two unpaced attempts; the first answer states 100 per second.
+        let mut a = th.begin(t);
+        let mut b = th.begin(t);
+        assert_eq!(th.acquire_at(&0, &mut a, t, t), Ok(Duration::ZERO));
+        assert_eq!(th.acquire_at(&0, &mut b, t, t), Ok(Duration::ZERO));
+        assert!(!th.answered(&0));
+        assert_eq!(
+            th.record_at(&0, &mut a, t + ms(1), &policy(Signal::Success)),
+            Step::Done
+        );
+        assert!(th.answered(&0));
+        let r = th.rate_of(&0).unwrap();
+        assert!((r - 100.0 * POLICY_HEADROOM).abs() < 1e-3, "{r}");
+        // Pacing starts from an empty pacer: slots one interval apart, no
+        // burst of saved credit.
+        let later = t + ms(2);
+        let mut c = th.begin(later);
+        let mut d = th.begin(later);
+        let w1 = th.acquire_at(&0, &mut c, later, later).unwrap();
+        let w2 = th.acquire_at(&0, &mut d, later, later).unwrap();
+        assert!(w1 > Duration::ZERO && w2 > w1, "{w1:?} then {w2:?}");
+        // The unpaced attempt's 429 was sent before pacing began: no cut.
+        assert!(matches!(
+            th.record_at(&0, &mut b, t + ms(2), &policy(Signal::Throttled)),
+            Step::Retry(_)
+        ));
+        assert_eq!(th.rate_of(&0), Some(r));
+        // A 429 to a paced attempt still cuts, and the pace never exceeds
+        // the policy's rate however many successes follow.
+        th.record_at(&0, &mut c, later + ms(20), &policy(Signal::Throttled));
+        let cut = th.rate_of(&0).unwrap();
+        assert!(cut < r * 0.6, "{cut}");
+        for i in 0..2_000 {
+            let now = later + ms(30 + i);
+            let mut e = th.begin(now);
+            let _ = th.acquire_at(&0, &mut e, now, now);
+            th.record_at(&0, &mut e, now, &policy(Signal::Success));
+        }
+        assert!(th.rate_of(&0).unwrap() <= r + 1e-6);
+    }
+
+    #[test]
     fn the_default_never_gives_up_while_merely_throttled() {
         let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
         let mut now = Timestamp::ZERO;
@@ -1067,6 +1202,7 @@ mod tests {
         let forbidden = Outcome::throttled().with_hints(ServerHints {
             retry_after: Some(ms(300)),
             no_retry: true,
+            policy: None,
             ..ServerHints::default()
         });
         let mut call = th.begin(t);
@@ -1090,6 +1226,7 @@ mod tests {
             signal: Signal::ServerError,
             hints: ServerHints {
                 no_retry: true,
+                policy: None,
                 ..ServerHints::default()
             },
         };
@@ -1368,6 +1505,7 @@ mod tests {
                     reset_after: hint.map(|h| Duration::from_secs(h.1)),
                     limit: None,
                     no_retry: false,
+                    policy: None,
                 };
                 let step = th.record_at(&key, &mut call, now, &Outcome { signal, hints });
                 if let Step::Retry(d) = step {
