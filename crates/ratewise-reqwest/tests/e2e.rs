@@ -1,24 +1,33 @@
 //! End to end over real HTTP on 127.0.0.1: an axum server limited by a
 //! ratewise token bucket, many tasks calling it through `reqwest` and the
-//! middleware, on tokio's real clock.
+//! middleware, on tokio's real clock — at the full scale: a bucket of
+//! **100/s, burst 10**, **50 tasks × 40 calls**. The time the server's rate
+//! allows is (2 000 − 10) / 100 = 19.9 s per server. The five header
+//! variants run at the same time, each against its own server and client, so
+//! the whole test takes about as long as the slowest one (20–40 s).
 //!
-//! Scaled down from the 100/s, burst 10, 2 000 calls (20 s of
-//! traffic, too long for CI) to **20/s, burst 5, 100 calls from 10 tasks**:
-//! the time the server's rate allows is (100 − 5) / 20 = 4.75 s per server.
-//! The five header variants run at the same time, each against its own
-//! server, so the whole test takes about as long as one.
+//! Asserted for every variant: every call succeeds, each exactly once at the
+//! server, and the rate the server served never exceeds its limit.
 //!
-//! What is asserted: every call succeeds, each exactly once at the server,
-//! and the rate the server served never exceeds its limit. The issue's
-//! efficiency targets (429 share ≤ 2 %, done within 1.15× the time the limit
-//! allows) are **not met yet** at this scale: ratewise's server rounds
-//! `Retry-After` and `RateLimit-Reset` up to whole seconds, so a 20/s
-//! bucket answers "retry after 1 s" where 50 ms would do, and the client
-//! honours it; and the default controller, tuned on the simulator's shared
-//! quotas, climbs back slowly after its first cuts. The test prints the
-//! figures and guards against regressions with the bounds measured when it
-//! was written (429 share 5–11 %, 2.4–3.6× the time the limit allows), with
-//! a margin: 429 share ≤ 15 %, time ≤ 5× what the limit allows.
+//! The efficiency targets (429 share ≤ 2 %, done within 1.15× the
+//! time the limit allows) are asserted for [`Variant::Full`], the headers
+//! ratewise's own server middleware sends (`RateLimit-Policy` /
+//! `RateLimit` structured fields, `Retry-After` on a 429): the client reads
+//! the policy's `q/w` = 100/s from its first answer (the middleware sends a
+//! partition's first call alone) and paces at 95 % of it from then on.
+//! Measured when written: 0 429s, 21.0–21.1 s (1.06×).
+//!
+//! The other four variants do **not** meet them: with no stated rate the
+//! client learns the limit from 429s (an AIMD controller tuned on the
+//! simulator's shared quotas, which climbs back slowly after its first
+//! cuts), and the server rounds `Retry-After` and the reset up to whole
+//! seconds, so a 100/s bucket says "retry after 1 s" where 10 ms would do.
+//! Measured when written (all five at once, a loaded 2-core machine):
+//! `Retry-After` only 3.1–4.4 % and 1.72–1.76×, `RateLimit-Remaining` only
+//! 2.6–2.7 % and 1.52–1.77×, the legacy `X-RateLimit-*` trio 2.1–2.2 % and
+//! 1.81–2.01×, nothing at all 3.2–4.4 % and 1.30–1.55×. For those the test
+//! guards against regressions with a margin: 429 share ≤ 8 %, time ≤ 3× what
+//! the limit allows.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,8 +58,9 @@ fn time_allowed(calls: u64, rate: f64, burst: u64) -> Duration {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Variant {
-    /// `RateLimit-Limit`, `-Remaining`, `-Reset` on every response, plus
-    /// `Retry-After` on a 429 (ratewise's `Decision::headers`).
+    /// What ratewise's server middleware sends: `RateLimit-Policy` and
+    /// `RateLimit` (the IETF draft's structured fields, from the core's
+    /// header writer) on every response, plus `Retry-After` on a 429.
     Full,
     /// Only `Retry-After`, on a 429.
     RetryAfterOnly,
@@ -60,6 +70,18 @@ enum Variant {
     Legacy,
     /// A bare 429.
     Nothing,
+}
+
+impl Variant {
+    /// The largest 429 share and the largest multiple of the time the limit
+    /// allows: the targets where they are met, regression bounds
+    /// where they are not (see the module docs).
+    fn bounds(self) -> (f64, f64) {
+        match self {
+            Variant::Full => (0.02, 1.15),
+            _ => (0.08, 3.0),
+        }
+    }
 }
 
 struct Server {
@@ -197,18 +219,13 @@ async fn run(variant: Variant) -> Report {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_succeeds_at_the_servers_rate_whatever_it_sends() {
-    let all = [
+    let variants = [
         Variant::Full,
         Variant::RetryAfterOnly,
         Variant::RemainingOnly,
         Variant::Legacy,
         Variant::Nothing,
     ];
-    let only = std::env::var("E2E_ONLY").unwrap_or_default();
-    let variants: Vec<Variant> = all
-        .into_iter()
-        .filter(|v| only.is_empty() || format!("{v:?}") == only)
-        .collect();
     let runs: Vec<_> = variants.iter().map(|&v| tokio::spawn(run(v))).collect();
     let allowed = time_allowed(CALLS, RATE as f64, BURST);
     let mut failures = vec![];
@@ -239,16 +256,18 @@ async fn every_call_succeeds_at_the_servers_rate_whatever_it_sends() {
             "{:?}: observed {observed}/s above the server's {RATE}/s",
             r.variant
         );
-        if share > 0.15 {
+        let (max_share, max_ratio) = r.variant.bounds();
+        if share > max_share {
             failures.push(format!(
-                "{:?}: 429 share {:.1} % > 15 %",
+                "{:?}: 429 share {:.1} % > {:.0} %",
                 r.variant,
-                share * 100.0
+                share * 100.0,
+                max_share * 100.0
             ));
         }
-        if r.elapsed.as_secs_f64() > 5.0 * allowed.as_secs_f64() {
+        if r.elapsed.as_secs_f64() > max_ratio * allowed.as_secs_f64() {
             failures.push(format!(
-                "{:?}: took {:.2} s > 5 × {:.2} s",
+                "{:?}: took {:.2} s > {max_ratio} × {:.2} s",
                 r.variant,
                 r.elapsed.as_secs_f64(),
                 allowed.as_secs_f64()

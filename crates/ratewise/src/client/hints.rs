@@ -68,7 +68,7 @@ pub enum ResetMeaning {
 }
 
 /// What the latest hints allow: a rate cap and a pause, each until a time.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HintCap {
     meaning: ResetMeaning,
     cap: Option<(f64, Timestamp)>,
@@ -77,11 +77,21 @@ pub struct HintCap {
     detected: Option<ResetMeaning>,
     /// The latest (remaining, reset instant, time seen).
     last: Option<(u64, Timestamp, Timestamp)>,
+    /// Whether a window's remaining quota caps the rate at
+    /// `remaining / reset` (see [`HintCap::spreading_windows`]).
+    spread_window: bool,
 }
 
 /// Header resets are often whole seconds: instants closer than this are the
 /// same instant.
 const RESET_TOLERANCE: Duration = Duration::from_secs(1);
+
+impl Default for HintCap {
+    /// [`HintCap::new`].
+    fn default() -> Self {
+        HintCap::new()
+    }
+}
 
 impl HintCap {
     /// No hints seen; resets read as window ends.
@@ -93,8 +103,26 @@ impl HintCap {
     pub fn with_meaning(meaning: ResetMeaning) -> Self {
         HintCap {
             meaning,
-            ..HintCap::default()
+            cap: None,
+            pause_until: Timestamp::ZERO,
+            detected: None,
+            last: None,
+            spread_window: true,
         }
+    }
+
+    /// Whether a window with quota left caps the rate at `remaining / reset`
+    /// (default `true`: the quota is spread over the time left). With
+    /// `false`, a window's hints act only when nothing is left — a success
+    /// or a 429 saying `remaining = 0` pauses until the reset — as a
+    /// bucket's do: quota that is left admits the next request whatever the
+    /// pace, and a fixed window gives its whole quota back at its end, so
+    /// spreading it only delays a job that needs more than one window's
+    /// worth. The default [`Throttle`](super::throttle::Throttle) does not
+    /// spread (pacing is its controller's job).
+    pub fn spreading_windows(mut self, spread: bool) -> Self {
+        self.spread_window = spread;
+        self
     }
 
     /// Takes in the hints of a response received at `now`.
@@ -120,7 +148,8 @@ impl HintCap {
                     self.pause_until = self.pause_until.max(until);
                     None
                 } else if secs > 0.0 {
-                    Some(remaining as f64 / secs)
+                    // (`None` when not spreading.)
+                    self.spread_window.then(|| remaining as f64 / secs)
                 } else {
                     None
                 }
@@ -344,6 +373,20 @@ mod tests {
             },
         );
         assert_eq!(h2, HintCap::new());
+    }
+
+    #[test]
+    fn without_spreading_a_window_acts_only_when_nothing_is_left() {
+        let mut h = HintCap::new().spreading_windows(false);
+        let t = Timestamp::ZERO;
+        h.observe(t, &hinted(10, 20).hints);
+        assert_eq!(h.cap_at(t), None, "quota left: no cap");
+        assert_eq!(h.limit(Some(5.0), t), Some(5.0));
+        assert_eq!(h.pause_until(), Timestamp::ZERO);
+        // Nothing left: pause until the window ends, as when spreading.
+        h.observe(t + secs(1), &hinted(0, 19).hints);
+        assert_eq!(h.pause_until(), t + secs(20));
+        assert_eq!(h.cap_at(t + secs(1)), None);
     }
 
     #[test]

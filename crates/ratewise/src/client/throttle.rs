@@ -28,10 +28,27 @@
 //! the state consistent: its slot simply goes unused (conservative), a budget
 //! token it paid stays paid, and no counter is left half-updated.
 //!
+//! # What the server's headers do
+//!
+//! * An IETF `RateLimit-Policy` (`"p";q=100;w=1`) states the sustained rate:
+//!   from the first answer that carries one the partition paces at
+//!   [`POLICY_HEADROOM`] × `q / w`, before any 429, and never faster; the
+//!   controller only moves below it (a shared quota).
+//! * A reset read as a bucket's refill paces an *empty* bucket at
+//!   `limit / reset`; a reset read as a window's end pauses until then when
+//!   nothing is left. Quota that is left sets no cap: it admits the next
+//!   request whatever the pace, and spreading a window's rest over the time
+//!   left only delays a job that needs more than one window
+//!   ([`HintCap::spreading_windows`]).
+//! * A throttle answering an attempt sent before the rate was last cut (or
+//!   before pacing began, once a policy states the rate) was sent at the old
+//!   pace and cuts nothing; a partition starts pacing from an empty pacer.
+//!
 //! # Invariants
-//! * The pacer's rate is `min(controller, hint cap)`, where the controller
-//!   is the fixed base rate for [`Adaptation::Fixed`] and absent (no pacing)
-//!   for [`Adaptation::None`] and CUBIC before its first throttle.
+//! * The pacer's rate is `min(controller, policy rate, hint cap)`, where the
+//!   controller is the fixed base rate for [`Adaptation::Fixed`] and absent
+//!   (no pacing) for [`Adaptation::None`] and CUBIC before its first
+//!   throttle.
 //! * A header never raises the rate above the controller's: a hint cap in
 //!   force is only ever lowered ([`HintCap::observe`]), and when it lapses
 //!   the rate returns to the controller's (a window's quota is back whole;
@@ -391,7 +408,9 @@ impl Template {
             pacer: self.pacer.fresh(),
             state: Mutex::new(PartitionState {
                 controller,
-                hints: HintCap::with_meaning(meaning),
+                // Quota left admits the next request: hints act only when
+                // nothing is left (pacing is the controller's job).
+                hints: HintCap::with_meaning(meaning).spreading_windows(false),
                 paused_until: Timestamp::ZERO,
                 budget: self.budget.clone(),
                 sre: self.sre.as_ref().map(|s| s.with_seed(seed_for(seed, 1))),
@@ -1242,32 +1261,61 @@ mod tests {
         let t = Timestamp::ZERO;
         let mut call = th.begin(t);
         th.acquire_at(&0, &mut call, t, t).unwrap();
-        let ok = Outcome::success().with_hints(ServerHints {
-            remaining: Some(2),
-            reset_after: Some(Duration::from_secs(10)),
-            ..ServerHints::default()
-        });
-        assert_eq!(th.record_at(&0, &mut call, t, &ok), Step::Done);
+        // An empty bucket of 2 that is full again in 10 s.
+        assert_eq!(th.record_at(&0, &mut call, t, &capped(2, 10)), Step::Done);
         assert_eq!(
             th.rate_of(&0),
             Some(0.2),
-            "2 left over 10 s, below AIMD's 10/s"
+            "refilling 2 over 10 s, below AIMD's 10/s"
         );
         assert_eq!(th.metrics().throttled, 0);
         // A generous hint never raises the rate: the 0.2/s cap holds until
         // its reset.
         let lots = Outcome::success().with_hints(ServerHints {
             remaining: Some(1_000_000),
+            limit: Some(1_000_000),
             reset_after: Some(Duration::from_secs(1)),
             ..ServerHints::default()
         });
         th.record_at(&0, &mut th.begin(t), t, &lots);
         assert_eq!(th.rate_of(&0), Some(0.2));
+        th.record_at(&0, &mut th.begin(t), t, &capped(1_000, 1));
+        assert_eq!(th.rate_of(&0), Some(0.2));
     }
 
-    fn capped(remaining: u64, reset_secs: u64) -> Outcome {
+    #[test]
+    fn a_window_with_quota_left_sets_no_cap_and_an_empty_one_pauses() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            hint_reset: ResetMeaning::WindowEnd,
+            ..config()
+        })
+        .unwrap(); // AIMD 10/s
+        let t = Timestamp::ZERO;
+        let window = |remaining| {
+            Outcome::success().with_hints(ServerHints {
+                remaining: Some(remaining),
+                reset_after: Some(Duration::from_secs(10)),
+                ..ServerHints::default()
+            })
+        };
+        th.record_at(&0, &mut th.begin(t), t, &window(2));
+        assert_eq!(th.rate_of(&0), Some(10.0), "quota left: no cap");
+        assert_eq!(th.try_acquire_at(&0, t), Ok(()));
+        th.record_at(&0, &mut th.begin(t), t, &window(0));
+        assert_eq!(th.rate_of(&0), Some(10.0), "the pace is not cut");
+        assert_eq!(
+            th.try_acquire_at(&0, t + ms(500)),
+            Err(Duration::from_millis(9_500)),
+            "nothing left: paused until the window ends"
+        );
+    }
+
+    /// An empty bucket of `limit` that is full again in `reset_secs`: read
+    /// as a refill, a cap of `limit / reset_secs` until then.
+    fn capped(limit: u64, reset_secs: u64) -> Outcome {
         Outcome::success().with_hints(ServerHints {
-            remaining: Some(remaining),
+            remaining: Some(0),
+            limit: Some(limit),
             reset_after: Some(Duration::from_secs(reset_secs)),
             ..ServerHints::default()
         })
@@ -1325,20 +1373,14 @@ mod tests {
 
     #[test]
     fn the_pace_returns_to_the_controller_when_a_cap_lapses() {
-        // Whatever the reading, a cap holds the pace down until it lapses;
-        // then the controller's rate applies at once instead of a crawl back
-        // from the cap (a window's quota is back whole; a bucket's
-        // `limit / reset` is only a lower bound of its refill rate).
+        // A cap (an empty bucket's `limit / reset`) holds the pace down until
+        // it lapses; then the controller's rate applies at once instead of a
+        // crawl back from the cap (`limit / reset` is only a lower bound of
+        // the bucket's refill rate). A window sets no cap at all.
         let t = Timestamp::ZERO;
-        let empty_bucket = Outcome::success().with_hints(ServerHints {
-            remaining: Some(0),
-            limit: Some(2),
-            reset_after: Some(Duration::from_secs(2)),
-            ..ServerHints::default()
-        });
         for (meaning, hint) in [
-            (ResetMeaning::Refill, empty_bucket),
-            (ResetMeaning::WindowEnd, capped(2, 2)),
+            (ResetMeaning::Refill, capped(2, 2)),
+            (ResetMeaning::Auto, capped(2, 2)),
         ] {
             let th: Throttle<u8> = Throttle::new(ThrottleConfig {
                 hint_reset: meaning,
