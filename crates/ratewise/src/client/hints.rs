@@ -20,7 +20,10 @@
 //!
 //! * [`ResetMeaning::WindowEnd`] (default; GitHub, the IETF drafts): the
 //!   quota comes back whole at the reset. `remaining > 0` caps the rate at
-//!   `remaining / reset` until then; `remaining = 0` pauses until the reset.
+//!   `remaining / reset` until then (unless
+//!   [`HintCap::spreading_windows`] turns that off, as the default
+//!   [`Throttle`](super::throttle::Throttle) does); `remaining = 0` pauses
+//!   until the reset.
 //! * [`ResetMeaning::Refill`] (token buckets, including ratewise's own
 //!   [`Decision::headers`](crate::Decision::headers)): the reset is the time
 //!   until the bucket is full again, which needs the limit `L` too. Over the

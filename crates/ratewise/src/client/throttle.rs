@@ -138,7 +138,9 @@ pub struct ThrottleConfig {
     pub budget: Option<RetryBudgetConfig>,
     /// SRE client-side adaptive throttling (default off).
     pub sre: Option<SreConfig>,
-    /// Whether `RateLimit-Remaining` / reset hints lower the pace (default on).
+    /// Whether the server's hints pace the partition (default on): a
+    /// `RateLimit-Policy`'s `q / w`, and `RateLimit-Remaining` with its reset
+    /// (see the [module docs](self)).
     pub use_hints: bool,
     /// What the server's reset header means (default: [`ResetMeaning::Auto`],
     /// told apart from what the server's headers do).
