@@ -115,9 +115,9 @@ impl Pacer {
         }
     }
 
-    /// Uses up the whole burst at `now`: the next slot comes one interval
-    /// after the latest slot already reserved (or after `now`), so pacing
-    /// resumes evenly instead of with a burst.
+    /// Uses up the whole burst at `now`, as if a send had just emptied it:
+    /// the next slot comes one interval after `now` (or after the latest slot
+    /// already reserved), so pacing starts evenly instead of with a burst.
     pub fn drain_at(&self, now: Timestamp) {
         // Take what is left at `now`, no more: reserving past it would push
         // the next slot further out than one interval.
@@ -128,6 +128,13 @@ impl Pacer {
         if left > 0 {
             let _ = self.limiter.reserve_at(left, now);
         }
+    }
+
+    /// Drops the credit the pacer would gain until `at` (a pause's end): the
+    /// next slot is at `at` (or after the latest slot already reserved), the
+    /// ones after it an interval apart.
+    pub fn resume_at(&self, at: Timestamp) {
+        self.drain_at(at.saturating_sub(self.limiter.quota().emission_interval()));
     }
 
     /// Like [`Pacer::acquire_at`], but only if the slot comes within
@@ -229,8 +236,16 @@ mod tests {
         assert_eq!(p.acquire_at(t, t), ms(30));
         // A full one is emptied.
         let full = Pacer::new(50.0).unwrap();
-        full.drain_at(Timestamp::ZERO);
-        assert_eq!(full.acquire_at(Timestamp::ZERO, Timestamp::ZERO), ms(20));
+        let z = Timestamp::ZERO;
+        full.drain_at(z);
+        assert_eq!(full.acquire_at(z, z), ms(20));
+        // Resumed at a pause's end: the credit gained until then is gone,
+        // the next slot is at that instant and the following ones even.
+        let paused = Pacer::new(10.0).unwrap();
+        let end = z + Duration::from_secs(5);
+        paused.resume_at(end);
+        assert_eq!(paused.acquire_at(z, z), Duration::from_secs(5));
+        assert_eq!(paused.acquire_at(z, z), ms(5_100));
     }
 
     #[test]

@@ -42,7 +42,8 @@
 //!   ([`HintCap::spreading_windows`]).
 //! * A throttle answering an attempt sent before the rate was last cut (or
 //!   before pacing began, once a policy states the rate) was sent at the old
-//!   pace and cuts nothing; a partition starts pacing from an empty pacer.
+//!   pace and cuts nothing; a partition starts pacing from an empty pacer
+//!   and resumes evenly after a pause (no burst of credit saved meanwhile).
 //!
 //! # Invariants
 //! * The pacer's rate is `min(controller, policy rate, hint cap)`, where the
@@ -832,6 +833,11 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             let u: f64 = st.rng.random();
             let pause = pause.saturating_add(pause.mul_f64(u * cfg.pause_jitter));
             st.paused_until = st.paused_until.max(now.saturating_add(pause));
+            if st.pacing {
+                // The pause is no saving: the pace resumes evenly after it,
+                // not with a burst of the credit the pacer gained meanwhile.
+                part.pacer.resume_at(st.paused_until);
+            }
         }
 
         // 5. May we retry at all? The server's refusal (`call_end`'s give-up)
@@ -1084,6 +1090,29 @@ mod tests {
     }
 
     #[test]
+    fn the_pace_resumes_evenly_after_a_pause() {
+        // 10/s with a burst of 10: a 2 s pause would save 10 slots of credit.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(10.0),
+            pause_jitter: 0.0,
+            ..ThrottleConfig::default()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        th.record_at(&0, &mut call, t, &throttled_after(Duration::from_secs(2)));
+        let waits: Vec<Duration> = (0..3)
+            .map(|_| th.acquire_at(&0, &mut th.begin(t), t, t).unwrap())
+            .collect();
+        assert_eq!(
+            waits,
+            [ms(2_000), ms(2_100), ms(2_200)],
+            "one interval apart after the pause, not a burst at its end"
+        );
+    }
+
+    #[test]
     fn a_stated_policy_paces_from_the_first_response() {
         let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
         let t = Timestamp::ZERO;
@@ -1113,7 +1142,13 @@ mod tests {
         let mut d = th.begin(later);
         let w1 = th.acquire_at(&0, &mut c, later, later).unwrap();
         let w2 = th.acquire_at(&0, &mut d, later, later).unwrap();
-        assert!(w1 > Duration::ZERO && w2 > w1, "{w1:?} then {w2:?}");
+        // Pacing began at 1 ms, as if a send had just emptied the pacer:
+        // slots one interval at 95/s (10.5 ms) apart, not a burst.
+        let gap = w2.saturating_sub(w1);
+        assert!(
+            w1 > ms(9) && w1 < ms(10) && gap > ms(10) && gap < ms(11),
+            "{w1:?} then {w2:?}"
+        );
         // The unpaced attempt's 429 was sent before pacing began: no cut.
         assert!(matches!(
             th.record_at(&0, &mut b, t + ms(2), &policy(Signal::Throttled)),
