@@ -22,7 +22,7 @@
 //! # What it does with each request
 //!
 //! 0. The first call to a partition that has never been answered goes
-//!    alone; the others wait for its answer ([`Throttle::answered`]), so a
+//!    alone; the others wait for its answer ([`Throttle::first_contact`]), so a
 //!    server that states its rate (`RateLimit-Policy: "p";q=100;w=1`) is
 //!    paced from the start instead of answering a burst with 429s. It costs
 //!    one round trip, once per partition.
@@ -57,7 +57,6 @@
 //! pacing rate, requests per second; 0 while not pacing). `tracing` events:
 //! `debug` for each retry, `warn` for each refusal.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -147,12 +146,7 @@ pub struct ThrottleMiddleware<K = String> {
     throttle: Throttle<K>,
     key: Arc<KeyFn<K>>,
     classifier: Arc<Classifier>,
-    /// Partitions whose first attempt is out and not yet answered: the
-    /// others wait on its lock.
-    first_contact: Arc<FirstContact<K>>,
 }
-
-type FirstContact<K> = std::sync::Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>;
 
 impl<K> Clone for ThrottleMiddleware<K> {
     fn clone(&self) -> Self {
@@ -160,7 +154,6 @@ impl<K> Clone for ThrottleMiddleware<K> {
             throttle: self.throttle.clone(),
             key: Arc::clone(&self.key),
             classifier: Arc::clone(&self.classifier),
-            first_contact: Arc::clone(&self.first_contact),
         }
     }
 }
@@ -204,7 +197,6 @@ where
             throttle,
             key: Arc::new(key),
             classifier: Arc::new(Classifier::new()),
-            first_contact: Arc::default(),
         }
     }
 
@@ -218,36 +210,6 @@ where
     /// The throttle (its metrics, rates per partition, …).
     pub fn throttle(&self) -> &Throttle<K> {
         &self.throttle
-    }
-
-    /// Until `key`'s partition has an answer, one call at a time: the first
-    /// attempt goes alone and the guard it returns is dropped once that
-    /// attempt is recorded. `None` once the partition has been answered.
-    async fn first_contact(&self, key: &K) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        if self.throttle.answered(key) {
-            return None;
-        }
-        let gate = {
-            let mut map = self
-                .first_contact
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            Arc::clone(map.entry(key.clone()).or_default())
-        };
-        let guard = gate.lock_owned().await;
-        if self.throttle.answered(key) {
-            self.end_first_contact(key);
-            None
-        } else {
-            Some(guard)
-        }
-    }
-
-    fn end_first_contact(&self, key: &K) {
-        self.first_contact
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
     }
 
     fn refuse(
@@ -295,7 +257,7 @@ where
         let mut original = Some(req);
         // A partition never answered learns the server's limits from one
         // attempt before the others are sent.
-        let mut first = self.first_contact(&key).await;
+        let mut first = th.first_contact(&key).await;
         loop {
             if not_before > now {
                 tokio::time::sleep(not_before.saturating_duration_since(now)).await;
@@ -351,9 +313,7 @@ where
             }
             now = th.now();
             let step = th.record_at(&key, &mut call, now, &outcome);
-            if first.take().is_some() {
-                self.end_first_contact(&key);
-            }
+            drop(first.take());
             metrics::gauge!("ratewise_client_rate", "partition" => label.clone())
                 .set(th.rate_of(&key).unwrap_or(0.0));
             match step {

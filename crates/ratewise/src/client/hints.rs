@@ -31,7 +31,10 @@
 //!   what refills, `L − remaining`, so an *empty* bucket is paced at
 //!   `L / reset` — the refill rate, or below it when the header rounds the
 //!   reset up — not paused; a bucket with tokens left sets no cap (the next
-//!   request is admitted whatever the pace; pacing is the controller's job).
+//!   request is admitted whatever the pace; pacing is the controller's job),
+//!   nor does a reset of one second or less: whole-second headers round a
+//!   fast bucket's 0.1 s up to 1 s, so `L / reset` could be ten times too
+//!   slow.
 //!
 //! Reading a token bucket's reset as a window end is safe but far too slow
 //! (an empty 4500/hour bucket would pause for an hour instead of 0.8 s), so
@@ -160,9 +163,12 @@ impl HintCap {
             // A bucket with tokens left admits the next request whatever
             // the pace; only an empty one needs pacing, at no more than the
             // refill rate the reset implies (`limit / reset` is a lower bound
-            // of that rate even when the header rounds the reset up).
+            // of that rate even when the header rounds the reset up). A
+            // reset of a second or less is within that rounding: the bucket
+            // may refill ten or a hundred times faster, so it says too
+            // little to pace by (the controller paces).
             ResetMeaning::Refill | ResetMeaning::Auto => match hints.limit {
-                Some(limit) if remaining == 0 && limit > 0 && secs > 0.0 => {
+                Some(limit) if remaining == 0 && limit > 0 && reset > RESET_TOLERANCE => {
                     Some(limit as f64 / secs)
                 }
                 _ => None,
@@ -416,6 +422,22 @@ mod tests {
         let mut fresh = HintCap::with_meaning(ResetMeaning::Refill);
         fresh.observe(t, &half);
         assert_eq!(fresh.cap_at(t), None);
+        // Nor does an empty one whose reset is within whole-second rounding
+        // (a 100/s bucket of 10 is full in 0.1 s and says "1").
+        let fast = ServerHints {
+            remaining: Some(0),
+            limit: Some(10),
+            reset_after: Some(Duration::from_secs(1)),
+            ..ServerHints::default()
+        };
+        fresh.observe(t, &fast);
+        assert_eq!(fresh.cap_at(t), None);
+        let two = ServerHints {
+            reset_after: Some(Duration::from_secs(2)),
+            ..fast
+        };
+        fresh.observe(t, &two);
+        assert_eq!(fresh.cap_at(t), Some(5.0), "beyond the rounding: paced");
         // The same header never raises the cap already in force.
         h.observe(t, &half);
         assert_eq!(h.cap_at(t), Some(1.25));

@@ -82,7 +82,7 @@ pub mod throttle_strategy;
 pub use config::{secs_to_duration, ConfigError};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use driver::{Classify, ThrottleError};
+pub use driver::{Classify, FirstContact, ThrottleError};
 pub use throttle::{Adaptation, StopReason, Throttle, ThrottleConfig, ThrottleMetrics};
 pub use throttle_strategy::ThrottleStrategy;
 

@@ -437,6 +437,10 @@ struct Inner<K> {
     /// The driver's clock, created on first use (so inside the runtime).
     #[cfg(feature = "tokio")]
     clock: std::sync::OnceLock<crate::wait::TokioClock>,
+    /// Partitions whose first call is out and not yet answered: the async
+    /// drivers' other calls wait on its lock.
+    #[cfg(feature = "tokio")]
+    first_contact: Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// An adaptive client throttle, shared by cloning, partitioned by `K`.
@@ -508,6 +512,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 },
                 #[cfg(feature = "tokio")]
                 clock: std::sync::OnceLock::new(),
+                #[cfg(feature = "tokio")]
+                first_contact: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -521,6 +527,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     #[cfg(feature = "tokio")]
     pub(super) fn clock(&self) -> &crate::wait::TokioClock {
         self.inner.clock.get_or_init(crate::wait::TokioClock::new)
+    }
+
+    /// The first-contact gates of the async drivers.
+    #[cfg(feature = "tokio")]
+    pub(super) fn first_contact_gates(&self) -> &Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>> {
+        &self.inner.first_contact
     }
 
     fn partition(&self, key: &K) -> Arc<Partition> {
