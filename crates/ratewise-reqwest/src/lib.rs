@@ -21,6 +21,11 @@
 //!
 //! # What it does with each request
 //!
+//! 0. The first call to a partition that has never been answered goes
+//!    alone; the others wait for its answer ([`Throttle::first_contact`]), so a
+//!    server that states its rate (`RateLimit-Policy: "p";q=100;w=1`) is
+//!    paced from the start instead of answering a burst with 429s. It costs
+//!    one round trip, once per partition.
 //! 1. Takes a slot in the request's partition (its host and port by default,
 //!    [`ThrottleMiddleware::with_key`] for any other key): waits out a pause
 //!    and the pacer ([`Throttle::acquire_at`]).

@@ -1,24 +1,42 @@
 //! End to end over real HTTP on 127.0.0.1: an axum server limited by a
 //! ratewise token bucket, many tasks calling it through `reqwest` and the
-//! middleware, on tokio's real clock.
+//! middleware, on tokio's real clock — at the full scale: a bucket of
+//! **100/s, burst 10**, **50 tasks × 40 calls**. The time the server's rate
+//! allows is (2 000 − 10) / 100 = 19.9 s per server. The five header
+//! variants run at the same time, each against its own server and client, so
+//! the whole test takes about as long as the slowest one (30–40 s, longer
+//! on a busy machine).
 //!
-//! Scaled down from the 100/s, burst 10, 2 000 calls (20 s of
-//! traffic, too long for CI) to **20/s, burst 5, 100 calls from 10 tasks**:
-//! the time the server's rate allows is (100 − 5) / 20 = 4.75 s per server.
-//! The five header variants run at the same time, each against its own
-//! server, so the whole test takes about as long as one.
+//! Asserted for every variant: every call succeeds, each exactly once at the
+//! server, and the rate the server served never exceeds its limit.
 //!
-//! What is asserted: every call succeeds, each exactly once at the server,
-//! and the rate the server served never exceeds its limit. The issue's
-//! efficiency targets (429 share ≤ 2 %, done within 1.15× the time the limit
-//! allows) are **not met yet** at this scale: ratewise's server rounds
-//! `Retry-After` and `RateLimit-Reset` up to whole seconds, so a 20/s
-//! bucket answers "retry after 1 s" where 50 ms would do, and the client
-//! honours it; and the default controller, tuned on the simulator's shared
-//! quotas, climbs back slowly after its first cuts. The test prints the
-//! figures and guards against regressions with the bounds measured when it
-//! was written (429 share 5–11 %, 2.4–3.6× the time the limit allows), with
-//! a margin: 429 share ≤ 15 %, time ≤ 5× what the limit allows.
+//! The efficiency targets are 429 share ≤ 2 % and done within
+//! 1.15× the time the limit allows. [`Variant::Full`] sends the headers
+//! ratewise's own server middleware sends (`RateLimit-Policy` / `RateLimit`
+//! structured fields, `Retry-After` on a 429): the middleware sends a
+//! partition's first call alone, the client reads the policy's `q/w` =
+//! 100/s from its answer and paces at 95 % of it from then on. Measured when
+//! written, on a lightly loaded 2-core machine: 0 429s and 1.06× (every
+//! run). With the machine at a load average of about 4 (other builds), it
+//! took 1.10–1.18× with 2–19 429s (≤ 1 %): a stalled runtime sends a burst
+//! of overdue slots, and each stray 429 pauses the host for the whole second
+//! `Retry-After` says. So the 429 target is asserted, and the time is
+//! bounded at 1.25×, not at the 1.15× target, so that a busy machine does
+//! not fail the test.
+//!
+//! The other four variants do **not** meet the targets: with no stated rate
+//! the client learns the limit from 429s (an AIMD controller tuned on the
+//! simulator's shared quotas, which climbs back slowly after its cuts), and
+//! the server rounds `Retry-After` and the reset up to whole seconds, so a
+//! 100/s bucket says "retry after 1 s" where 10 ms would do. Measured when
+//! written (all five at once, lightly loaded, two runs): `Retry-After` only
+//! 4.5–5.3 % and 1.42–1.44×, `RateLimit-Remaining` only 2.8–2.9 % and
+//! 1.48–1.49×, the legacy `X-RateLimit-*` trio 2.9–3.0 % and 1.51–1.75×,
+//! nothing at all 2.2–5.1 % and 1.30–1.55×. Under load they were slower
+//! (up to 2.5×; the legacy trio up to 4.8× before an empty bucket's reset
+//! of one second or less stopped being read as its refill time). For those
+//! the test guards against regressions: 429 share ≤ 8 %, time ≤ 5× what the
+//! limit allows.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,14 +48,15 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::any;
 use axum::Router;
 use ratewise::client::{Throttle, ThrottleConfig};
+use ratewise::headers_out::{HeaderStyle, PolicyInfo};
 use ratewise::{Quota, RateLimiter, TokenBucket};
 use ratewise_reqwest::{RefusalReason, Refused, ThrottleMiddleware};
 use reqwest_middleware::ClientWithMiddleware;
 
-const RATE: u64 = 20;
-const BURST: u64 = 5;
-const TASKS: usize = 10;
-const PER_TASK: usize = 10;
+const RATE: u64 = 100;
+const BURST: u64 = 10;
+const TASKS: usize = 50;
+const PER_TASK: usize = 40;
 const CALLS: u64 = (TASKS * PER_TASK) as u64;
 
 /// The least time `calls` calls can take at `rate` per second after a burst
@@ -48,8 +67,9 @@ fn time_allowed(calls: u64, rate: f64, burst: u64) -> Duration {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Variant {
-    /// `RateLimit-Limit`, `-Remaining`, `-Reset` on every response, plus
-    /// `Retry-After` on a 429 (ratewise's `Decision::headers`).
+    /// What ratewise's server middleware sends: `RateLimit-Policy` and
+    /// `RateLimit` (the IETF draft's structured fields, from the core's
+    /// header writer) on every response, plus `Retry-After` on a 429.
     Full,
     /// Only `Retry-After`, on a 429.
     RetryAfterOnly,
@@ -59,6 +79,18 @@ enum Variant {
     Legacy,
     /// A bare 429.
     Nothing,
+}
+
+impl Variant {
+    /// The largest 429 share and the largest multiple of the time the limit
+    /// allows: the 429 target for `Full`, regression bounds for the
+    /// rest (see the module docs).
+    fn bounds(self) -> (f64, f64) {
+        match self {
+            Variant::Full => (0.02, 1.25),
+            _ => (0.08, 5.0),
+        }
+    }
 }
 
 struct Server {
@@ -78,9 +110,13 @@ async fn handle(State(s): State<Arc<Server>>) -> (StatusCode, HeaderMap) {
     };
     match s.variant {
         Variant::Full => {
-            for (name, v) in d.headers() {
-                put(name, v);
-            }
+            // What ratewise's server middleware sends: the IETF structured
+            // fields from the core's header writer, plus Retry-After on 429.
+            let policy = PolicyInfo::from_quota("default", &s.bucket.quota());
+            d.write_headers(&policy, HeaderStyle::DRAFT, |name, v| {
+                h.insert(name, HeaderValue::from_bytes(v).expect("ascii"));
+            })
+            .expect("a short ASCII policy name");
         }
         Variant::RetryAfterOnly => {
             for (name, v) in d.headers().filter(|(n, _)| *n == "Retry-After") {
@@ -146,6 +182,7 @@ struct Report {
     limited: u64,
     elapsed: Duration,
     served_span: Duration,
+    client: ratewise::client::throttle::ThrottleMetrics,
 }
 
 async fn run(variant: Variant) -> Report {
@@ -154,7 +191,7 @@ async fn run(variant: Variant) -> Report {
         .expect("valid quota");
     let (addr, server) = serve(variant, quota).await;
     let throttle = Throttle::new(ThrottleConfig::default()).expect("default config");
-    let client = client(throttle);
+    let client = client(throttle.clone());
     let url = format!("http://{addr}/");
     let start = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
@@ -185,6 +222,7 @@ async fn run(variant: Variant) -> Report {
         limited: server.limited.load(Ordering::Relaxed),
         elapsed,
         served_span: last.duration_since(first),
+        client: throttle.metrics(),
     }
 }
 
@@ -201,16 +239,16 @@ async fn every_call_succeeds_at_the_servers_rate_whatever_it_sends() {
     let allowed = time_allowed(CALLS, RATE as f64, BURST);
     let mut failures = vec![];
     for r in runs {
-        let r = tokio::time::timeout(Duration::from_secs(60), r)
+        let r = tokio::time::timeout(Duration::from_secs(120), r)
             .await
-            .expect("a variant finishes within 60 s")
+            .expect("a variant finishes within 120 s")
             .expect("variant task");
         let share = r.limited as f64 / (r.ok + r.limited) as f64;
         // Observed rate: successes after the burst over the span they were
         // served in; the server's bucket allows at most RATE/s of them.
         let observed = (r.ok - BURST) as f64 / r.served_span.as_secs_f64();
         println!(
-            "{:?}: {} ok, {} 429 ({:.1} %), {:.2} s (limit allows {:.2} s, ratio {:.2}), observed {:.1}/s",
+            "{:?}: {} ok, {} 429 ({:.1} %), {:.2} s (limit allows {:.2} s, ratio {:.2}), observed {:.1}/s, client rate at the end {:?}",
             r.variant,
             r.ok,
             r.limited,
@@ -218,7 +256,8 @@ async fn every_call_succeeds_at_the_servers_rate_whatever_it_sends() {
             r.elapsed.as_secs_f64(),
             allowed.as_secs_f64(),
             r.elapsed.as_secs_f64() / allowed.as_secs_f64(),
-            observed
+            observed,
+            r.client.current_rate,
         );
         assert_eq!(r.ok, CALLS, "{:?}: every call succeeded once", r.variant);
         assert!(
@@ -226,16 +265,18 @@ async fn every_call_succeeds_at_the_servers_rate_whatever_it_sends() {
             "{:?}: observed {observed}/s above the server's {RATE}/s",
             r.variant
         );
-        if share > 0.15 {
+        let (max_share, max_ratio) = r.variant.bounds();
+        if share > max_share {
             failures.push(format!(
-                "{:?}: 429 share {:.1} % > 15 %",
+                "{:?}: 429 share {:.1} % > {:.0} %",
                 r.variant,
-                share * 100.0
+                share * 100.0,
+                max_share * 100.0
             ));
         }
-        if r.elapsed.as_secs_f64() > 5.0 * allowed.as_secs_f64() {
+        if r.elapsed.as_secs_f64() > max_ratio * allowed.as_secs_f64() {
             failures.push(format!(
-                "{:?}: took {:.2} s > 5 × {:.2} s",
+                "{:?}: took {:.2} s > {max_ratio} × {:.2} s",
                 r.variant,
                 r.elapsed.as_secs_f64(),
                 allowed.as_secs_f64()

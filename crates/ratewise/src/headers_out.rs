@@ -125,11 +125,53 @@ pub struct PolicyInfo<'a> {
 impl<'a> PolicyInfo<'a> {
     /// A policy named `name` describing `quota`: `q` is the burst, `w` the
     /// time that burst takes to refill ([`Quota::window`]).
+    ///
+    /// `w` is written in whole seconds, so a window that is not a whole
+    /// number of seconds is widened to the next one and `q` scaled with it,
+    /// rounded down: `q / w` stays the quota's rate (never above it), where
+    /// widening `w` alone would understate it — a 100/s bucket with a burst
+    /// of 10 refills its burst in 0.1 s and is written `q=100;w=1`, not
+    /// `q=10;w=1`. A client reading `q / w` as the sustained rate then paces
+    /// at the real rate.
+    ///
+    /// ```
+    /// use ratewise::headers_out::PolicyInfo;
+    /// use ratewise::Quota;
+    /// use std::time::Duration;
+    ///
+    /// let q = Quota::per_second(100)?.with_burst(10)?;
+    /// let p = PolicyInfo::from_quota("default", &q);
+    /// assert_eq!((p.quota, p.window), (100, Duration::from_secs(1)));
+    /// let q = Quota::per(10, Duration::from_secs(60))?;
+    /// let p = PolicyInfo::from_quota("minute", &q);
+    /// assert_eq!((p.quota, p.window), (10, Duration::from_secs(60)));
+    /// # Ok::<(), ratewise::QuotaError>(())
+    /// ```
     pub const fn from_quota(name: &'a str, quota: &Quota) -> Self {
+        let window = quota.window();
+        let whole = ceil_secs(window);
+        let nanos = quota.window_nanos() as u128;
+        let burst = quota.burst();
+        let q = if nanos == 0 || window.subsec_nanos() == 0 {
+            burst
+        } else {
+            // burst × w / window, rounded down; at least the burst itself.
+            let scaled = (burst as u128)
+                .saturating_mul(whole as u128)
+                .saturating_mul(1_000_000_000)
+                / nanos;
+            if scaled > u64::MAX as u128 {
+                u64::MAX
+            } else if (scaled as u64) < burst {
+                burst
+            } else {
+                scaled as u64
+            }
+        };
         PolicyInfo {
             name,
-            quota: quota.burst(),
-            window: quota.window(),
+            quota: q,
+            window: Duration::from_secs(whole),
         }
     }
 }

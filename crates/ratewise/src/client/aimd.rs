@@ -422,6 +422,7 @@ mod tests {
         s.before_call(T);
         let forbidden = Outcome::throttled().with_hints(crate::client::ServerHints {
             no_retry: true,
+            policy: None,
             ..crate::client::ServerHints::default()
         });
         assert_eq!(s.after_attempt(T, &forbidden), Next::GiveUp);

@@ -551,6 +551,7 @@ mod tests {
         s.before_call(t);
         let forbid = ServerHints {
             no_retry: true,
+            policy: None,
             ..ServerHints::default()
         };
         assert_eq!(

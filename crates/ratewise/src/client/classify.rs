@@ -957,6 +957,7 @@ mod tests {
                 limit: Some(100),
                 reset_after: Some(Duration::from_secs(5)),
                 no_retry: false,
+                policy: Some((100, Duration::from_secs(60))),
             }
         );
     }

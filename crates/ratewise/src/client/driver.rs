@@ -121,6 +121,36 @@ impl<R> std::fmt::Display for ThrottleError<R> {
 
 impl<R: std::fmt::Debug> std::error::Error for ThrottleError<R> {}
 
+/// Held by the first call to a partition that has never been answered
+/// ([`Throttle::first_contact`]); the partition's other calls wait until it
+/// is dropped.
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub struct FirstContact<K: Hash + Eq + Clone + Send + Sync> {
+    throttle: Throttle<K>,
+    key: K,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync> std::fmt::Debug for FirstContact<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FirstContact").finish_non_exhaustive()
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync> Drop for FirstContact<K> {
+    fn drop(&mut self) {
+        // The gate is done with once the partition has been answered; the
+        // calls still waiting on it hold it and see the answer.
+        if self.throttle.answered(&self.key) {
+            self.throttle
+                .first_contact_gates()
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&self.key);
+        }
+    }
+}
+
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// The throttle's notion of now on tokio's clock (origin: first use).
@@ -135,6 +165,36 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// The wait, when the partition is paused or its pacer is empty.
     pub fn try_acquire(&self, key: &K) -> Result<(), Duration> {
         self.try_acquire_at(key, self.now())
+    }
+
+    /// Waits until `key`'s partition may be called: at once once it has been
+    /// answered ([`Throttle::answered`]); before that, one call at a time.
+    /// The first call to a partition goes alone, holding the returned guard
+    /// until its answer is recorded, and the others wait for it — so a
+    /// server that states its rate (`RateLimit-Policy`) is paced from the
+    /// start instead of answering a burst with 429s. It costs one round trip,
+    /// once per partition. [`Throttle::run`] does this itself; drivers with
+    /// their own loop (the reqwest middleware) call it before their first
+    /// attempt and drop the guard once that attempt is recorded.
+    pub async fn first_contact(&self, key: &K) -> Option<FirstContact<K>> {
+        if self.answered(key) {
+            return None;
+        }
+        let gate = {
+            let mut gates = self
+                .first_contact_gates()
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            std::sync::Arc::clone(gates.entry(key.clone()).or_default())
+        };
+        let guard = gate.lock_owned().await;
+        let first = FirstContact {
+            throttle: self.clone(),
+            key: key.clone(),
+            _guard: guard,
+        };
+        // Answered while this call waited: no need to hold the others.
+        (!self.answered(key)).then_some(first)
     }
 
     /// Runs `op` under the throttle in `key`'s partition, classifying its
@@ -171,6 +231,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         let mut call = self.begin(now);
         let mut not_before = now;
         let mut last: Option<R> = None;
+        let mut first = self.first_contact(key).await;
         loop {
             // Sleep out a retry's delay first, then take a slot: reserving a
             // slot far ahead would hold the partition's pacer until then.
@@ -196,7 +257,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             let response = op().await;
             let outcome = classify(&response);
             now = self.now();
-            match self.record_at(key, &mut call, now, &outcome) {
+            let step = self.record_at(key, &mut call, now, &outcome);
+            drop(first.take());
+            match step {
                 Step::Done => return Ok(response),
                 Step::Retry(delay) => {
                     last = Some(response);
@@ -259,6 +322,47 @@ mod tests {
             (m.attempts, m.successes, m.throttled, m.retries),
             (2, 1, 1, 1)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partitions_first_call_goes_alone() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let t0 = tokio::time::Instant::now();
+        // Five calls at once to a partition never answered: each takes 1 s.
+        let calls: Vec<_> = (0..5)
+            .map(|_| {
+                let th = th.clone();
+                tokio::spawn(async move {
+                    th.run_with(
+                        &0,
+                        |_| Outcome::success(),
+                        || async {
+                            let started = t0.elapsed();
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            started
+                        },
+                    )
+                    .await
+                })
+            })
+            .collect();
+        let mut starts = vec![];
+        for c in calls {
+            let started = c.await.unwrap().map_err(|_| "stopped").unwrap();
+            starts.push(started);
+        }
+        starts.sort();
+        // The first went alone; the other four waited for its answer, then
+        // went together (no pacing: nothing asked for it).
+        assert_eq!(starts[0], Duration::ZERO);
+        assert!(
+            starts[1..].iter().all(|&s| s == Duration::from_secs(1)),
+            "{starts:?}"
+        );
+        assert!(th.answered(&0));
+        assert!(th.first_contact(&0).await.is_none(), "answered: no gate");
+        // Another partition has its own first contact.
+        assert!(th.first_contact(&1).await.is_some());
     }
 
     #[tokio::test(start_paused = true)]

@@ -237,6 +237,14 @@ where
     // The original is kept to copy from; when it cannot be copied it is sent
     // itself, once.
     let mut original = Some(request);
+    // A partition never answered learns the server's limits from one attempt
+    // before the others are sent (`Throttle::first_contact`): a server that
+    // states its rate is paced from the start instead of answering a burst
+    // with 429s. The guard is dropped once the first attempt is recorded.
+    let mut first = throttle.first_contact(key).await;
+    if first.is_some() {
+        now = throttle.now();
+    }
     loop {
         // Sleep out a retry's delay first, then take a slot: reserving a slot
         // far ahead would hold the partition's pacer until then.
@@ -270,6 +278,7 @@ where
         now = throttle.now();
         ready_at = now;
         let step = throttle.record_at(key, &mut call, now, &outcome);
+        drop(first.take());
         obs.rate(throttle.rate_of(key));
         match step {
             Step::Done => return Ok(answer),

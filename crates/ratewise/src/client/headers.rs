@@ -63,6 +63,8 @@
 //! assert_eq!(hints.remaining, Some(0));
 //! assert_eq!(hints.limit, Some(100));
 //! assert_eq!(hints.reset_after, Some(Duration::from_secs(30)));
+//! // The policy's quota and window: the server's rate is 100 per 60 s.
+//! assert_eq!(hints.policy, Some((100, Duration::from_secs(60))));
 //! ```
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -543,22 +545,33 @@ fn structured_hints<H: HeaderSource + ?Sized>(headers: &H) -> (ServerHints, Opti
     };
     match tightest {
         Some(item) => {
-            let limit = item
-                .limit
-                .or_else(|| policy_for(item.policy.as_ref()).and_then(|p| p.quota));
+            let policy = policy_for(item.policy.as_ref());
+            let limit = item.limit.or_else(|| policy.and_then(|p| p.quota));
             let hints = ServerHints {
                 retry_after: None,
                 remaining: item.remaining,
                 limit,
                 reset_after: item.reset,
                 no_retry: false,
+                policy: policy.and_then(quota_and_window),
             };
             (hints, None)
         }
         None => (
-            ServerHints::default(),
+            ServerHints {
+                policy: policy_for(None).and_then(quota_and_window),
+                ..ServerHints::default()
+            },
             policy_for(None).and_then(|p| p.quota),
         ),
+    }
+}
+
+/// A policy's `q` and `w`, when it states both and the window is not zero.
+fn quota_and_window(p: &RateLimitPolicy) -> Option<(u64, Duration)> {
+    match (p.quota, p.window) {
+        (Some(q), Some(w)) if q > 0 && !w.is_zero() => Some((q, w)),
+        _ => None,
     }
 }
 
@@ -1375,5 +1388,37 @@ mod tests {
         let hints = parse_hints(&map, at(0));
         assert_eq!(hints.remaining, Some(2));
         assert_eq!(hints.reset_after, Some(Duration::from_secs(8)));
+    }
+
+    #[test]
+    fn the_governing_policy_gives_the_rate() {
+        // Two policies: the tightest item's policy is the one in force.
+        let h = [
+            (
+                "RateLimit-Policy",
+                r#""burst";q=100;w=1, "day";q=5000;w=86400"#,
+            ),
+            ("RateLimit", r#""burst";r=3;t=1, "day";r=4000;t=3000"#),
+        ];
+        let hints = parse_hints(&h, at(0));
+        assert_eq!(hints.policy, Some((100, Duration::from_secs(1))));
+        // A lone policy, without any RateLimit item.
+        let h = [("RateLimit-Policy", r#""p";q=10;w=60"#)];
+        assert_eq!(
+            parse_hints(&h, at(0)).policy,
+            Some((10, Duration::from_secs(60)))
+        );
+        // A byte quota, a zero window and a missing window say no rate.
+        for v in [
+            r#""p";q=10;w=60;qu="content-bytes""#,
+            r#""p";q=10;w=0"#,
+            r#""p";q=10"#,
+        ] {
+            let h = [("RateLimit-Policy", v)];
+            assert_eq!(parse_hints(&h, at(0)).policy, None, "{v}");
+        }
+        // Without the structured fields there is no policy.
+        let h = [("RateLimit-Limit", "10"), ("RateLimit-Reset", "1")];
+        assert_eq!(parse_hints(&h, at(0)).policy, None);
     }
 }

@@ -20,7 +20,10 @@
 //!
 //! * [`ResetMeaning::WindowEnd`] (default; GitHub, the IETF drafts): the
 //!   quota comes back whole at the reset. `remaining > 0` caps the rate at
-//!   `remaining / reset` until then; `remaining = 0` pauses until the reset.
+//!   `remaining / reset` until then (unless
+//!   [`HintCap::spreading_windows`] turns that off, as the default
+//!   [`Throttle`](super::throttle::Throttle) does); `remaining = 0` pauses
+//!   until the reset.
 //! * [`ResetMeaning::Refill`] (token buckets, including ratewise's own
 //!   [`Decision::headers`](crate::Decision::headers)): the reset is the time
 //!   until the bucket is full again, which needs the limit `L` too. Over the
@@ -28,7 +31,10 @@
 //!   what refills, `L − remaining`, so an *empty* bucket is paced at
 //!   `L / reset` — the refill rate, or below it when the header rounds the
 //!   reset up — not paused; a bucket with tokens left sets no cap (the next
-//!   request is admitted whatever the pace; pacing is the controller's job).
+//!   request is admitted whatever the pace; pacing is the controller's job),
+//!   nor does a reset of one second or less: whole-second headers round a
+//!   fast bucket's 0.1 s up to 1 s, so `L / reset` could be ten times too
+//!   slow.
 //!
 //! Reading a token bucket's reset as a window end is safe but far too slow
 //! (an empty 4500/hour bucket would pause for an hour instead of 0.8 s), so
@@ -68,7 +74,7 @@ pub enum ResetMeaning {
 }
 
 /// What the latest hints allow: a rate cap and a pause, each until a time.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HintCap {
     meaning: ResetMeaning,
     cap: Option<(f64, Timestamp)>,
@@ -77,11 +83,21 @@ pub struct HintCap {
     detected: Option<ResetMeaning>,
     /// The latest (remaining, reset instant, time seen).
     last: Option<(u64, Timestamp, Timestamp)>,
+    /// Whether a window's remaining quota caps the rate at
+    /// `remaining / reset` (see [`HintCap::spreading_windows`]).
+    spread_window: bool,
 }
 
 /// Header resets are often whole seconds: instants closer than this are the
 /// same instant.
 const RESET_TOLERANCE: Duration = Duration::from_secs(1);
+
+impl Default for HintCap {
+    /// [`HintCap::new`].
+    fn default() -> Self {
+        HintCap::new()
+    }
+}
 
 impl HintCap {
     /// No hints seen; resets read as window ends.
@@ -93,8 +109,26 @@ impl HintCap {
     pub fn with_meaning(meaning: ResetMeaning) -> Self {
         HintCap {
             meaning,
-            ..HintCap::default()
+            cap: None,
+            pause_until: Timestamp::ZERO,
+            detected: None,
+            last: None,
+            spread_window: true,
         }
+    }
+
+    /// Whether a window with quota left caps the rate at `remaining / reset`
+    /// (default `true`: the quota is spread over the time left). With
+    /// `false`, a window's hints act only when nothing is left — a success
+    /// or a 429 saying `remaining = 0` pauses until the reset — as a
+    /// bucket's do: quota that is left admits the next request whatever the
+    /// pace, and a fixed window gives its whole quota back at its end, so
+    /// spreading it only delays a job that needs more than one window's
+    /// worth. The default [`Throttle`](super::throttle::Throttle) does not
+    /// spread (pacing is its controller's job).
+    pub fn spreading_windows(mut self, spread: bool) -> Self {
+        self.spread_window = spread;
+        self
     }
 
     /// Takes in the hints of a response received at `now`.
@@ -120,7 +154,8 @@ impl HintCap {
                     self.pause_until = self.pause_until.max(until);
                     None
                 } else if secs > 0.0 {
-                    Some(remaining as f64 / secs)
+                    // (`None` when not spreading.)
+                    self.spread_window.then(|| remaining as f64 / secs)
                 } else {
                     None
                 }
@@ -128,9 +163,12 @@ impl HintCap {
             // A bucket with tokens left admits the next request whatever
             // the pace; only an empty one needs pacing, at no more than the
             // refill rate the reset implies (`limit / reset` is a lower bound
-            // of that rate even when the header rounds the reset up).
+            // of that rate even when the header rounds the reset up). A
+            // reset of a second or less is within that rounding: the bucket
+            // may refill ten or a hundred times faster, so it says too
+            // little to pace by (the controller paces).
             ResetMeaning::Refill | ResetMeaning::Auto => match hints.limit {
-                Some(limit) if remaining == 0 && limit > 0 && secs > 0.0 => {
+                Some(limit) if remaining == 0 && limit > 0 && reset > RESET_TOLERANCE => {
                     Some(limit as f64 / secs)
                 }
                 _ => None,
@@ -347,6 +385,20 @@ mod tests {
     }
 
     #[test]
+    fn without_spreading_a_window_acts_only_when_nothing_is_left() {
+        let mut h = HintCap::new().spreading_windows(false);
+        let t = Timestamp::ZERO;
+        h.observe(t, &hinted(10, 20).hints);
+        assert_eq!(h.cap_at(t), None, "quota left: no cap");
+        assert_eq!(h.limit(Some(5.0), t), Some(5.0));
+        assert_eq!(h.pause_until(), Timestamp::ZERO);
+        // Nothing left: pause until the window ends, as when spreading.
+        h.observe(t + secs(1), &hinted(0, 19).hints);
+        assert_eq!(h.pause_until(), t + secs(20));
+        assert_eq!(h.cap_at(t + secs(1)), None);
+    }
+
+    #[test]
     fn refill_meaning_paces_an_empty_bucket_at_its_refill_rate() {
         // A 4500/hour bucket (1.25/s), empty: reset = 3600 s to full.
         let mut h = HintCap::with_meaning(ResetMeaning::Refill);
@@ -370,6 +422,22 @@ mod tests {
         let mut fresh = HintCap::with_meaning(ResetMeaning::Refill);
         fresh.observe(t, &half);
         assert_eq!(fresh.cap_at(t), None);
+        // Nor does an empty one whose reset is within whole-second rounding
+        // (a 100/s bucket of 10 is full in 0.1 s and says "1").
+        let fast = ServerHints {
+            remaining: Some(0),
+            limit: Some(10),
+            reset_after: Some(Duration::from_secs(1)),
+            ..ServerHints::default()
+        };
+        fresh.observe(t, &fast);
+        assert_eq!(fresh.cap_at(t), None);
+        let two = ServerHints {
+            reset_after: Some(Duration::from_secs(2)),
+            ..fast
+        };
+        fresh.observe(t, &two);
+        assert_eq!(fresh.cap_at(t), Some(5.0), "beyond the rounding: paced");
         // The same header never raises the cap already in force.
         h.observe(t, &half);
         assert_eq!(h.cap_at(t), Some(1.25));

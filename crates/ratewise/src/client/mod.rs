@@ -85,7 +85,7 @@ pub mod throttle_strategy;
 pub use config::{secs_to_duration, ConfigError};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use driver::{Classify, ThrottleError};
+pub use driver::{Classify, FirstContact, ThrottleError};
 pub use throttle::{Adaptation, StopReason, Throttle, ThrottleConfig, ThrottleMetrics};
 pub use throttle_strategy::ThrottleStrategy;
 
@@ -125,6 +125,11 @@ pub struct ServerHints {
     /// the strategies that reproduce a published client exactly
     /// ([`heroku`], [`auto_sleeper`]) ignore it, as their sources do.
     pub no_retry: bool,
+    /// The governing IETF `RateLimit-Policy`: its quota `q` and window `w`
+    /// (the policy of the tightest `RateLimit` item, or the only policy).
+    /// `q / w` is the server's stated sustained rate, which a
+    /// [`Throttle`] paces at from the first response, before any 429.
+    pub policy: Option<(u64, Duration)>,
 }
 
 /// [`ServerHints::default`] in a `const` context.
@@ -134,6 +139,7 @@ const NO_HINTS: ServerHints = ServerHints {
     limit: None,
     reset_after: None,
     no_retry: false,
+    policy: None,
 };
 
 /// An attempt's result, as fed back to a strategy.

@@ -115,6 +115,28 @@ impl Pacer {
         }
     }
 
+    /// Uses up the whole burst at `now`, as if a send had just emptied it:
+    /// the next slot comes one interval after `now` (or after the latest slot
+    /// already reserved), so pacing starts evenly instead of with a burst.
+    pub fn drain_at(&self, now: Timestamp) {
+        // Take what is left at `now`, no more: reserving past it would push
+        // the next slot further out than one interval.
+        let left = self
+            .limiter
+            .peek_at(1, now)
+            .map_or(0, |d| if d.allowed { d.remaining } else { 0 });
+        if left > 0 {
+            let _ = self.limiter.reserve_at(left, now);
+        }
+    }
+
+    /// Drops the credit the pacer would gain until `at` (a pause's end): the
+    /// next slot is at `at` (or after the latest slot already reserved), the
+    /// ones after it an interval apart.
+    pub fn resume_at(&self, at: Timestamp) {
+        self.drain_at(at.saturating_sub(self.limiter.quota().emission_interval()));
+    }
+
     /// Like [`Pacer::acquire_at`], but only if the slot comes within
     /// `max_wait` of `not_before`; otherwise takes nothing and returns how long
     /// after `now` the caller would have had to wait.
@@ -197,6 +219,33 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn drain_takes_what_is_left_and_no_more() {
+        let p = Pacer::new(1.0).unwrap();
+        let t = Timestamp::ZERO + Duration::from_secs(10);
+        // A new rate keeps the one unit left; draining takes it, and the next
+        // slot is one interval away, not a whole burst.
+        p.set_rate_at(100.0, t);
+        p.drain_at(t);
+        assert_eq!(p.acquire_at(t, t), ms(10));
+        assert_eq!(p.acquire_at(t, t), ms(20));
+        // Draining an empty pacer changes nothing.
+        p.drain_at(t);
+        assert_eq!(p.acquire_at(t, t), ms(30));
+        // A full one is emptied.
+        let full = Pacer::new(50.0).unwrap();
+        let z = Timestamp::ZERO;
+        full.drain_at(z);
+        assert_eq!(full.acquire_at(z, z), ms(20));
+        // Resumed at a pause's end: the credit gained until then is gone,
+        // the next slot is at that instant and the following ones even.
+        let paused = Pacer::new(10.0).unwrap();
+        let end = z + Duration::from_secs(5);
+        paused.resume_at(end);
+        assert_eq!(paused.acquire_at(z, z), Duration::from_secs(5));
+        assert_eq!(paused.acquire_at(z, z), ms(5_100));
     }
 
     #[test]

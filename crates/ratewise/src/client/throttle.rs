@@ -28,10 +28,28 @@
 //! the state consistent: its slot simply goes unused (conservative), a budget
 //! token it paid stays paid, and no counter is left half-updated.
 //!
+//! # What the server's headers do
+//!
+//! * An IETF `RateLimit-Policy` (`"p";q=100;w=1`) states the sustained rate:
+//!   from the first answer that carries one the partition paces at
+//!   [`POLICY_HEADROOM`] × `q / w`, before any 429, and never faster; the
+//!   controller only moves below it (a shared quota).
+//! * A reset read as a bucket's refill paces an *empty* bucket at
+//!   `limit / reset`; a reset read as a window's end pauses until then when
+//!   nothing is left. Quota that is left sets no cap: it admits the next
+//!   request whatever the pace, and spreading a window's rest over the time
+//!   left only delays a job that needs more than one window
+//!   ([`HintCap::spreading_windows`]).
+//! * A throttle answering an attempt sent before the rate was last cut (or
+//!   before pacing began, once a policy states the rate) was sent at the old
+//!   pace and cuts nothing; a partition starts pacing from an empty pacer
+//!   and resumes evenly after a pause (no burst of credit saved meanwhile).
+//!
 //! # Invariants
-//! * The pacer's rate is `min(controller, hint cap)`, where the controller
-//!   is the fixed base rate for [`Adaptation::Fixed`] and absent (no pacing)
-//!   for [`Adaptation::None`] and CUBIC before its first throttle.
+//! * The pacer's rate is `min(controller, policy rate, hint cap)`, where the
+//!   controller is the fixed base rate for [`Adaptation::Fixed`] and absent
+//!   (no pacing) for [`Adaptation::None`] and CUBIC before its first
+//!   throttle.
 //! * A header never raises the rate above the controller's: a hint cap in
 //!   force is only ever lowered ([`HintCap::observe`]), and when it lapses
 //!   the rate returns to the controller's (a window's quota is back whole;
@@ -60,6 +78,12 @@ use super::pacer::{Pacer, RateController};
 use super::sre::{SreConfig, SreThrottler};
 use super::{Next, Outcome, Signal};
 use crate::time::{duration_to_nanos_saturating, Timestamp};
+
+/// The share of a `RateLimit-Policy`'s stated rate (`q / w`) a partition
+/// paces at: arrivals jitter on the network and clocks differ, so a client
+/// pacing at exactly the limit finds the server's bucket empty and some of
+/// its requests early.
+pub const POLICY_HEADROOM: f64 = 0.95;
 
 /// How a partition's pacing rate adapts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -115,7 +139,9 @@ pub struct ThrottleConfig {
     pub budget: Option<RetryBudgetConfig>,
     /// SRE client-side adaptive throttling (default off).
     pub sre: Option<SreConfig>,
-    /// Whether `RateLimit-Remaining` / reset hints lower the pace (default on).
+    /// Whether the server's hints pace the partition (default on): a
+    /// `RateLimit-Policy`'s `q / w`, and `RateLimit-Remaining` with its reset
+    /// (see the [module docs](self)).
     pub use_hints: bool,
     /// What the server's reset header means (default: [`ResetMeaning::Auto`],
     /// told apart from what the server's headers do).
@@ -221,6 +247,10 @@ pub struct Call {
     attempts: u32,
     backoff: Backoff,
     last_cost: Option<u32>,
+    /// When the latest attempt was due to be sent.
+    sent_at: Timestamp,
+    /// Whether the latest attempt went through a pacer in force.
+    paced: bool,
 }
 
 impl Call {
@@ -292,6 +322,14 @@ struct PartitionState {
     rng: JitterRng,
     /// Whether the pacer is in force (a controller or hint rate exists).
     pacing: bool,
+    /// The sustained rate the server's `RateLimit-Policy` states, with the
+    /// headroom taken off; the pace never exceeds it.
+    policy_rate: Option<f64>,
+    /// When pacing began or the rate was last cut: a throttle answering an
+    /// attempt sent before then says nothing about the current rate.
+    cut_at: Timestamp,
+    /// Whether any attempt of this partition has been answered.
+    answered: bool,
 }
 
 struct Partition {
@@ -373,12 +411,17 @@ impl Template {
             pacer: self.pacer.fresh(),
             state: Mutex::new(PartitionState {
                 controller,
-                hints: HintCap::with_meaning(meaning),
+                // Quota left admits the next request: hints act only when
+                // nothing is left (pacing is the controller's job).
+                hints: HintCap::with_meaning(meaning).spreading_windows(false),
                 paused_until: Timestamp::ZERO,
                 budget: self.budget.clone(),
                 sre: self.sre.as_ref().map(|s| s.with_seed(seed_for(seed, 1))),
                 rng: JitterRng::seed_from_u64(seed_for(seed, 2)),
                 pacing: self.pacing,
+                policy_rate: None,
+                cut_at: Timestamp::ZERO,
+                answered: false,
             }),
         }
     }
@@ -394,6 +437,10 @@ struct Inner<K> {
     /// The driver's clock, created on first use (so inside the runtime).
     #[cfg(feature = "tokio")]
     clock: std::sync::OnceLock<crate::wait::TokioClock>,
+    /// Partitions whose first call is out and not yet answered: the async
+    /// drivers' other calls wait on its lock.
+    #[cfg(feature = "tokio")]
+    first_contact: Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// An adaptive client throttle, shared by cloning, partitioned by `K`.
@@ -465,6 +512,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 },
                 #[cfg(feature = "tokio")]
                 clock: std::sync::OnceLock::new(),
+                #[cfg(feature = "tokio")]
+                first_contact: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -478,6 +527,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     #[cfg(feature = "tokio")]
     pub(super) fn clock(&self) -> &crate::wait::TokioClock {
         self.inner.clock.get_or_init(crate::wait::TokioClock::new)
+    }
+
+    /// The first-contact gates of the async drivers.
+    #[cfg(feature = "tokio")]
+    pub(super) fn first_contact_gates(&self) -> &Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>> {
+        &self.inner.first_contact
     }
 
     fn partition(&self, key: &K) -> Arc<Partition> {
@@ -540,6 +595,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 .backoff
                 .with_seed(seed_for(self.inner.config.seed, n.wrapping_add(1 << 32))),
             last_cost: None,
+            sent_at: now,
+            paced: false,
         }
     }
 
@@ -622,6 +679,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         match wait {
             Ok(w) => {
                 call.attempts += 1;
+                call.sent_at = now.saturating_add(w);
+                call.paced = pacing;
                 c.attempts.fetch_add(1, Ordering::Relaxed);
                 // Count only the wait the pacer or a pause added; a retry's
                 // own delay was counted when `record_at` decided it.
@@ -673,31 +732,73 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         //    fixed window) is answered by the pause until the window ends,
         //    when the whole quota returns; it says nothing about the pace,
         //    so the controller does not cut for it.
+        st.answered = true;
         if cfg.use_hints {
             st.hints.observe(now, &outcome.hints);
             st.paused_until = st.paused_until.max(st.hints.pause_until());
+            if let Some((q, w)) = outcome.hints.policy {
+                let r = q as f64 / w.as_secs_f64() * POLICY_HEADROOM;
+                if r.is_finite() && r > 0.0 {
+                    st.policy_rate = Some(r);
+                }
+            }
         }
         let window_refusal = cfg.use_hints
             && outcome.signal == Signal::Throttled
             && outcome.hints.reset_after.is_some()
             && st.hints.reading(outcome.hints.limit) == ResetMeaning::WindowEnd;
+        // A throttle answering an attempt sent before the rate was last cut
+        // (or before pacing began) was sent at the old pace: it says nothing
+        // about the current one. Nor does one answering an unpaced attempt
+        // once the server has stated its rate: pacing starts at that rate.
+        let stale = outcome.signal == Signal::Throttled
+            && (call.sent_at < st.cut_at
+                || (!call.paced && cfg.use_hints && st.policy_rate.is_some()));
+        let before = st.controller.as_ref().and_then(|ctl| ctl.rate());
         let controller_rate = match cfg.adaptation {
             Adaptation::Fixed(r) => Some(r),
-            _ if window_refusal => st.controller.as_ref().and_then(|ctl| ctl.rate()),
+            _ if window_refusal || stale => before,
             _ => st
                 .controller
                 .as_mut()
                 .and_then(|ctl| ctl.on_outcome(now, outcome)),
+        };
+        // The policy's rate is the server's own word on the sustained pace:
+        // pacing starts there, before any 429, and never goes above it.
+        let controller_rate = match st.policy_rate.filter(|_| cfg.use_hints) {
+            Some(p) => {
+                let r = match st.controller.as_mut() {
+                    Some(ctl) if !matches!(cfg.adaptation, Adaptation::Fixed(_)) => {
+                        ctl.limit_to(p);
+                        ctl.rate()
+                    }
+                    _ => controller_rate,
+                };
+                Some(r.map_or(p, |r| r.min(p)))
+            }
+            None => controller_rate,
         };
         let rate = if cfg.use_hints {
             st.hints.limit(controller_rate, now)
         } else {
             controller_rate
         };
+        let began = !st.pacing && rate.is_some();
+        let cut = outcome.signal == Signal::Throttled
+            && matches!((before, controller_rate), (Some(b), Some(a)) if a < b);
+        if began || cut {
+            st.cut_at = now;
+        }
         st.pacing = rate.is_some();
         if let Some(r) = rate {
             if (r - part.pacer.rate()).abs() > 1e-9 * r.max(1.0) {
                 part.pacer.set_rate_at(r, now);
+            }
+            if began {
+                // Credit saved while not pacing is no licence to burst: the
+                // response that started pacing says the server is at its limit
+                // (or states the limit), so pacing starts from an empty pacer.
+                part.pacer.drain_at(now);
             }
             c.current_rate_bits
                 .store(part.pacer.rate().to_bits(), Ordering::Relaxed);
@@ -744,6 +845,11 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             let u: f64 = st.rng.random();
             let pause = pause.saturating_add(pause.mul_f64(u * cfg.pause_jitter));
             st.paused_until = st.paused_until.max(now.saturating_add(pause));
+            if st.pacing {
+                // The pause is no saving: the pace resumes evenly after it,
+                // not with a burst of the credit the pacer gained meanwhile.
+                part.pacer.resume_at(st.paused_until);
+            }
         }
 
         // 5. May we retry at all? The server's refusal (`call_end`'s give-up)
@@ -791,6 +897,23 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             .unwrap_or_else(PoisonError::into_inner)
             .pacing;
         pacing.then(|| part.pacer.rate())
+    }
+
+    /// Whether any attempt in `key`'s partition has been answered (recorded
+    /// with [`Throttle::record_at`]). Until then the throttle knows nothing
+    /// of the server's limits; a driver may send a partition's first attempt
+    /// alone and hold the others until its answer is recorded, so that a
+    /// server stating its rate (`RateLimit-Policy`) is paced from the start
+    /// instead of answering a burst with 429s, as the reqwest middleware
+    /// does.
+    pub fn answered(&self, key: &K) -> bool {
+        let part = self.partition(key);
+        let answered = part
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .answered;
+        answered
     }
 
     /// Retry-budget tokens left in `key`'s partition, if it has a budget.
@@ -979,6 +1102,86 @@ mod tests {
     }
 
     #[test]
+    fn the_pace_resumes_evenly_after_a_pause() {
+        // 10/s with a burst of 10: a 2 s pause would save 10 slots of credit.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(10.0),
+            pause_jitter: 0.0,
+            ..ThrottleConfig::default()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        th.record_at(&0, &mut call, t, &throttled_after(Duration::from_secs(2)));
+        let waits: Vec<Duration> = (0..3)
+            .map(|_| th.acquire_at(&0, &mut th.begin(t), t, t).unwrap())
+            .collect();
+        assert_eq!(
+            waits,
+            [ms(2_000), ms(2_100), ms(2_200)],
+            "one interval apart after the pause, not a burst at its end"
+        );
+    }
+
+    #[test]
+    fn a_stated_policy_paces_from_the_first_response() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        let policy = |signal| {
+            Outcome::new(signal).with_hints(ServerHints {
+                policy: Some((100, Duration::from_secs(1))),
+                ..ServerHints::default()
+            })
+        };
+        // Two unpaced attempts; the first answer states 100 per second.
+        let mut a = th.begin(t);
+        let mut b = th.begin(t);
+        assert_eq!(th.acquire_at(&0, &mut a, t, t), Ok(Duration::ZERO));
+        assert_eq!(th.acquire_at(&0, &mut b, t, t), Ok(Duration::ZERO));
+        assert!(!th.answered(&0));
+        assert_eq!(
+            th.record_at(&0, &mut a, t + ms(1), &policy(Signal::Success)),
+            Step::Done
+        );
+        assert!(th.answered(&0));
+        let r = th.rate_of(&0).unwrap();
+        assert!((r - 100.0 * POLICY_HEADROOM).abs() < 1e-3, "{r}");
+        // Pacing starts from an empty pacer: slots one interval apart, no
+        // burst of saved credit.
+        let later = t + ms(2);
+        let mut c = th.begin(later);
+        let mut d = th.begin(later);
+        let w1 = th.acquire_at(&0, &mut c, later, later).unwrap();
+        let w2 = th.acquire_at(&0, &mut d, later, later).unwrap();
+        // Pacing began at 1 ms, as if a send had just emptied the pacer:
+        // slots one interval at 95/s (10.5 ms) apart, not a burst.
+        let gap = w2.saturating_sub(w1);
+        assert!(
+            w1 > ms(9) && w1 < ms(10) && gap > ms(10) && gap < ms(11),
+            "{w1:?} then {w2:?}"
+        );
+        // The unpaced attempt's 429 was sent before pacing began: no cut.
+        assert!(matches!(
+            th.record_at(&0, &mut b, t + ms(2), &policy(Signal::Throttled)),
+            Step::Retry(_)
+        ));
+        assert_eq!(th.rate_of(&0), Some(r));
+        // A 429 to a paced attempt still cuts, and the pace never exceeds
+        // the policy's rate however many successes follow.
+        th.record_at(&0, &mut c, later + ms(20), &policy(Signal::Throttled));
+        let cut = th.rate_of(&0).unwrap();
+        assert!(cut < r * 0.6, "{cut}");
+        for i in 0..2_000 {
+            let now = later + ms(30 + i);
+            let mut e = th.begin(now);
+            let _ = th.acquire_at(&0, &mut e, now, now);
+            th.record_at(&0, &mut e, now, &policy(Signal::Success));
+        }
+        assert!(th.rate_of(&0).unwrap() <= r + 1e-6);
+    }
+
+    #[test]
     fn the_default_never_gives_up_while_merely_throttled() {
         let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
         let mut now = Timestamp::ZERO;
@@ -1067,6 +1270,7 @@ mod tests {
         let forbidden = Outcome::throttled().with_hints(ServerHints {
             retry_after: Some(ms(300)),
             no_retry: true,
+            policy: None,
             ..ServerHints::default()
         });
         let mut call = th.begin(t);
@@ -1090,6 +1294,7 @@ mod tests {
             signal: Signal::ServerError,
             hints: ServerHints {
                 no_retry: true,
+                policy: None,
                 ..ServerHints::default()
             },
         };
@@ -1105,32 +1310,61 @@ mod tests {
         let t = Timestamp::ZERO;
         let mut call = th.begin(t);
         th.acquire_at(&0, &mut call, t, t).unwrap();
-        let ok = Outcome::success().with_hints(ServerHints {
-            remaining: Some(2),
-            reset_after: Some(Duration::from_secs(10)),
-            ..ServerHints::default()
-        });
-        assert_eq!(th.record_at(&0, &mut call, t, &ok), Step::Done);
+        // An empty bucket of 2 that is full again in 10 s.
+        assert_eq!(th.record_at(&0, &mut call, t, &capped(2, 10)), Step::Done);
         assert_eq!(
             th.rate_of(&0),
             Some(0.2),
-            "2 left over 10 s, below AIMD's 10/s"
+            "refilling 2 over 10 s, below AIMD's 10/s"
         );
         assert_eq!(th.metrics().throttled, 0);
         // A generous hint never raises the rate: the 0.2/s cap holds until
         // its reset.
         let lots = Outcome::success().with_hints(ServerHints {
             remaining: Some(1_000_000),
+            limit: Some(1_000_000),
             reset_after: Some(Duration::from_secs(1)),
             ..ServerHints::default()
         });
         th.record_at(&0, &mut th.begin(t), t, &lots);
         assert_eq!(th.rate_of(&0), Some(0.2));
+        th.record_at(&0, &mut th.begin(t), t, &capped(1_000, 1));
+        assert_eq!(th.rate_of(&0), Some(0.2));
     }
 
-    fn capped(remaining: u64, reset_secs: u64) -> Outcome {
+    #[test]
+    fn a_window_with_quota_left_sets_no_cap_and_an_empty_one_pauses() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            hint_reset: ResetMeaning::WindowEnd,
+            ..config()
+        })
+        .unwrap(); // AIMD 10/s
+        let t = Timestamp::ZERO;
+        let window = |remaining| {
+            Outcome::success().with_hints(ServerHints {
+                remaining: Some(remaining),
+                reset_after: Some(Duration::from_secs(10)),
+                ..ServerHints::default()
+            })
+        };
+        th.record_at(&0, &mut th.begin(t), t, &window(2));
+        assert_eq!(th.rate_of(&0), Some(10.0), "quota left: no cap");
+        assert_eq!(th.try_acquire_at(&0, t), Ok(()));
+        th.record_at(&0, &mut th.begin(t), t, &window(0));
+        assert_eq!(th.rate_of(&0), Some(10.0), "the pace is not cut");
+        assert_eq!(
+            th.try_acquire_at(&0, t + ms(500)),
+            Err(Duration::from_millis(9_500)),
+            "nothing left: paused until the window ends"
+        );
+    }
+
+    /// An empty bucket of `limit` that is full again in `reset_secs`: read
+    /// as a refill, a cap of `limit / reset_secs` until then.
+    fn capped(limit: u64, reset_secs: u64) -> Outcome {
         Outcome::success().with_hints(ServerHints {
-            remaining: Some(remaining),
+            remaining: Some(0),
+            limit: Some(limit),
             reset_after: Some(Duration::from_secs(reset_secs)),
             ..ServerHints::default()
         })
@@ -1188,20 +1422,14 @@ mod tests {
 
     #[test]
     fn the_pace_returns_to_the_controller_when_a_cap_lapses() {
-        // Whatever the reading, a cap holds the pace down until it lapses;
-        // then the controller's rate applies at once instead of a crawl back
-        // from the cap (a window's quota is back whole; a bucket's
-        // `limit / reset` is only a lower bound of its refill rate).
+        // A cap (an empty bucket's `limit / reset`) holds the pace down until
+        // it lapses; then the controller's rate applies at once instead of a
+        // crawl back from the cap (`limit / reset` is only a lower bound of
+        // the bucket's refill rate). A window sets no cap at all.
         let t = Timestamp::ZERO;
-        let empty_bucket = Outcome::success().with_hints(ServerHints {
-            remaining: Some(0),
-            limit: Some(2),
-            reset_after: Some(Duration::from_secs(2)),
-            ..ServerHints::default()
-        });
         for (meaning, hint) in [
-            (ResetMeaning::Refill, empty_bucket),
-            (ResetMeaning::WindowEnd, capped(2, 2)),
+            (ResetMeaning::Refill, capped(2, 2)),
+            (ResetMeaning::Auto, capped(2, 2)),
         ] {
             let th: Throttle<u8> = Throttle::new(ThrottleConfig {
                 hint_reset: meaning,
@@ -1368,6 +1596,7 @@ mod tests {
                     reset_after: hint.map(|h| Duration::from_secs(h.1)),
                     limit: None,
                     no_retry: false,
+                    policy: None,
                 };
                 let step = th.record_at(&key, &mut call, now, &Outcome { signal, hints });
                 if let Step::Retry(d) = step {
