@@ -241,9 +241,13 @@ where
     // before the others are sent (`Throttle::first_contact`): a server that
     // states its rate is paced from the start instead of answering a burst
     // with 429s. The guard is dropped once the first attempt is recorded.
+    // A call that waited behind another's first contact counts that wait;
+    // the first call itself waited for nobody.
     let mut first = throttle.first_contact(key).await;
+    now = throttle.now();
     if first.is_some() {
-        now = throttle.now();
+        ready_at = now;
+        not_before = now;
     }
     loop {
         // Sleep out a retry's delay first, then take a slot: reserving a slot
@@ -440,7 +444,13 @@ mod tests {
         let (r, sent) = run(&th, &[429, 200], true).await;
         assert_eq!(r, Ok(200));
         assert_eq!(sent, [7, 7]);
-        assert_eq!(t0.elapsed(), Duration::from_secs(1));
+        // The retry goes at the later of its `Retry-After` (1 s) and the
+        // first slot of the pace that 429 started: a lone call measured no
+        // send rate, so pacing starts at the fallback rate times the
+        // decrease, from an empty pacer (one interval after the 429).
+        let c = crate::client::adaptive::AdaptiveConfig::default();
+        let first_slot = Duration::from_secs_f64(1.0 / (c.fallback_rate * c.decrease_factor));
+        assert_eq!(t0.elapsed(), first_slot.max(Duration::from_secs(1)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -134,7 +134,21 @@ impl Pacer {
     /// next slot is at `at` (or after the latest slot already reserved), the
     /// ones after it an interval apart.
     pub fn resume_at(&self, at: Timestamp) {
-        self.drain_at(at.saturating_sub(self.limiter.quota().emission_interval()));
+        // Everything but the one slot at `at`. (Draining one interval before
+        // `at` says the same, but not when `at` is less than an interval
+        // after the clock's origin: the drain would then land at the origin
+        // and push the slot to one interval after it, later than `at`.)
+        // A peek's `remaining` is the credit at `at`, the one slot included.
+        let spare = self.limiter.peek_at(1, at).map_or(0, |d| {
+            if d.allowed {
+                d.remaining.saturating_sub(1)
+            } else {
+                0
+            }
+        });
+        if spare > 0 {
+            let _ = self.limiter.reserve_at(spare, at);
+        }
     }
 
     /// Like [`Pacer::acquire_at`], but only if the slot comes within
