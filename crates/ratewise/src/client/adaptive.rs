@@ -82,8 +82,8 @@ pub struct AdaptiveConfig {
     pub increase_fraction_hinted: f64,
     /// The shortest time between two cuts (default 1 s).
     pub decrease_cooldown: Duration,
-    /// The rate pacing starts at when the first throttle comes before any
-    /// send was measured (default 1/s).
+    /// The send rate assumed when the first throttle comes before any send
+    /// was measured (default 1/s); pacing starts at `decrease_factor ×` it.
     pub fallback_rate: f64,
 }
 
