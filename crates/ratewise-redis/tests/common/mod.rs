@@ -181,6 +181,22 @@ fn free_port() -> u16 {
     l.local_addr().expect("local address").port()
 }
 
+/// A free port for a cluster node: its cluster bus listens on the port plus
+/// 10 000, so that one must exist (an ephemeral port above 55 535 has none,
+/// and the node would exit) and be free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
+        let port = l.local_addr().expect("local address").port();
+        let Some(bus) = port.checked_add(10_000) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", bus)).is_ok() {
+            return port;
+        }
+    }
+}
+
 impl RedisServer {
     /// A fresh server, or `None` (skip) when `redis-server` is not installed
     /// and `CI` is unset.
@@ -212,7 +228,11 @@ impl RedisServer {
             let mut s = RedisServer {
                 child: None,
                 log: None,
-                port: free_port(),
+                port: if extra.contains(&"--cluster-enabled") {
+                    free_cluster_port()
+                } else {
+                    free_port()
+                },
                 dir: dir.clone(),
                 extra: extra.iter().map(|a| a.to_string()).collect(),
             };
