@@ -27,8 +27,8 @@
 //!    the step when the server reports its remaining quota.)
 //! 4. **Without a remaining count, the step probes.** When the server says
 //!    nothing about its quota, a success adds `increase_fraction ×` the rate
-//!    just before the latest cut (where this client last found the limit),
-//!    doubled for every `probe_doubling` without a cut, up to
+//!    just before the latest cut (where this client last found the limit;
+//!    never more than the rate pacing began at), doubled for every `probe_doubling` without a cut, up to
 //!    `probe_max_factor ×`. Near the limit it just found, the client rises
 //!    gently; once nothing has refused it for a while (capacity freed by
 //!    clients that finished), it claims the room in seconds, not minutes.
@@ -83,7 +83,8 @@ pub struct AdaptiveConfig {
     pub decrease_factor: f64,
     /// What one success adds when the server sends no
     /// `RateLimit-Remaining`, as a fraction of the rate just before the
-    /// latest cut, before probing grows it (default 0.007).
+    /// latest cut (at most the rate pacing began at), before probing grows
+    /// it (default 0.007).
     pub increase_fraction: f64,
     /// The same when `RateLimit-Remaining` says there is quota to spare
     /// (default 0.003). It is smaller because every client of the quota sees
@@ -95,7 +96,7 @@ pub struct AdaptiveConfig {
     /// send was measured (default 1/s).
     pub fallback_rate: f64,
     /// Without a `RateLimit-Remaining` header, how long without a cut
-    /// doubles the step (default 30 s): capacity that frees up is claimed
+    /// doubles the step (default 20 s): capacity that frees up is claimed
     /// in seconds, not minutes.
     pub probe_doubling: Duration,
     /// The most the step grows by while probing (default 64).
@@ -112,7 +113,7 @@ impl Default for AdaptiveConfig {
             increase_fraction_hinted: 0.003,
             decrease_cooldown: Duration::from_secs(1),
             fallback_rate: 1.0,
-            probe_doubling: Duration::from_secs(30),
+            probe_doubling: Duration::from_secs(20),
             probe_max_factor: 64.0,
         }
     }
@@ -279,7 +280,10 @@ impl RateController for Adaptive {
                     let step = if outcome.hints.remaining.is_some() {
                         self.base * f
                     } else {
-                        self.at_cut * f * self.probe(now)
+                        // Where this client last found the limit, never above
+                        // where pacing began (a first cut from an unpaced burst
+                        // measures the burst, not the server).
+                        self.at_cut.min(self.base) * f * self.probe(now)
                     };
                     self.rate = Some(self.clamp(r + step));
                 }
@@ -374,18 +378,28 @@ mod tests {
         }
         assert!((prev - 1.3 * r).abs() < 1e-9, "a hundred steps add 30 %");
         // Without the header, the step is sized by the rate just before the
-        // latest cut (here the 1/s fallback that was halved).
+        // latest cut (here the 1/s fallback that was halved), but never by
+        // more than the rate pacing began at.
         let next = c.on_outcome(t, &Outcome::success()).unwrap();
-        assert!((next - prev - 1.0 * 0.007).abs() < 1e-9);
+        assert!((next - prev - r * 0.007).abs() < 1e-9);
         // The hinted step stays the same after a later cut (it is sized by
         // where pacing began, not by the last cut): AIMD's fairness.
         let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
         assert!((cut - next / 2.0).abs() < 1e-9);
         let up = c.on_outcome(t + ms(5_000), &with_remaining(1)).unwrap();
         assert!((up - cut - r * 0.003).abs() < 1e-9);
-        // The unhinted one is sized by the rate this cut came from.
+        // The unhinted one is sized by the rate this cut came from (or
+        // where pacing began, the smaller).
         let up2 = c.on_outcome(t + ms(5_000), &Outcome::success()).unwrap();
-        assert!((up2 - up - next * 0.007).abs() < 1e-9);
+        assert!((up2 - up - next.min(r) * 0.007).abs() < 1e-9);
+        let low = c.on_outcome(t + ms(10_000), &Outcome::throttled()).unwrap();
+        let from = up2;
+        assert!(from < r && (low - from / 2.0).abs() < 1e-9);
+        let up3 = c.on_outcome(t + ms(10_000), &Outcome::success()).unwrap();
+        assert!(
+            (up3 - low - from * 0.007).abs() < 1e-9,
+            "below the start, the last limit sizes it"
+        );
     }
 
     #[test]
@@ -398,11 +412,11 @@ mod tests {
             c.on_outcome(at, &Outcome::success()).unwrap() - before
         };
         let s0 = step_at(&mut c, t);
-        assert!((s0 - 2.0 * r * 0.007).abs() < 1e-9, "{s0}");
-        let s30 = step_at(&mut c, t + ms(30_000));
-        assert!((s30 - 2.0 * s0).abs() < 1e-9, "30 s quiet doubles: {s30}");
-        let s60 = step_at(&mut c, t + ms(60_000));
-        assert!((s60 - 4.0 * s0).abs() < 1e-9, "60 s quiet: {s60}");
+        assert!((s0 - r * 0.007).abs() < 1e-9, "{s0}");
+        let s20 = step_at(&mut c, t + ms(20_000));
+        assert!((s20 - 2.0 * s0).abs() < 1e-9, "20 s quiet doubles: {s20}");
+        let s40 = step_at(&mut c, t + ms(40_000));
+        assert!((s40 - 4.0 * s0).abs() < 1e-9, "40 s quiet: {s40}");
         let late = step_at(&mut c, t + ms(3_600_000));
         assert!((late - 64.0 * s0).abs() < 1e-9, "capped: {late}");
         // A cut ends the probe; spare quota reported by the server is the
@@ -410,7 +424,10 @@ mod tests {
         let at = t + ms(3_700_000);
         let cut = c.on_outcome(at, &Outcome::throttled()).unwrap();
         let s_after = step_at(&mut c, at);
-        assert!((s_after - 2.0 * cut * 0.007).abs() < 1e-9, "{s_after}");
+        assert!(
+            (s_after - (2.0 * cut).min(r) * 0.007).abs() < 1e-9,
+            "{s_after}"
+        );
         let hinted = c.rate().unwrap();
         let h = c.on_outcome(at + ms(600_000), &with_remaining(3)).unwrap() - hinted;
         assert!((h - r * 0.003).abs() < 1e-9, "{h}");
