@@ -23,7 +23,15 @@
 //!    The step stays the same after every later cut, so clients sharing a
 //!    quota converge to equal shares (AIMD's fairness: a cut takes more from
 //!    the faster, a step gives the same to all), yet it is sized by what this
-//!    client could send, not by a constant in requests per second.
+//!    client could send, not by a constant in requests per second. (This is
+//!    the step when the server reports its remaining quota.)
+//! 4. **Without a remaining count, the step probes.** When the server says
+//!    nothing about its quota, a success adds `increase_fraction ×` the rate
+//!    just before the latest cut (where this client last found the limit;
+//!    never more than the rate pacing began at), doubled for every `probe_doubling` without a cut, up to
+//!    `probe_max_factor ×`. Near the limit it just found, the client rises
+//!    gently; once nothing has refused it for a while (capacity freed by
+//!    clients that finished), it claims the room in seconds, not minutes.
 //!
 //! A throttle cuts the rate by `decrease_factor`, at most once per
 //! `decrease_cooldown` and once per interval at the current rate (a burst of
@@ -58,7 +66,7 @@
 
 use std::time::Duration;
 
-use super::config::{at_least, rate_range_and_decrease, within, ConfigError};
+use super::config::{at_least, positive, rate_range_and_decrease, within, ConfigError};
 use super::pacer::RateController;
 use super::{Outcome, Signal};
 use crate::time::Timestamp;
@@ -73,8 +81,10 @@ pub struct AdaptiveConfig {
     pub max_rate: f64,
     /// The rate a throttle multiplies the current rate by (default 0.5).
     pub decrease_factor: f64,
-    /// What one success adds, as a fraction of the rate pacing began at,
-    /// when the server sends no `RateLimit-Remaining` (default 0.007).
+    /// What one success adds when the server sends no
+    /// `RateLimit-Remaining`, as a fraction of the rate just before the
+    /// latest cut (at most the rate pacing began at), before probing grows
+    /// it (default 0.007).
     pub increase_fraction: f64,
     /// The same when `RateLimit-Remaining` says there is quota to spare
     /// (default 0.003). It is smaller because every client of the quota sees
@@ -85,6 +95,12 @@ pub struct AdaptiveConfig {
     /// The send rate assumed when the first throttle comes before any send
     /// was measured (default 1/s); pacing starts at `decrease_factor ×` it.
     pub fallback_rate: f64,
+    /// Without a `RateLimit-Remaining` header, how long without a cut
+    /// doubles the step (default 20 s): capacity that frees up is claimed
+    /// in seconds, not minutes.
+    pub probe_doubling: Duration,
+    /// The most the step grows by while probing (default 64).
+    pub probe_max_factor: f64,
 }
 
 impl Default for AdaptiveConfig {
@@ -97,6 +113,8 @@ impl Default for AdaptiveConfig {
             increase_fraction_hinted: 0.003,
             decrease_cooldown: Duration::from_secs(1),
             fallback_rate: 1.0,
+            probe_doubling: Duration::from_secs(20),
+            probe_max_factor: 64.0,
         }
     }
 }
@@ -110,6 +128,8 @@ impl AdaptiveConfig {
             self.increase_fraction_hinted,
             0.0,
         )?;
+        at_least("probe_max_factor", self.probe_max_factor, 1.0)?;
+        positive("probe_doubling", self.probe_doubling.as_secs_f64())?;
         within(
             "fallback_rate",
             self.fallback_rate,
@@ -169,6 +189,9 @@ pub struct Adaptive {
     /// scale of every additive step.
     base: f64,
     last_cut: Option<Timestamp>,
+    /// The rate just before the latest cut (or the cap pacing began at):
+    /// the scale of the step when the server sends no remaining count.
+    at_cut: f64,
     meter: SendMeter,
 }
 
@@ -185,8 +208,19 @@ impl Adaptive {
             rate: None,
             base: config.fallback_rate,
             last_cut: None,
+            at_cut: config.fallback_rate,
             meter: SendMeter::default(),
         })
+    }
+
+    /// How much the unhinted step has grown since the latest cut: doubled
+    /// every `probe_doubling`, at most `probe_max_factor`.
+    fn probe(&self, now: Timestamp) -> f64 {
+        let quiet = self
+            .last_cut
+            .map_or(0.0, |c| now.saturating_duration_since(c).as_secs_f64());
+        let doublings = quiet / self.config.probe_doubling.as_secs_f64();
+        2f64.powf(doublings).min(self.config.probe_max_factor)
     }
 
     fn clamp(&self, r: f64) -> f64 {
@@ -230,6 +264,7 @@ impl RateController for Adaptive {
                         // Pacing begins: the step's scale is set once.
                         self.base = r;
                     }
+                    self.at_cut = from;
                     self.rate = Some(r);
                     self.last_cut = Some(now);
                 }
@@ -242,7 +277,14 @@ impl RateController for Adaptive {
                     } else {
                         self.config.increase_fraction
                     };
-                    let step = self.base * f;
+                    let step = if outcome.hints.remaining.is_some() {
+                        self.base * f
+                    } else {
+                        // Where this client last found the limit, never above
+                        // where pacing began (a first cut from an unpaced burst
+                        // measures the burst, not the server).
+                        self.at_cut.min(self.base) * f * self.probe(now)
+                    };
                     self.rate = Some(self.clamp(r + step));
                 }
             }
@@ -260,6 +302,7 @@ impl RateController for Adaptive {
                 // Pacing begins at the cap: the step's scale is set here.
                 self.rate = Some(r);
                 self.base = r;
+                self.at_cut = r;
             }
         }
     }
@@ -334,15 +377,60 @@ mod tests {
             prev = now;
         }
         assert!((prev - 1.3 * r).abs() < 1e-9, "a hundred steps add 30 %");
-        // Without the header, the larger step.
+        // Without the header, the step is sized by the rate just before the
+        // latest cut (here the 1/s fallback that was halved), but never by
+        // more than the rate pacing began at.
         let next = c.on_outcome(t, &Outcome::success()).unwrap();
         assert!((next - prev - r * 0.007).abs() < 1e-9);
-        // After a later cut the step is the same (it is sized by where
-        // pacing began, not by the last cut): AIMD's fairness.
+        // The hinted step stays the same after a later cut (it is sized by
+        // where pacing began, not by the last cut): AIMD's fairness.
         let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
         assert!((cut - next / 2.0).abs() < 1e-9);
-        let up = c.on_outcome(t + ms(5_000), &Outcome::success()).unwrap();
-        assert!((up - cut - r * 0.007).abs() < 1e-9);
+        let up = c.on_outcome(t + ms(5_000), &with_remaining(1)).unwrap();
+        assert!((up - cut - r * 0.003).abs() < 1e-9);
+        // The unhinted one is sized by the rate this cut came from (or
+        // where pacing began, the smaller).
+        let up2 = c.on_outcome(t + ms(5_000), &Outcome::success()).unwrap();
+        assert!((up2 - up - next.min(r) * 0.007).abs() < 1e-9);
+        let low = c.on_outcome(t + ms(10_000), &Outcome::throttled()).unwrap();
+        let from = up2;
+        assert!(from < r && (low - from / 2.0).abs() < 1e-9);
+        let up3 = c.on_outcome(t + ms(10_000), &Outcome::success()).unwrap();
+        assert!(
+            (up3 - low - from * 0.007).abs() < 1e-9,
+            "below the start, the last limit sizes it"
+        );
+    }
+
+    #[test]
+    fn without_a_remaining_count_the_step_doubles_every_quiet_period() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
+        let step_at = |c: &mut Adaptive, at: Timestamp| {
+            let before = c.rate().unwrap();
+            c.on_outcome(at, &Outcome::success()).unwrap() - before
+        };
+        let s0 = step_at(&mut c, t);
+        assert!((s0 - r * 0.007).abs() < 1e-9, "{s0}");
+        let s20 = step_at(&mut c, t + ms(20_000));
+        assert!((s20 - 2.0 * s0).abs() < 1e-9, "20 s quiet doubles: {s20}");
+        let s40 = step_at(&mut c, t + ms(40_000));
+        assert!((s40 - 4.0 * s0).abs() < 1e-9, "40 s quiet: {s40}");
+        let late = step_at(&mut c, t + ms(3_600_000));
+        assert!((late - 64.0 * s0).abs() < 1e-9, "capped: {late}");
+        // A cut ends the probe; spare quota reported by the server is the
+        // hinted, unprobed step however long the quiet.
+        let at = t + ms(3_700_000);
+        let cut = c.on_outcome(at, &Outcome::throttled()).unwrap();
+        let s_after = step_at(&mut c, at);
+        assert!(
+            (s_after - (2.0 * cut).min(r) * 0.007).abs() < 1e-9,
+            "{s_after}"
+        );
+        let hinted = c.rate().unwrap();
+        let h = c.on_outcome(at + ms(600_000), &with_remaining(3)).unwrap() - hinted;
+        assert!((h - r * 0.003).abs() < 1e-9, "{h}");
     }
 
     #[test]
@@ -374,6 +462,14 @@ mod tests {
             AdaptiveConfig {
                 min_rate: 5.0,
                 max_rate: 1.0,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                probe_doubling: Duration::ZERO,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                probe_max_factor: 0.5,
                 ..AdaptiveConfig::default()
             },
         ] {
