@@ -82,7 +82,8 @@ impl<A> Clone for ConcurrencyLimitLayer<A> {
 }
 
 impl<A: LimitAlgorithm + 'static> ConcurrencyLimitLayer<A> {
-    /// A layer driven by `algorithm` (e.g. `Aimd::default()`,
+    /// A layer driven by `algorithm` (`Knee::default()` is the one the
+    /// simulator recommends, see `docs/simulator.md`; also `Aimd::default()`,
     /// `Gradient2::default()`, `EnvoyGradient::new(seed)`, `Fixed(n)`) on the
     /// production clock, refusing with `Retry-After: 1`; every request is
     /// [`Priority::Critical`] until [`priority_by`](Self::priority_by).
