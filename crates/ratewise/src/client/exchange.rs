@@ -228,27 +228,27 @@ where
     Fut: Future<Output = R>,
 {
     let obs = Observer::new(key);
-    let mut now = throttle.now();
-    let mut call = throttle.begin(now);
-    // "Ready to send" since: the wait histogram measures from here.
-    let mut ready_at = now;
+    // "Ready to send" since: the wait histogram measures from here, a wait
+    // behind another call's first contact included.
+    let mut ready_at = throttle.now();
+    // A partition never answered learns the server's limits from one attempt
+    // before the others are sent (`Throttle::first_contact`): a server that
+    // states its rate is paced from the start instead of answering a burst
+    // with 429s. The guard is dropped once the first attempt is recorded.
+    let mut first = throttle.first_contact(key).await;
+    // The first call itself waited for nobody; any other may have been held.
+    let mut now = if first.is_some() {
+        ready_at
+    } else {
+        throttle.now()
+    };
+    // The call began when it was handed over (a deadline counts the wait).
+    let mut call = throttle.begin(ready_at);
     let mut not_before = now;
     let mut last_status = None;
     // The original is kept to copy from; when it cannot be copied it is sent
     // itself, once.
     let mut original = Some(request);
-    // A partition never answered learns the server's limits from one attempt
-    // before the others are sent (`Throttle::first_contact`): a server that
-    // states its rate is paced from the start instead of answering a burst
-    // with 429s. The guard is dropped once the first attempt is recorded.
-    // A call that waited behind another's first contact counts that wait;
-    // the first call itself waited for nobody.
-    let mut first = throttle.first_contact(key).await;
-    now = throttle.now();
-    if first.is_some() {
-        ready_at = now;
-        not_before = now;
-    }
     loop {
         // Sleep out a retry's delay first, then take a slot: reserving a slot
         // far ahead would hold the partition's pacer until then.
