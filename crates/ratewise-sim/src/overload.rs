@@ -46,6 +46,8 @@ use ratewise::concurrency::{
 };
 use ratewise::Timestamp;
 
+use crate::report::esc;
+
 /// How requests arrive.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Arrivals {
@@ -741,14 +743,6 @@ pub fn table(results: &[OverloadResult]) -> String {
         );
     }
     out
-}
-
-/// Escapes text for HTML.
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// One controller's timeline as an inline SVG: the limit and the requests

@@ -406,7 +406,8 @@ pub fn identical_notes(e: &ExperimentResult) -> Vec<String> {
     notes
 }
 
-fn esc(s: &str) -> String {
+/// Escapes text for HTML (the overload report uses it too).
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
