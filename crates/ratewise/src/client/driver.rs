@@ -227,11 +227,14 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         F: FnMut() -> Fut,
         Fut: Future<Output = R>,
     {
-        let mut now = self.now();
-        let mut call = self.begin(now);
+        let began = self.now();
+        let mut call = self.begin(began);
+        let mut first = self.first_contact(key).await;
+        // A call held behind another's first contact reads the clock again;
+        // the first call itself waited for nobody.
+        let mut now = if first.is_some() { began } else { self.now() };
         let mut not_before = now;
         let mut last: Option<R> = None;
-        let mut first = self.first_contact(key).await;
         loop {
             // Sleep out a retry's delay first, then take a slot: reserving a
             // slot far ahead would hold the partition's pacer until then.
