@@ -803,7 +803,9 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let shared = self.shared.clone();
         let info = RequestInfo::new(&req);
-        let grpc = problem::is_grpc(info.headers);
+        // Whether to answer in gRPC's form is asked only where the layer
+        // answers itself: an admitted request never needs it.
+        let grpc = || problem::is_grpc(info.headers);
         if !shared.enabled.load(Ordering::Relaxed) {
             shared.metrics.get().bypass_disabled.increment(1);
             return ResponseFuture::inner(self.inner.call(req), None, shared);
@@ -832,6 +834,8 @@ where
         if let Some(backend) = &shared.backend {
             let start = quanta::Instant::now();
             let decision = backend.check(key.clone(), cost);
+            // The backend answers later, when the request is gone.
+            let grpc = grpc();
             let clone = self.inner.clone();
             let inner = std::mem::replace(&mut self.inner, clone);
             return ResponseFuture {
@@ -852,22 +856,23 @@ where
         let now = shared.clock.now();
         let span = tracing::debug_span!("ratewise_decision", set = %set.name, %key, cost);
         let _entered = span.enter();
-        let verdict = match set.decide(&key, cost, now) {
-            Ok(v) => v,
+        let mut verdict = Verdict::empty();
+        match set.decide(&key, cost, now, &mut verdict) {
+            Ok(()) => {}
             Err(Refusal::Invalid(i, e)) => {
                 let name = set.policies.get(i).map_or("", |p| &*p.name);
                 tracing::debug!(policy = name, error = %e, "request can never be admitted");
                 return ResponseFuture::done(
                     problem::simple_for(
-                        grpc,
+                        grpc(),
                         StatusCode::BAD_REQUEST,
                         &format!("policy \"{name}\" can never admit this request: {e}"),
                     ),
                     shared,
                 );
             }
-            Err(Refusal::NotInMemory) => Verdict::empty(),
-        };
+            Err(Refusal::NotInMemory) => {}
+        }
         let proceed = shared.record(set, &verdict, &key, now);
         tracing::debug!(allowed = verdict.allowed, proceed, "decided");
         drop(_entered);
@@ -880,7 +885,7 @@ where
             ResponseFuture::inner(self.inner.call(req), headers, shared)
         } else {
             shared.record_latency(now);
-            let res = shared.refusal(set, &verdict, grpc);
+            let res = shared.refusal(set, &verdict, grpc());
             ResponseFuture::done(res, shared)
         }
     }
