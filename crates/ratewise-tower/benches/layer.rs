@@ -1,7 +1,9 @@
 //! The middleware's own cost, without sockets: one request through
 //! `ratewise-tower` and through `tower_governor` (same keyed GCRA quota,
 //! headers on, 10 000 keys from a header), around a service that answers at
-//! once. The HTTP-level comparison is `examples/load.rs` (wrk).
+//! once; then the same with every key spent, so that every request is
+//! refused (the cost under attack). The HTTP-level comparison is
+//! `examples/load.rs` (wrk).
 //!
 //! Interleaved trials timed by on-CPU time (robust on a busy machine):
 //!
@@ -14,14 +16,15 @@ use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request, Response};
 use tower::{Layer, Service, ServiceExt};
 
 #[path = "common/peers.rs"]
 mod peers;
-use peers::{governor_layer, ratewise_layer, KEYS};
+use peers::{governor_layer, governor_layer_with, ratewise_layer, ratewise_layer_with, KEYS};
+use ratewise::Quota;
 
 /// Polls a future that is ready at once (both services here are).
 fn now<F: Future>(f: F) -> F::Output {
@@ -129,6 +132,30 @@ fn main() {
     println!("ratewise-tower  {:>8.0}", median(r));
     println!(
         "ratewise-tower / tower_governor cost: median {:.2}× (min {lo:.2}×, max {hi:.2}×)",
+        median(ratio)
+    );
+
+    // Under attack: every key has spent its one request per hour, so every
+    // request is refused (a 429 with its headers and body). Refusing must
+    // cost no more than admitting.
+    let mut governor = governor_layer_with(Duration::from_secs(3600), 1).layer(inner);
+    let mut ratewise =
+        ratewise_layer_with(Quota::per(1, Duration::from_secs(3600)).expect("quota")).layer(inner);
+    trial(&mut governor, &reqs, reqs.len());
+    trial(&mut ratewise, &reqs, reqs.len());
+    let (mut g, mut r, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..trials {
+        let gv = trial(&mut governor, &reqs, n);
+        let rv = trial(&mut ratewise, &reqs, n);
+        g.push(gv);
+        r.push(rv);
+        ratio.push(rv / gv);
+    }
+    println!("every request refused:");
+    println!("tower_governor  {:>8.0}", median(g));
+    println!("ratewise-tower  {:>8.0}", median(r));
+    println!(
+        "ratewise-tower / tower_governor cost: median {:.2}×",
         median(ratio)
     );
 }

@@ -4,6 +4,7 @@
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::HeaderValue;
 use ratewise::hierarchy::{Hierarchy, Level};
 use ratewise::keyed::{KeyState, KeyedError, KeyedLimiter, NoClock};
@@ -375,6 +376,8 @@ pub(crate) struct PolicySet {
     /// `None` for sets decided by an asynchronous backend.
     hierarchy: Option<Hierarchy<Key>>,
     policy_header: RwLock<HeaderValue>,
+    /// The refusal body when policy `i` alone refused, rendered once.
+    refusal_bodies: Vec<Bytes>,
 }
 
 impl PolicySet {
@@ -409,12 +412,17 @@ impl PolicySet {
         policies: Vec<Arc<PolicyRuntime>>,
         hierarchy: Option<Hierarchy<Key>>,
     ) -> Self {
+        let refusal_bodies = policies
+            .iter()
+            .map(|p| crate::problem::quota_exceeded_body(&[&p.name]))
+            .collect();
         let set = PolicySet {
             name,
             policies,
             shadows: Vec::new(),
             hierarchy,
             policy_header: RwLock::new(HeaderValue::from_static("")),
+            refusal_bodies,
         };
         set.refresh_policy_header();
         set
@@ -442,6 +450,27 @@ impl PolicySet {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The names of the policies that refused `v`.
+    pub(crate) fn violated<'a>(&'a self, v: &'a Verdict) -> impl Iterator<Item = &'a str> {
+        v.states()
+            .iter()
+            .filter(|s| s.violated)
+            .filter_map(|s| self.policies.get(usize::from(s.index)))
+            .map(|p| &*p.name)
+    }
+
+    /// The problem body refusing `v`: a clone of the one rendered for its
+    /// policy when one policy refused (no allocation), else rendered now.
+    pub(crate) fn refusal_body(&self, v: &Verdict) -> Bytes {
+        let mut violated = v.states().iter().filter(|s| s.violated);
+        if let (Some(only), None) = (violated.next(), violated.next()) {
+            if let Some(body) = self.refusal_bodies.get(usize::from(only.index)) {
+                return body.clone();
+            }
+        }
+        crate::problem::quota_exceeded_body(&self.violated(v).collect::<Vec<_>>())
     }
 
     /// Every policy of the set, enforced then shadow.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
-use ratewise::headers_out::{retry_after_secs, QUOTA_EXCEEDED_TYPE};
+use ratewise::headers_out::QUOTA_EXCEEDED_TYPE;
 use serde::{Deserialize, Serialize};
 
 use crate::policy::PolicySet;
@@ -100,38 +100,46 @@ pub(crate) fn grpc(status: StatusCode, message: &str, retry: Option<Duration>) -
     res
 }
 
-/// `429 Too Many Requests` with the draft's quota-exceeded problem, or for a
-/// gRPC call `RESOURCE_EXHAUSTED` with the retry delay.
-pub(crate) fn quota_exceeded(set: &PolicySet, v: &Verdict, grpc_call: bool) -> Response<Bytes> {
-    let violated: Vec<String> = v
-        .states()
-        .iter()
-        .filter(|s| s.violated)
-        .filter_map(|s| {
-            set.policies
-                .get(usize::from(s.index))
-                .map(|p| p.name.to_string())
-        })
-        .collect();
-    let wait = v.retry_after.map_or(1, retry_after_secs);
+/// The draft's quota-exceeded problem naming `violated` policies, as JSON.
+///
+/// It names no wait (the `Retry-After` and `RateLimit` headers carry it),
+/// so a policy set renders the body for each single policy once
+/// ([`PolicySet::refusal_body`]) and a refusal clones it: under a flood of
+/// refused requests, refusing costs no more than admitting.
+pub(crate) fn quota_exceeded_body(violated: &[&str]) -> Bytes {
+    let detail = match violated {
+        [one] => format!("quota exceeded for policy {one}; Retry-After says when to try again"),
+        many => format!(
+            "quota exceeded for policies {}; Retry-After says when to try again",
+            many.join(", ")
+        ),
+    };
     let problem = Problem {
         kind: QUOTA_EXCEEDED_TYPE.to_string(),
         title: "Request cannot be satisfied as assigned quota has been exceeded".to_string(),
         status: 429,
-        detail: format!(
-            "quota exceeded for policy {}; retry in {wait} s",
-            violated.join(", ")
-        ),
-        violated_policies: violated,
+        detail,
+        violated_policies: violated.iter().map(|s| s.to_string()).collect(),
     };
+    Bytes::from(serde_json::to_vec(&problem).unwrap_or_default())
+}
+
+/// `429 Too Many Requests` with the draft's quota-exceeded problem, or for a
+/// gRPC call `RESOURCE_EXHAUSTED` with the retry delay.
+pub(crate) fn quota_exceeded(set: &PolicySet, v: &Verdict, grpc_call: bool) -> Response<Bytes> {
     if grpc_call {
+        let violated: Vec<&str> = set.violated(v).collect();
         return grpc(
             StatusCode::TOO_MANY_REQUESTS,
-            &problem.detail,
+            &format!("quota exceeded for policy {}", violated.join(", ")),
             v.retry_after,
         );
     }
-    respond(StatusCode::TOO_MANY_REQUESTS, &problem)
+    let mut res = Response::new(set.refusal_body(v));
+    *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    res
 }
 
 /// Any other status, `about:blank` (or its gRPC status for a gRPC call).

@@ -32,9 +32,18 @@ impl KeyExtractor for ApiKey {
 
 /// tower_governor, headers on.
 pub fn governor_layer() -> GovernorLayer<ApiKey, StateInformationMiddleware, axum::body::Body> {
+    // One cell every 20 ms = 50/s.
+    governor_layer_with(Duration::from_millis(20), 50)
+}
+
+/// tower_governor, headers on, one cell per `period`, `burst` at most.
+pub fn governor_layer_with(
+    period: Duration,
+    burst: u32,
+) -> GovernorLayer<ApiKey, StateInformationMiddleware, axum::body::Body> {
     let config = GovernorConfigBuilder::default()
-        .per_millisecond(20) // one cell every 20 ms = 50/s
-        .burst_size(50)
+        .period(period)
+        .burst_size(burst)
         .key_extractor(ApiKey)
         .use_headers()
         .finish()
@@ -44,14 +53,16 @@ pub fn governor_layer() -> GovernorLayer<ApiKey, StateInformationMiddleware, axu
 
 /// ratewise-tower, in memory, headers on (the default).
 pub fn ratewise_layer() -> RateLimitLayer {
+    ratewise_layer_with(Quota::per(50, Duration::from_secs(1)).expect("a valid quota"))
+}
+
+/// ratewise-tower, in memory, headers on, one GCRA of `quota` per key.
+pub fn ratewise_layer_with(quota: Quota) -> RateLimitLayer {
     RateLimitLayer::builder()
         .key(KeySource::header(http::HeaderName::from_static(
             "x-api-key",
         )))
-        .policy(Policy::per_key(
-            "key",
-            Quota::per(50, Duration::from_secs(1)).expect("a valid quota"),
-        ))
+        .policy(Policy::per_key("key", quota))
         .build()
         .expect("a valid layer")
 }
