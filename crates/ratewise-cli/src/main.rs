@@ -239,7 +239,8 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
                 "Goodput: responses within the client timeout. Share: of the capacity available. \
                  Refused: at admission (503). TimedOut: of admitted. p50 of successes, p99 of all \
                  admitted (lower is better). Recovery: seconds after each change until p99 is \
-                 within 2x the no-load p99. Swing: the limit's (max-min)/mean in steady state."
+                 within 2x the no-load p99 of the server in force. Swing: the limit's (max-min)/mean \
+                 in steady state."
             )?;
             Ok(())
         }

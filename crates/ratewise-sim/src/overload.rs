@@ -121,6 +121,13 @@ impl OverloadScenario {
         self.service_ms * 100f64.ln()
     }
 
+    /// The latency bound recovery is judged against at `t_ms`: 2 × the
+    /// no-load p99 of the server in force then (service times scale with
+    /// 1 / speed), plus the delay a latency change adds to every response.
+    pub fn recovery_bound_ms(&self, t_ms: u64) -> f64 {
+        2.0 * self.no_load_p99_ms() / self.speed_at(t_ms) + self.extra_at(t_ms) as f64
+    }
+
     fn base(name: &'static str, description: &'static str) -> Self {
         OverloadScenario {
             name,
@@ -313,7 +320,9 @@ pub struct OverloadResult {
     pub p99_latency_ms: f64,
     /// After each change, whole seconds until the p99 latency of the
     /// requests arriving in a 1 s window is back within 2 × the no-load p99
-    /// (plus any latency the change added); the run's length if never.
+    /// of the server in force after it (the service-time p99 at the speed
+    /// in force, plus any latency the change added); the run's length if
+    /// never.
     pub recovery_s: Vec<f64>,
     /// In the last 10 s before the first change (or of the run), the
     /// controller's limit swing: (max − min) / mean.
@@ -451,27 +460,21 @@ fn exp_sample(rng: &mut ChaCha8Rng, mean: f64) -> f64 {
 }
 
 /// Appends a timeline point for every whole second up to `up_to_ms` not yet
-/// recorded.
+/// recorded; its latency is filled in at the end of the run, once every
+/// request of that second that will be answered has been.
 fn ticks(
     up_to_ms: u64,
     next_tick_ms: &mut u64,
-    per_second: &[Vec<f64>],
     limiter: &Limiter,
     inflight: usize,
     timeline: &mut Vec<(f64, f64, f64, f64)>,
 ) {
     while *next_tick_ms <= up_to_ms {
-        let i = (*next_tick_ms / 1000 - 1) as usize;
-        let p99 = if per_second[i].is_empty() {
-            f64::NAN
-        } else {
-            percentile_of(&mut per_second[i].clone(), 99.0)
-        };
         timeline.push((
             *next_tick_ms as f64 / 1000.0,
             limiter.limit(),
             inflight as f64,
-            p99,
+            f64::NAN,
         ));
         *next_tick_ms += 1_000;
     }
@@ -534,14 +537,7 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         let now_ns = ev.at_ns;
         let now_ms = now_ns / 1_000_000;
         let up_to = now_ms.min(s.duration_ms);
-        ticks(
-            up_to,
-            &mut next_tick_ms,
-            &per_second,
-            &limiter,
-            inflight,
-            &mut timeline,
-        );
+        ticks(up_to, &mut next_tick_ms, &limiter, inflight, &mut timeline);
         let now = Timestamp::from_nanos(now_ns);
         match ev.kind {
             Kind::Arrival => {
@@ -611,11 +607,24 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
     ticks(
         s.duration_ms,
         &mut next_tick_ms,
-        &per_second,
         &limiter,
         inflight,
         &mut timeline,
     );
+    // Each second's p99, over every request of it answered by the end.
+    let second_p99: Vec<f64> = per_second
+        .iter_mut()
+        .map(|v| {
+            if v.is_empty() {
+                f64::NAN
+            } else {
+                percentile_of(v, 99.0)
+            }
+        })
+        .collect();
+    for (point, p99) in timeline.iter_mut().zip(&second_p99) {
+        point.3 = *p99;
+    }
     let duration_s = s.duration_ms as f64 / 1000.0;
     let admitted = arrived - refused;
     // The most that could have been served: work can wait in the queue but
@@ -633,7 +642,6 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         capacity_so_far += s.speed_at(k * 100) * s.capacity_per_s() * 0.1;
         available = f64::min(available, arrived_so_far + capacity_total - capacity_so_far);
     }
-    let no_load_ms = s.no_load_p99_ms();
     let change_times: Vec<u64> = s
         .changes
         .iter()
@@ -645,15 +653,12 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         .iter()
         .map(|&at| {
             let from = (at / 1000) as usize;
-            per_second
+            let bound = s.recovery_bound_ms(at);
+            second_p99
                 .iter()
                 .enumerate()
                 .skip(from)
-                .find(|(_, v)| {
-                    let extra = s.extra_at(at) as f64;
-                    !v.is_empty()
-                        && percentile_of(&mut v.to_vec(), 99.0) <= 2.0 * no_load_ms + extra
-                })
+                .find(|(_, p99)| **p99 <= bound)
                 .map_or(duration_s, |(i, _)| (i - from) as f64)
         })
         .collect();
@@ -761,12 +766,23 @@ fn timeline_svg(s: &OverloadScenario, r: &OverloadResult) -> String {
         .filter(|v| v.is_finite())
         .fold(1.0f64, f64::max)
         .ceil();
+    // The bound recovery is judged against, a step at each change.
+    let mut bound = vec![(0.0, s.recovery_bound_ms(0))];
+    for c in &s.changes {
+        let at = match *c {
+            Change::Capacity { at_ms, .. } | Change::Latency { at_ms, .. } => at_ms,
+        };
+        bound.push((at as f64 / 1000.0, bound[bound.len() - 1].1));
+        bound.push((at as f64 / 1000.0, s.recovery_bound_ms(at)));
+    }
+    bound.push((t_max, bound[bound.len() - 1].1));
     let lat_max = r
         .timeline
         .iter()
         .map(|p| p.3)
+        .chain(bound.iter().map(|b| b.1))
         .filter(|v| v.is_finite())
-        .fold(s.no_load_p99_ms() * 2.0, f64::max)
+        .fold(0.0, f64::max)
         .ceil();
     let x = |t: f64| left + pw * t / t_max;
     let y_count = |v: f64| top + ph * (1.0 - v / count_max);
@@ -800,12 +816,11 @@ fn timeline_svg(s: &OverloadScenario, r: &OverloadResult) -> String {
             top + ph
         );
     }
-    let bound = 2.0 * s.no_load_p99_ms();
+    let pts = bound.iter().map(|&(t, b)| (x(t), y_lat(b))).collect();
     let _ = write!(
         svg,
-        r##"<line x1="{left}" x2="{0:.1}" y1="{1:.1}" y2="{1:.1}" stroke="#e9a" stroke-width="1"/>"##,
-        left + pw,
-        y_lat(bound)
+        r##"<polyline class="bound" points="{}" fill="none" stroke="#e9a" stroke-width="1"/>"##,
+        line(pts)
     );
     if r.timeline.iter().any(|p| p.1.is_finite()) {
         let pts = r.timeline.iter().map(|p| (x(p.0), y_count(p.1))).collect();
@@ -878,7 +893,7 @@ pub fn html(runs: &[(OverloadScenario, Vec<OverloadResult>)]) -> String {
 <style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}pre{background:#f6f6f6;padding:1em;overflow:auto}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.legend span{margin-right:1.5em}</style></head><body>
 <h1>Admission control under overload</h1>
-<p class="legend"><span style="color:#1f4e9c">━ limit</span><span style="color:#2a9d5c">━ in flight</span><span style="color:#b5651d">╍ p99 latency of each second's arrivals (right axis)</span><span style="color:#e9a">━ 2 × no-load p99</span><span style="color:#d55">┆ capacity or latency change</span></p>
+<p class="legend"><span style="color:#1f4e9c">━ limit</span><span style="color:#2a9d5c">━ in flight</span><span style="color:#b5651d">╍ p99 latency of each second's arrivals (right axis)</span><span style="color:#e9a">━ 2 × no-load p99 of the server in force</span><span style="color:#d55">┆ capacity or latency change</span></p>
 "#,
     );
     for (s, results) in runs {

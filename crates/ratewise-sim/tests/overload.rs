@@ -64,6 +64,17 @@ fn timelines_cover_the_run() {
 }
 
 #[test]
+fn a_seconds_latency_counts_the_answers_that_came_after_it() {
+    // Without admission control, requests queued while capacity is halved
+    // are answered seconds later: the chart's p99 of their second counts
+    // them (it once stopped at the second's end, so never above 1 s).
+    let s = OverloadScenario::capacity_halving();
+    let r = run(&s, Controller::None, 1);
+    let worst = r.timeline.iter().map(|p| p.3).fold(0.0, f64::max);
+    assert!(worst > 2.0 * s.timeout_ms as f64, "{worst}");
+}
+
+#[test]
 fn the_report_charts_every_controller_in_a_browser() {
     let s = OverloadScenario::capacity_halving();
     let results: Vec<_> = Controller::ALL.iter().map(|&c| run(&s, c, 1)).collect();
@@ -152,13 +163,9 @@ fn knee_holds_latency_and_goodput_when_capacity_halves() {
     let knee = means(&knee_runs);
     // Goodput: at least 90 % of the capacity available.
     assert!(knee[0] >= 0.9, "{knee:?}");
-    // Beats the fixed limit tuned for this very server, AIMD and Gradient2
-    // on two of the three, and loses to none by more than 10 %.
-    for rival in [
-        Controller::FixedTuned,
-        Controller::Aimd,
-        Controller::Gradient2,
-    ] {
+    // Beats the fixed limit tuned for this very server and AIMD on two of
+    // the three, and loses to neither by more than 10 %.
+    for rival in [Controller::FixedTuned, Controller::Aimd] {
         let theirs = means(&runs(&s, rival, seeds.clone()));
         let (wins, loss) = compare(knee, theirs);
         assert!(
@@ -168,9 +175,28 @@ fn knee_holds_latency_and_goodput_when_capacity_halves() {
         );
         assert!(loss <= 0.1, "{}: {loss} {knee:?} {theirs:?}", rival.name());
     }
-    // Vegas: near three times the goodput; not two wins (its p99 is lower
-    // because it admits a third of the work: docs/simulator.md).
-    let vegas = means(&runs(&s, Controller::Vegas, 1..=1));
+    // Gradient2 and Vegas: more goodput (Vegas: near three times as much),
+    // p99 within 10 % of theirs, and the same recovery: none of the three
+    // leaves the bound of the server in force. Not two wins: their p99 is
+    // lower because they admit less (docs/simulator.md has the arithmetic).
+    let mut vegas = [0.0; 3];
+    for rival in [Controller::Gradient2, Controller::Vegas] {
+        let rival_runs = runs(&s, rival, seeds.clone());
+        let theirs = means(&rival_runs);
+        if rival == Controller::Vegas {
+            vegas = theirs;
+        }
+        let (wins, loss) = compare(knee, theirs);
+        assert_eq!(wins, ["goodput"], "{}: {knee:?} {theirs:?}", rival.name());
+        assert!(loss <= 0.1, "{}: {loss} {knee:?} {theirs:?}", rival.name());
+        assert_eq!(knee[2], theirs[2], "{}", rival.name());
+        // Gradient2 holds 20 in flight on 20 workers: no queue, so nothing
+        // to recover from. Recovery judged against the full-speed bound
+        // (the half-speed service time's own p99) once said up to 7 s.
+        if rival == Controller::Gradient2 {
+            assert!(rival_runs.iter().all(|r| r.recovery_s == [0.0, 0.0]));
+        }
+    }
     assert!(knee[0] > 2.5 * vegas[0], "{knee:?} {vegas:?}");
 }
 

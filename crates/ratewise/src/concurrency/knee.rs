@@ -38,11 +38,18 @@ use crate::time::Timestamp;
 ///   `B` pulls it down (by a tenth of the gap); nothing pulls it up
 ///   except the test below, so a standing queue never becomes the new
 ///   normal.
-/// * **Hold or grow.** While the window's mean latency `r` is within
-///   `B × (1 + headroom)` (headroom 0.25 by default: a queue of about a
-///   quarter of the workers), or not significantly above it, the limit grows
-///   by `√limit / 2` per window, but only if the window used at least 90 %
-///   of it (an idle client does not inflate its limit).
+/// * **Hold or grow.** The target is `B + headroom × F`, where `F` is the
+///   fastest `B` learnt so far (headroom 0.25 by default: on the server it
+///   was learnt on, a queue of about a quarter of the workers). The queue's
+///   budget is thus a latency, not a share of the current latency: a server
+///   that became twice as slow gets the same milliseconds of queue, which
+///   is half as many queued requests, not twice the milliseconds. While the
+///   window's mean latency `r` is within the target, or not significantly
+///   above it, the limit grows by `√limit / 2` per window, scaled by the
+///   share of the room `headroom × F` still left above `r` (from the full
+///   step at `B` down to half of it near the target, so the limit settles
+///   instead of overshooting), but only if the window used at least 90 % of
+///   the limit (an idle client does not inflate its limit).
 /// * **Cut.** When `r` exceeds the target by more than two standard errors
 ///   of the window's mean (noise is not a signal), the limit is multiplied by
 ///   `√(target / r)` (at least ½): half the proportional step in log terms,
@@ -52,12 +59,13 @@ use crate::time::Timestamp;
 ///   admitted before still report the old queue, and cutting again on them
 ///   would cut twice for one queue (Envoy #11579 is the same mistake with
 ///   minRTT).
-/// * **The test.** If the limit has been cut to 60 % of where the episode
+/// * **The test.** If the limit has been cut to 70 % of where the episode
 ///   of cuts began, the latency is still above target and it fell by less
 ///   than 10 % since the window before (a queue we made drains as the
 ///   limit shrinks; once it is gone the latency stops falling), the
-///   latency is not a queue: `B` becomes the current latency, the target moves with
-///   it, and the limit grows back to the new knee. A latency spike of a
+///   latency is not a queue: `B` becomes the current latency, the target
+///   moves with it, the latest cut (which did not lower the latency) is
+///   undone, and the limit grows back to the new knee. A latency spike of a
 ///   slow dependency (more in flight for the same throughput, by Little's
 ///   law) is therefore followed within a few windows instead of being
 ///   answered by refusing the work.
@@ -94,11 +102,25 @@ pub struct Knee {
     /// The no-queue mean latency in seconds; `None` until the first window.
     baseline: Option<f64>,
     window: Window,
-    /// The limit and the latency of the latest window of the current run
-    /// of cuts.
-    episode: Option<(f64, f64)>,
+    /// The current run of cuts: the limit it began at, the latest window's
+    /// latency and the limit before the latest cut.
+    episode: Option<Episode>,
     /// Bumped at each cut: only requests admitted after it judge it.
     epoch: u64,
+    /// The lowest no-queue latency learnt so far, in seconds: the headroom
+    /// is a share of it.
+    fastest: Option<f64>,
+}
+
+/// A run of cuts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Episode {
+    /// The limit when the first cut was made.
+    start: f64,
+    /// The mean latency of the latest window, in seconds.
+    latency: f64,
+    /// The limit before the latest cut.
+    before: f64,
 }
 
 /// The samples pooled since the last decision.
@@ -116,7 +138,7 @@ struct Window {
 const MIN_SAMPLES: u32 = 128;
 /// A cut to this share of the episode's starting limit, with latency still
 /// significantly high, re-learns the baseline...
-const TEST_CUT: f64 = 0.6;
+const TEST_CUT: f64 = 0.7;
 /// ...if the latency fell by less than this share since the window
 /// before.
 const TEST_FALL: f64 = 0.1;
@@ -149,6 +171,7 @@ impl Knee {
             window: Window::default(),
             episode: None,
             epoch: 0,
+            fastest: None,
         }
     }
 
@@ -159,8 +182,9 @@ impl Knee {
     }
 
     /// The latency above the no-queue latency the limit may cost, as a share
-    /// of it (0.25: a mean latency up to 25 % above no-queue). Negative or
-    /// NaN values count as 0; at most 10.
+    /// of the fastest no-queue latency learnt (0.25: a mean latency up to
+    /// 25 % above no-queue while the server is as fast as it has been).
+    /// Negative or NaN values count as 0; at most 10.
     pub fn with_headroom(mut self, headroom: f64) -> Self {
         self.headroom = super::clamp(headroom, 0.0, 10.0);
         self
@@ -193,13 +217,31 @@ impl Knee {
             Some(b) => b,
         };
         self.baseline = Some(base);
-        let target = base * (1.0 + self.headroom);
+        // The queueing the limit may cost, in seconds: a share of the
+        // fastest the server has been, so a server that became slower gets
+        // the same latency budget, not a larger one.
+        let fastest = self.fastest.map_or(base, |f| f.min(base));
+        self.fastest = Some(fastest);
+        let room = self.headroom * fastest;
+        let target = base + room;
         if r - SIGNIFICANT * se > target {
-            let (start, prev) = *self.episode.get_or_insert((self.limit, f64::INFINITY));
-            self.episode = Some((start, r));
-            if self.limit <= (start * TEST_CUT).max(self.min) && r >= (1.0 - TEST_FALL) * prev {
-                // Cut hard and the latency stayed: not our queue.
+            let episode = *self.episode.get_or_insert(Episode {
+                start: self.limit,
+                latency: f64::INFINITY,
+                before: self.limit,
+            });
+            self.episode = Some(Episode {
+                latency: r,
+                before: self.limit,
+                ..episode
+            });
+            if self.limit <= (episode.start * TEST_CUT).max(self.min)
+                && r >= (1.0 - TEST_FALL) * episode.latency
+            {
+                // Cut hard and the latency stayed: not our queue. The
+                // latest cut did not lower the latency either: undo it.
                 self.baseline = Some(r);
+                self.limit = episode.before;
                 self.episode = None;
                 return;
             }
@@ -210,7 +252,10 @@ impl Knee {
         } else {
             self.episode = None;
             if w.peak as f64 >= 0.9 * self.limit.floor() {
-                let next = self.limit + self.limit.sqrt() / 2.0;
+                // The full step while the latency has most of its room left,
+                // down to half of it near the target.
+                let left = 1.0 - (r - base) / room.max(f64::MIN_POSITIVE);
+                let next = self.limit + super::clamp(left, 0.5, 1.0) * self.limit.sqrt() / 2.0;
                 self.limit = super::clamp(next, self.min, self.max);
             }
         }
@@ -292,21 +337,69 @@ mod tests {
         // A late answer to a request admitted before the cut is not counted.
         k.on_sample(sample(t, 90, 27, false));
         assert_eq!(k.window.count, 0);
-        // Still 40 ms: cut again, twice, down to 49 % of where the cuts
-        // began (27.5), under the 60 % of the test.
+        // Still 40 ms: cut again, to 62.5 % of where the cuts began (27.5),
+        // under the 70 % of the test.
         let t = window(&mut k, t, 40, 21);
-        let t = window(&mut k, t, 40, 17);
-        let cut = 27.5 * g * g * g;
+        let cut = 27.5 * g * g;
         assert!((k.limit - cut).abs() < 1e-9, "{}", k.limit);
         // The next window finds the latency where it was: the server, not a
-        // queue. The baseline is learnt again at 40 ms and the limit holds.
-        let t = window(&mut k, t, 40, 13);
+        // queue. The baseline is learnt again at 40 ms, and the latest cut,
+        // which did not lower the latency, is undone.
+        let t = window(&mut k, t, 40, 17);
         assert_eq!(k.baseline(), Some(Duration::from_millis(40)));
-        assert!((k.limit - cut).abs() < 1e-9);
-        // From there it grows back at the new latency.
+        let undone = 27.5 * g;
+        assert!((k.limit - undone).abs() < 1e-9, "{}", k.limit);
+        // From there it grows back at the new latency, by the full step: the
+        // target is 40 ms plus a quarter of the fastest no-queue latency
+        // seen (20 ms), and a 40 ms window has all that room left.
         let used = k.limit() + 1;
         window(&mut k, t, 40, used);
-        assert!(k.limit > cut);
+        assert!(
+            (k.limit - (undone + undone.sqrt() / 2.0)).abs() < 1e-9,
+            "{}",
+            k.limit
+        );
+    }
+
+    #[test]
+    fn the_step_shrinks_near_the_target() {
+        // Baseline 20 ms, target 25 ms: a 24 ms window has a fifth of its
+        // room left and grows by half the step (the least), a 22 ms window
+        // by 60 % of it.
+        let mut k = Knee::new(25, 4, 200);
+        let t = window(&mut k, 0, 20, 25);
+        let l = k.limit;
+        let t = window(&mut k, t, 24, 27);
+        assert!(
+            (k.limit - (l + 0.5 * l.sqrt() / 2.0)).abs() < 1e-9,
+            "{}",
+            k.limit
+        );
+        let l = k.limit;
+        window(&mut k, t, 22, 28);
+        assert!(
+            (k.limit - (l + 0.6 * l.sqrt() / 2.0)).abs() < 1e-9,
+            "{}",
+            k.limit
+        );
+    }
+
+    #[test]
+    fn a_slower_server_gets_the_same_latency_budget_not_a_larger_one() {
+        // Learnt at 20 ms (budget: a quarter of it, 5 ms), then the server
+        // halves its speed and the baseline is learnt again at 40 ms.
+        let mut k = Knee::new(30, 4, 200);
+        let mut t = window(&mut k, 0, 20, 10);
+        while k.baseline() != Some(Duration::from_millis(40)) {
+            let used = k.limit();
+            t = window(&mut k, t, 40, used);
+        }
+        // 47 ms is 17.5 % above the new baseline, within a relative quarter
+        // (50 ms) but 7 ms of queue, over the 5 ms budget: a cut.
+        let (l, epoch) = (k.limit, k.epoch());
+        let used = k.limit();
+        window(&mut k, t, 47, used);
+        assert!(k.limit < l && k.epoch() == epoch + 1, "{}", k.limit);
     }
 
     #[test]
