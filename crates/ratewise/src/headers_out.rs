@@ -14,7 +14,7 @@
 //!
 //! Values are formatted into a [`HeaderBuf`], a fixed buffer on the stack;
 //! nothing here touches the heap. A server turns the bytes into its own
-//! header type (with the `http` feature, [`HeaderBuf::to_header_value`] —
+//! header type (with the `http` feature, `HeaderBuf::to_header_value` —
 //! `http::HeaderValue` itself copies the bytes once).
 //!
 //! ```
