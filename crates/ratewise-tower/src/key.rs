@@ -11,7 +11,7 @@ use ipnet::IpNet;
 /// The identity a request is charged to. Cheap to clone and hash; this is
 /// the key of the per-key limiters (and what a shared backend such as Redis
 /// stores, through its [`Display`](fmt::Display) form).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Key {
     /// Every request shares one bucket ([`KeySource::Global`]).
@@ -34,14 +34,111 @@ impl Key {
     }
 }
 
+impl Key {
+    /// This key as a [`KeyRef`].
+    pub(crate) fn as_key_ref(&self) -> KeyRef<'_> {
+        match self {
+            Key::Global => KeyRef::Global,
+            Key::Anonymous => KeyRef::Anonymous,
+            Key::Ip(ip) => KeyRef::Ip(*ip),
+            Key::Text(s) => KeyRef::Text(s),
+            Key::Number(n) => KeyRef::Number(*n),
+        }
+    }
+}
+
+/// Hashed as its [`KeyRef`] is, so that a key borrowed from a request and
+/// the same key owned hash alike.
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_key_ref().hash(state);
+    }
+}
+
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_key_ref().fmt(f)
+    }
+}
+
+/// A [`Key`] that borrows its text from the request: what the in-memory
+/// path decides with, so that an admitted request allocates no key. It
+/// becomes a [`Key`] only where one must be kept (an async backend, a
+/// limiter kept by keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyRef<'a> {
+    Global,
+    Anonymous,
+    Ip(IpAddr),
+    Text(&'a str),
+    Number(u64),
+}
+
+impl KeyRef<'_> {
+    /// The owned key.
+    pub(crate) fn to_key(self) -> Key {
         match self {
-            Key::Global => f.write_str("global"),
-            Key::Anonymous => f.write_str("anonymous"),
-            Key::Ip(ip) => write!(f, "ip:{ip}"),
-            Key::Text(s) => write!(f, "text:{s}"),
-            Key::Number(n) => write!(f, "n:{n}"),
+            KeyRef::Global => Key::Global,
+            KeyRef::Anonymous => Key::Anonymous,
+            KeyRef::Ip(ip) => Key::Ip(ip),
+            KeyRef::Text(s) => Key::Text(s.into()),
+            KeyRef::Number(n) => Key::Number(n),
+        }
+    }
+}
+
+impl std::hash::Hash for KeyRef<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            KeyRef::Global => state.write_u8(0),
+            KeyRef::Anonymous => state.write_u8(1),
+            KeyRef::Ip(ip) => {
+                state.write_u8(2);
+                ip.hash(state);
+            }
+            KeyRef::Text(s) => {
+                state.write_u8(3);
+                s.hash(state);
+            }
+            KeyRef::Number(n) => {
+                state.write_u8(4);
+                state.write_u64(*n);
+            }
+        }
+    }
+}
+
+impl fmt::Display for KeyRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyRef::Global => f.write_str("global"),
+            KeyRef::Anonymous => f.write_str("anonymous"),
+            KeyRef::Ip(ip) => write!(f, "ip:{ip}"),
+            KeyRef::Text(s) => write!(f, "text:{s}"),
+            KeyRef::Number(n) => write!(f, "n:{n}"),
+        }
+    }
+}
+
+/// A request's key as found: borrowed from the request, or owned when a
+/// closure made it.
+pub(crate) enum FoundKey<'a> {
+    Borrowed(KeyRef<'a>),
+    Owned(Key),
+}
+
+impl FoundKey<'_> {
+    pub(crate) fn get(&self) -> KeyRef<'_> {
+        match self {
+            FoundKey::Borrowed(k) => *k,
+            FoundKey::Owned(k) => k.as_key_ref(),
+        }
+    }
+
+    pub(crate) fn into_key(self) -> Key {
+        match self {
+            FoundKey::Borrowed(k) => k.to_key(),
+            FoundKey::Owned(k) => k,
         }
     }
 }
@@ -360,19 +457,25 @@ impl KeySource {
 
     /// The key of a request, or `None` if it carries none.
     pub fn extract(&self, info: &RequestInfo<'_>) -> Option<Key> {
+        self.find(info).map(FoundKey::into_key)
+    }
+
+    /// [`KeySource::extract`], borrowing a header's text from the request.
+    pub(crate) fn find<'a>(&self, info: &RequestInfo<'a>) -> Option<FoundKey<'a>> {
+        let found = |k| Some(FoundKey::Borrowed(k));
         match self {
-            KeySource::Global => Some(Key::Global),
-            KeySource::PeerIp(g) => info.peer_addr().map(|a| Key::Ip(g.group(a.ip()))),
-            KeySource::ClientIp(p, g) => info
-                .peer_addr()
-                .map(|a| Key::Ip(g.group(p.client_ip(a.ip(), info.headers)))),
+            KeySource::Global => found(KeyRef::Global),
+            KeySource::PeerIp(g) => found(KeyRef::Ip(g.group(info.peer_addr()?.ip()))),
+            KeySource::ClientIp(p, g) => found(KeyRef::Ip(
+                g.group(p.client_ip(info.peer_addr()?.ip(), info.headers)),
+            )),
             KeySource::Header(name) => info
                 .headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .filter(|s| !s.is_empty())
-                .map(Key::from),
-            KeySource::Custom(f) => f(info),
+                .map(|s| FoundKey::Borrowed(KeyRef::Text(s))),
+            KeySource::Custom(f) => f(info).map(FoundKey::Owned),
         }
     }
 }
@@ -389,6 +492,41 @@ pub enum MissingKey {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
+    fn any_key() -> impl Strategy<Value = Key> {
+        prop_oneof![
+            Just(Key::Global),
+            Just(Key::Anonymous),
+            any::<[u8; 4]>().prop_map(|b| Key::Ip(IpAddr::from(b))),
+            any::<[u8; 16]>().prop_map(|b| Key::Ip(IpAddr::from(b))),
+            ".{0,40}".prop_map(Key::text),
+            any::<u64>().prop_map(Key::Number),
+        ]
+    }
+
+    proptest! {
+        /// The in-memory path decides with keys borrowed from the request
+        /// and the policy stores key their tables by hash: a borrowed key
+        /// must hash, compare and print exactly as the owned one.
+        #[test]
+        fn a_borrowed_key_is_its_owned_key(a in any_key(), b in any_key()) {
+            let hash = |k: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                k(&mut h);
+                std::hash::Hasher::finish(&h)
+            };
+            use std::hash::Hash;
+            prop_assert_eq!(
+                hash(&|h| a.hash(h)),
+                hash(&|h| a.as_key_ref().hash(h))
+            );
+            prop_assert_eq!(a.as_key_ref().to_key(), a.clone());
+            prop_assert_eq!(a.as_key_ref().to_string(), a.to_string());
+            prop_assert_eq!(a.as_key_ref() == b.as_key_ref(), a == b);
+        }
+    }
+
     use super::*;
 
     fn ip(s: &str) -> IpAddr {
@@ -455,7 +593,6 @@ mod tests {
 
     mod props {
         use super::*;
-        use proptest::prelude::*;
 
         fn any_ip() -> impl Strategy<Value = IpAddr> {
             prop_oneof![

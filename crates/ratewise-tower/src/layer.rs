@@ -18,7 +18,7 @@ use ratewise::{Clock, MonotonicClock, Quota, Timestamp};
 use tower::{Layer, Service};
 
 use crate::body::RateLimitBody;
-use crate::key::{Key, KeySource, MissingKey, RequestInfo};
+use crate::key::{FoundKey, Key, KeyRef, KeySource, MissingKey, RequestInfo};
 use crate::observe::{BackendStatus, LayerMetrics, PolicyStatus, SetStatus, Status, WarnGate};
 use crate::policy::{Policy, PolicyRuntime, PolicySet, Refusal, Scope, MAX_POLICIES};
 use crate::problem;
@@ -474,7 +474,7 @@ impl Shared {
 
     /// Counts the verdict, logs a refusal (rate-limited), and returns
     /// whether the request goes on (admitted, or refused in shadow mode).
-    fn record(&self, set: &PolicySet, v: &Verdict, key: &Key, now: Timestamp) -> bool {
+    fn record(&self, set: &PolicySet, v: &Verdict, key: KeyRef<'_>, now: Timestamp) -> bool {
         let shadow = self.shadow.load(Ordering::Relaxed);
         if v.allowed {
             for p in &set.policies {
@@ -818,10 +818,10 @@ where
         if cost == 0 {
             return ResponseFuture::inner(self.inner.call(req), None, shared);
         }
-        let key = match shared.key.extract(&info) {
+        let found = match shared.key.find(&info) {
             Some(k) => k,
             None => match shared.missing {
-                MissingKey::Anonymous => Key::Anonymous,
+                MissingKey::Anonymous => FoundKey::Borrowed(KeyRef::Anonymous),
                 MissingKey::Reject(status) => {
                     return ResponseFuture::done(
                         problem::simple(status, "the request carries no rate-limit key"),
@@ -833,6 +833,7 @@ where
         let set_index = shared.select(&info);
         if let Some(backend) = &shared.backend {
             let start = quanta::Instant::now();
+            let key = found.into_key();
             let decision = backend.check(key.clone(), cost);
             // The backend answers later, when the request is gone.
             let grpc = grpc();
@@ -852,12 +853,13 @@ where
                 shared,
             };
         }
+        let key = found.get();
         let set = &shared.sets[set_index];
         let now = shared.clock.now();
         let span = tracing::debug_span!("ratewise_decision", set = %set.name, %key, cost);
         let _entered = span.enter();
         let mut verdict = Verdict::empty();
-        match set.decide(&key, cost, now, &mut verdict) {
+        match set.decide(key, cost, now, &mut verdict) {
             Ok(()) => {}
             Err(Refusal::Invalid(i, e)) => {
                 let name = set.policies.get(i).map_or("", |p| &*p.name);
@@ -873,7 +875,7 @@ where
             }
             Err(Refusal::NotInMemory) => {}
         }
-        let proceed = shared.record(set, &verdict, &key, now);
+        let proceed = shared.record(set, &verdict, key, now);
         tracing::debug!(allowed = verdict.allowed, proceed, "decided");
         drop(_entered);
         if proceed {
@@ -1014,7 +1016,7 @@ where
                             v.retry_after = d.retry_after.filter(|_| !d.allowed);
                             v.source = bd.source;
                             v.push(PolicyState::from_decision(0, &d, !d.allowed));
-                            let proceed = shared.record(set, &v, &key, now);
+                            let proceed = shared.record(set, &v, key.as_key_ref(), now);
                             tracing::debug!(%key, allowed = v.allowed, source = bd.source.as_str(), "decided");
                             if proceed {
                                 let show =

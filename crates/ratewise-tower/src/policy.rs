@@ -12,7 +12,7 @@ use ratewise::limiter::Reservation;
 use ratewise::striped::StripedCounter;
 use ratewise::{CheckError, Decision, Gcra, Quota, RateLimiter, Timestamp};
 
-use crate::key::Key;
+use crate::key::{Key, KeyRef};
 use crate::verdict::{PolicyState, Verdict};
 
 /// The most policies one request can be checked against (a verdict holds
@@ -164,10 +164,15 @@ impl Policy {
 
 /// What the engine needs of a policy's limiter.
 pub(crate) trait PolicyStore: Send + Sync {
-    fn check_at(&self, key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError>;
-    fn peek_at(&self, key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError>;
-    fn reserve_now(&self, key: &Key, n: u64, now: Timestamp) -> Result<Reservation, KeyedError>;
-    fn cancel_at(&self, key: &Key, r: Reservation, now: Timestamp);
+    fn check_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError>;
+    fn peek_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError>;
+    fn reserve_now(
+        &self,
+        key: KeyRef<'_>,
+        n: u64,
+        now: Timestamp,
+    ) -> Result<Reservation, KeyedError>;
+    fn cancel_at(&self, key: KeyRef<'_>, r: Reservation, now: Timestamp);
     fn set_quota_at(&self, quota: Quota, now: Timestamp);
     fn keys(&self) -> usize;
 }
@@ -178,17 +183,24 @@ where
     C: ratewise::Clock,
     Self: Send + Sync,
 {
-    fn check_at(&self, key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        keyed_check(self, key, n, now)
+    // A limiter kept by keys needs the key itself: made here, once per
+    // request, as extracting it used to.
+    fn check_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        keyed_check(self, &key.to_key(), n, now)
     }
-    fn peek_at(&self, key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        KeyedLimiter::peek_at(self, key, n, now)
+    fn peek_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+        KeyedLimiter::peek_at(self, &key.to_key(), n, now)
     }
-    fn reserve_now(&self, key: &Key, n: u64, now: Timestamp) -> Result<Reservation, KeyedError> {
-        self.reserve_within_at(key, n, now, Duration::ZERO)
+    fn reserve_now(
+        &self,
+        key: KeyRef<'_>,
+        n: u64,
+        now: Timestamp,
+    ) -> Result<Reservation, KeyedError> {
+        self.reserve_within_at(&key.to_key(), n, now, Duration::ZERO)
     }
-    fn cancel_at(&self, key: &Key, r: Reservation, now: Timestamp) {
-        let _ = KeyedLimiter::cancel_at(self, key, r, now);
+    fn cancel_at(&self, key: KeyRef<'_>, r: Reservation, now: Timestamp) {
+        let _ = KeyedLimiter::cancel_at(self, &key.to_key(), r, now);
     }
     fn set_quota_at(&self, quota: Quota, _now: Timestamp) {
         self.set_default_quota(quota);
@@ -259,7 +271,7 @@ struct HashedKeys<C> {
 }
 
 impl<C> HashedKeys<C> {
-    fn id(&self, key: &Key) -> u64 {
+    fn id(&self, key: KeyRef<'_>) -> u64 {
         std::hash::BuildHasher::hash_one(&self.hasher, key)
     }
 }
@@ -269,17 +281,22 @@ where
     C: ratewise::Clock,
     KeyedLimiter<u64, ratewise::keyed::GcraState, C>: Send + Sync,
 {
-    fn check_at(&self, key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+    fn check_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         keyed_check(&self.limiter, &self.id(key), n, now)
     }
-    fn peek_at(&self, key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+    fn peek_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         self.limiter.peek_at(&self.id(key), n, now)
     }
-    fn reserve_now(&self, key: &Key, n: u64, now: Timestamp) -> Result<Reservation, KeyedError> {
+    fn reserve_now(
+        &self,
+        key: KeyRef<'_>,
+        n: u64,
+        now: Timestamp,
+    ) -> Result<Reservation, KeyedError> {
         self.limiter
             .reserve_within_at(&self.id(key), n, now, Duration::ZERO)
     }
-    fn cancel_at(&self, key: &Key, r: Reservation, now: Timestamp) {
+    fn cancel_at(&self, key: KeyRef<'_>, r: Reservation, now: Timestamp) {
         let _ = self.limiter.cancel_at(&self.id(key), r, now);
     }
     fn set_quota_at(&self, quota: Quota, _now: Timestamp) {
@@ -293,16 +310,21 @@ where
 struct GlobalStore<L>(L);
 
 impl<L: RateLimiter> PolicyStore for GlobalStore<L> {
-    fn check_at(&self, _key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+    fn check_at(&self, _key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         self.0.check_at(n, now)
     }
-    fn peek_at(&self, _key: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
+    fn peek_at(&self, _key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         self.0.peek_at(n, now)
     }
-    fn reserve_now(&self, _key: &Key, n: u64, now: Timestamp) -> Result<Reservation, KeyedError> {
+    fn reserve_now(
+        &self,
+        _key: KeyRef<'_>,
+        n: u64,
+        now: Timestamp,
+    ) -> Result<Reservation, KeyedError> {
         Ok(self.0.reserve_within_at(n, now, Duration::ZERO)?)
     }
-    fn cancel_at(&self, _key: &Key, r: Reservation, now: Timestamp) {
+    fn cancel_at(&self, _key: KeyRef<'_>, r: Reservation, now: Timestamp) {
         let _ = self.0.cancel_at(r, now);
     }
     fn set_quota_at(&self, quota: Quota, now: Timestamp) {
@@ -319,13 +341,13 @@ struct SharedLevel(Arc<dyn PolicyStore>);
 
 impl Level<Key> for SharedLevel {
     fn peek_at(&self, req: &Key, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        self.0.peek_at(req, n, now)
+        self.0.peek_at(req.as_key_ref(), n, now)
     }
     fn reserve_now(&self, req: &Key, n: u64, now: Timestamp) -> Result<Reservation, KeyedError> {
-        self.0.reserve_now(req, n, now)
+        self.0.reserve_now(req.as_key_ref(), n, now)
     }
     fn cancel_at(&self, req: &Key, reservation: Reservation, now: Timestamp) {
-        self.0.cancel_at(req, reservation, now)
+        self.0.cancel_at(req.as_key_ref(), reservation, now)
     }
 }
 
@@ -488,7 +510,7 @@ impl PolicySet {
     /// copied several hundred bytes per request, twice.
     pub(crate) fn decide(
         &self,
-        key: &Key,
+        key: KeyRef<'_>,
         n: u64,
         now: Timestamp,
         v: &mut Verdict,
@@ -509,7 +531,7 @@ impl PolicySet {
 
     fn decide_enforced(
         &self,
-        key: &Key,
+        key: KeyRef<'_>,
         n: u64,
         now: Timestamp,
         v: &mut Verdict,
@@ -531,8 +553,10 @@ impl PolicySet {
             v.retry_after = d.retry_after.filter(|_| !d.allowed);
             return Ok(());
         }
+        // Several policies: the hierarchy keeps the key while it reserves
+        // at each level.
         let hd = h
-            .check_at(key, n, now)
+            .check_at(&key.to_key(), n, now)
             .map_err(|e| Refusal::Invalid(e.index, e.source))?;
         v.allowed = hd.allowed;
         v.retry_after = hd.retry_after.filter(|_| !hd.allowed);
@@ -593,21 +617,44 @@ mod tests {
         ];
         for key in &keys {
             for _ in 0..2 {
-                assert!(store.check_at(key, 1, at(0)).unwrap().allowed, "{key}");
+                assert!(
+                    store.check_at(key.as_key_ref(), 1, at(0)).unwrap().allowed,
+                    "{key}"
+                );
             }
-            let third = store.check_at(key, 1, at(0)).unwrap();
+            let third = store.check_at(key.as_key_ref(), 1, at(0)).unwrap();
             assert!(!third.allowed, "{key}: its own quota, spent");
             assert_eq!(third.retry_after, Some(Duration::from_millis(500)));
         }
         assert_eq!(store.keys(), keys.len());
         // A peek agrees with the checks, and a reservation is kept by the
         // same key.
-        assert!(!store.peek_at(&keys[0], 1, at(0)).unwrap().allowed);
-        assert!(store.peek_at(&keys[0], 1, at(500)).unwrap().allowed);
-        let r = store.reserve_now(&keys[0], 1, at(500)).unwrap();
-        assert!(!store.check_at(&keys[0], 1, at(500)).unwrap().allowed);
-        store.cancel_at(&keys[0], r, at(500));
-        assert!(store.check_at(&keys[0], 1, at(500)).unwrap().allowed);
+        assert!(
+            !store
+                .peek_at(keys[0].as_key_ref(), 1, at(0))
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            store
+                .peek_at(keys[0].as_key_ref(), 1, at(500))
+                .unwrap()
+                .allowed
+        );
+        let r = store.reserve_now(keys[0].as_key_ref(), 1, at(500)).unwrap();
+        assert!(
+            !store
+                .check_at(keys[0].as_key_ref(), 1, at(500))
+                .unwrap()
+                .allowed
+        );
+        store.cancel_at(keys[0].as_key_ref(), r, at(500));
+        assert!(
+            store
+                .check_at(keys[0].as_key_ref(), 1, at(500))
+                .unwrap()
+                .allowed
+        );
     }
 
     #[test]
