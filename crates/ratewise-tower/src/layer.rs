@@ -801,32 +801,34 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let shared = self.shared.clone();
+        // Borrowed, not cloned: only the async-backend path's future needs
+        // the shared state after `call` returns.
+        let shared = &*self.shared;
         let info = RequestInfo::new(&req);
         // Whether to answer in gRPC's form is asked only where the layer
         // answers itself: an admitted request never needs it.
         let grpc = || problem::is_grpc(info.headers);
         if !shared.enabled.load(Ordering::Relaxed) {
             shared.metrics.get().bypass_disabled.increment(1);
-            return ResponseFuture::inner(self.inner.call(req), None, shared);
+            return ResponseFuture::inner(self.inner.call(req), None);
         }
         if shared.bypass.as_ref().is_some_and(|f| f(&info)) {
             shared.metrics.get().bypass_predicate.increment(1);
-            return ResponseFuture::inner(self.inner.call(req), None, shared);
+            return ResponseFuture::inner(self.inner.call(req), None);
         }
         let cost = shared.cost.as_ref().map_or(1, |f| f(&info));
         if cost == 0 {
-            return ResponseFuture::inner(self.inner.call(req), None, shared);
+            return ResponseFuture::inner(self.inner.call(req), None);
         }
         let found = match shared.key.find(&info) {
             Some(k) => k,
             None => match shared.missing {
                 MissingKey::Anonymous => FoundKey::Borrowed(KeyRef::Anonymous),
                 MissingKey::Reject(status) => {
-                    return ResponseFuture::done(
-                        problem::simple(status, "the request carries no rate-limit key"),
-                        shared,
-                    );
+                    return ResponseFuture::done(problem::simple(
+                        status,
+                        "the request carries no rate-limit key",
+                    ));
                 }
             },
         };
@@ -848,9 +850,9 @@ where
                         key: Some(key),
                         start,
                         grpc,
+                        shared: self.shared.clone(),
                     }),
                 },
-                shared,
             };
         }
         let key = found.get();
@@ -864,14 +866,11 @@ where
             Err(Refusal::Invalid(i, e)) => {
                 let name = set.policies.get(i).map_or("", |p| &*p.name);
                 tracing::debug!(policy = name, error = %e, "request can never be admitted");
-                return ResponseFuture::done(
-                    problem::simple_for(
-                        grpc(),
-                        StatusCode::BAD_REQUEST,
-                        &format!("policy \"{name}\" can never admit this request: {e}"),
-                    ),
-                    shared,
-                );
+                return ResponseFuture::done(problem::simple_for(
+                    grpc(),
+                    StatusCode::BAD_REQUEST,
+                    &format!("policy \"{name}\" can never admit this request: {e}"),
+                ));
             }
             Err(Refusal::NotInMemory) => {}
         }
@@ -884,11 +883,11 @@ where
             // Measured on the layer's clock, read once more: the decision
             // already read it, so this costs one clock read, not two.
             shared.record_latency(now);
-            ResponseFuture::inner(self.inner.call(req), headers, shared)
+            ResponseFuture::inner(self.inner.call(req), headers)
         } else {
             shared.record_latency(now);
             let res = shared.refusal(set, &verdict, grpc());
-            ResponseFuture::done(res, shared)
+            ResponseFuture::done(res)
         }
     }
 }
@@ -901,7 +900,6 @@ pin_project! {
     {
         #[pin]
         state: State<S, ReqB>,
-        shared: Arc<Shared>,
     }
 }
 
@@ -935,25 +933,24 @@ struct Pending<S, ReqB> {
     key: Option<Key>,
     start: quanta::Instant,
     grpc: bool,
+    shared: Arc<Shared>,
 }
 
 impl<S, ReqB> ResponseFuture<S, ReqB>
 where
     S: Service<Request<ReqB>>,
 {
-    fn inner(fut: S::Future, headers: Option<ReadyHeaders>, shared: Arc<Shared>) -> Self {
+    fn inner(fut: S::Future, headers: Option<ReadyHeaders>) -> Self {
         ResponseFuture {
             state: State::Inner { fut, headers },
-            shared,
         }
     }
 
-    fn done(response: Response<Bytes>, shared: Arc<Shared>) -> Self {
+    fn done(response: Response<Bytes>) -> Self {
         ResponseFuture {
             state: State::Done {
                 response: Some(response),
             },
-            shared,
         }
     }
 }
@@ -967,7 +964,6 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             let this = self.as_mut().project();
-            let shared: &Shared = this.shared;
             let next = match this.state.project() {
                 StateProj::Inner { fut, headers } => {
                     let mut res = ready!(fut.poll(cx))?;
@@ -993,7 +989,9 @@ where
                         key,
                         start,
                         grpc,
+                        shared,
                     } = &mut **pending;
+                    let shared: &Shared = shared;
                     let grpc = *grpc;
                     let outcome = ready!(decision.as_mut().poll(cx));
                     let (Some(mut svc), Some(request), Some(key)) =
