@@ -145,6 +145,32 @@ impl<C: Clock> Gcra<C> {
         &self.clock
     }
 
+    /// Forgets every unit granted and every credit saved: the next unit is
+    /// available at `at` and the ones after it one interval apart (credit
+    /// builds up from `at` on, as in any idle limiter). What earlier reservations were
+    /// promised is no longer counted against later ones: a caller that
+    /// reserved before this and has not acted yet should reserve again. For
+    /// a client pacer that re-plans its schedule after a change of pace;
+    /// a server limiter has no use for it.
+    pub(crate) fn restart_at(&self, at: Timestamp) {
+        let at = at.as_nanos();
+        let writer = self.config.lock_writer();
+        let (quota, origin) = self.config.load();
+        let (generation, tat) = split(self.tat.swap(RECONFIGURING, Ordering::AcqRel));
+        let (origin, _) = math::rebase(tat, origin, at);
+        let at = math::relative(at, origin).unwrap_or(0);
+        // A reservation at `t <= at` commits `max(tat, t) + e` and acts at
+        // that minus the window: exactly `at`.
+        let new_tat = (at + quota.window_nanos())
+            .saturating_sub(quota.emission_nanos())
+            .min(TAT_MAX);
+        self.config.store_locked(&writer, quota, origin);
+        self.tat.store(
+            generation.wrapping_add(VALUE_MASK + 1) | new_tat,
+            Ordering::Release,
+        );
+    }
+
     /// `None` if the TAT word is still `word`; otherwise the current word
     /// (waiting out a re-configuration in progress). The fence orders the
     /// quota reads before it ahead of the re-read.
