@@ -12,7 +12,7 @@
 //!    little jitter so a fleet does not resume on the same instant. A
 //!    `Retry-After` of a second or less may be a few milliseconds rounded up
 //!    to whole seconds; when the partition's successes came back fast lately
-//!    (at least 20 in the last one to two seconds), the partition pauses only
+//!    (at least 5 in the last one to two seconds), the partition pauses only
 //!    two intervals at that admitted rate, while the refused call itself
 //!    still waits the whole `Retry-After`. If an attempt sent after such a
 //!    short pause is refused before one succeeds, the next pause is the
@@ -101,7 +101,7 @@ pub const POLICY_HEADROOM: f64 = 0.95;
 /// The fewest successes over the last one to two seconds for a partition's
 /// admitted rate to shorten the pause after a `Retry-After` of a second or
 /// less (see the module docs).
-const SHORT_PAUSE_MIN_ADMITTED: u32 = 20;
+const SHORT_PAUSE_MIN_ADMITTED: u32 = 5;
 
 /// How many intervals at the admitted rate such a shortened pause lasts.
 const SHORT_PAUSE_INTERVALS: f64 = 2.0;
