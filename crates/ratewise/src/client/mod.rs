@@ -213,7 +213,7 @@ pub trait Strategy: Send {
     /// passed, just before the attempt is sent at `now`: a further wait
     /// (then it is asked again), or zero to send now. The default sends at
     /// once; a strategy whose waits were handed out from a schedule that
-    /// can change meanwhile ([`ThrottleStrategy`](throttle_strategy::ThrottleStrategy):
+    /// can change meanwhile ([`ThrottleStrategy`]:
     /// a cut or a pause shared by many calls) says how much longer.
     fn before_send(&mut self, _now: Timestamp) -> Duration {
         Duration::ZERO
