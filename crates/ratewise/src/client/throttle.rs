@@ -1777,7 +1777,9 @@ mod tests {
     #[test]
     fn many_threads_call_through_one_shared_throttle_at_once() {
         // Eight threads, one partition, each with its own calls in flight
-        // at the same time: every call ends, every attempt is counted once.
+        // at the same time, each re-checking its slot before it sends as the
+        // drivers do (other threads' cuts and pauses re-plan it): every call
+        // ends, every attempt is counted once.
         let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
         let threads: Vec<_> = (0..8u64)
             .map(|i| {
@@ -1789,6 +1791,13 @@ mod tests {
                         let mut call = th.begin(now);
                         loop {
                             now = now + th.acquire_at(&0, &mut call, now, now).unwrap();
+                            loop {
+                                let more = th.recheck_at(&0, &mut call, now);
+                                if more.is_zero() {
+                                    break;
+                                }
+                                now = now + more;
+                            }
                             let o = if (n + i) % 7 == 0 && call.attempts() < 3 {
                                 Outcome::throttled()
                             } else {
