@@ -1867,6 +1867,18 @@ mod tests {
         );
     }
 
+    /// One success every 10 ms for a second in partition 0; the time after.
+    fn admitting_100_a_second(th: &Throttle<u8>) -> Timestamp {
+        let mut now = Timestamp::ZERO;
+        for _ in 0..100 {
+            now = now + ms(10);
+            let mut call = th.begin(now);
+            th.acquire_at(&0, &mut call, now, now).unwrap();
+            th.record_at(&0, &mut call, now, &Outcome::success());
+        }
+        now
+    }
+
     #[test]
     fn a_whole_second_retry_after_pauses_a_fast_partition_briefly() {
         let th: Throttle<u8> = Throttle::new(ThrottleConfig {
@@ -1875,14 +1887,7 @@ mod tests {
         })
         .unwrap();
         let t = Timestamp::ZERO;
-        // 100 successes a second in partition 0.
-        let mut now = t;
-        for _ in 0..100 {
-            now = now + ms(10);
-            let mut call = th.begin(now);
-            th.acquire_at(&0, &mut call, now, now).unwrap();
-            th.record_at(&0, &mut call, now, &Outcome::success());
-        }
+        let now = admitting_100_a_second(&th);
         let one = throttled_after(Duration::from_secs(1));
         let mut refused = th.begin(now);
         th.acquire_at(&0, &mut refused, now, now).unwrap();
@@ -1912,13 +1917,7 @@ mod tests {
             ..ThrottleConfig::default()
         })
         .unwrap();
-        let mut now = t;
-        for _ in 0..100 {
-            now = now + ms(10);
-            let mut call = fast.begin(now);
-            fast.acquire_at(&0, &mut call, now, now).unwrap();
-            fast.record_at(&0, &mut call, now, &Outcome::success());
-        }
+        let now = admitting_100_a_second(&fast);
         let mut call = fast.begin(now);
         fast.acquire_at(&0, &mut call, now, now).unwrap();
         fast.record_at(&0, &mut call, now, &two);
