@@ -34,11 +34,12 @@
 //! waiting tasks hold; and a whole-second `Retry-After` (the server rounds
 //! 10 ms up to 1 s) pauses the busy host only two intervals at its
 //! admitted rate. Measured when written (all five at once, load average
-//! 2–4 on 2 cores, four runs): `Retry-After` only 2.2–2.6 % and
-//! 1.11–1.17×, `RateLimit-Remaining` only 2.1–2.6 % and 1.09–1.12×, the
-//! legacy `X-RateLimit-*` trio 2.3–2.7 % and 1.10–1.12×, nothing at all
-//! 2.2–2.5 % and 1.08–1.10× (before: 2.1–4.9 % and 1.30–1.96×). The test
-//! holds them to 4 % and 1.4×, with room for a loaded machine.
+//! 1.6–4 on 2 cores, six runs): `Retry-After` only 2.2–2.7 % and
+//! 1.07–1.17×, `RateLimit-Remaining` only 2.1–2.6 % and 1.09–1.12×, the
+//! legacy `X-RateLimit-*` trio 2.2–2.7 % and 1.10–1.12×, nothing at all
+//! 2.2–2.7 % and 1.08–1.10× (before: 2.1–4.9 % and 1.30–1.96×). So the
+//! time target holds; the 429 target (≤ 2 %) does not, by the first burst.
+//! The test holds them to 4 % and 1.4×, with room for a loaded machine.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
