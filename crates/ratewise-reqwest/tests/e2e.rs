@@ -4,7 +4,7 @@
 //! **100/s, burst 10**, **50 tasks × 40 calls**. The time the server's rate
 //! allows is (2 000 − 10) / 100 = 19.9 s per server. The five header
 //! variants run at the same time, each against its own server and client, so
-//! the whole test takes about as long as the slowest one (30–40 s, longer
+//! the whole test takes about as long as the slowest one (22–25 s, longer
 //! on a busy machine).
 //!
 //! Asserted for every variant: every call succeeds, each exactly once at the
@@ -24,19 +24,22 @@
 //! bounded at 1.25×, not at the 1.15× target, so that a busy machine does
 //! not fail the test.
 //!
-//! The other four variants do **not** meet the targets: with no stated rate
-//! the client learns the limit from 429s (an AIMD controller tuned on the
-//! simulator's shared quotas, which climbs back slowly after its cuts), and
-//! the server rounds `Retry-After` and the reset up to whole seconds, so a
-//! 100/s bucket says "retry after 1 s" where 10 ms would do. Measured when
-//! written (all five at once, lightly loaded, two runs): `Retry-After` only
-//! 4.5–5.3 % and 1.42–1.44×, `RateLimit-Remaining` only 2.8–2.9 % and
-//! 1.48–1.49×, the legacy `X-RateLimit-*` trio 2.9–3.0 % and 1.51–1.75×,
-//! nothing at all 2.2–5.1 % and 1.30–1.55×. Under load they were slower
-//! (up to 2.5×; the legacy trio up to 4.8× before an empty bucket's reset
-//! of one second or less stopped being read as its refill time). For those
-//! the test guards against regressions: 429 share ≤ 8 %, time ≤ 5× what the
-//! limit allows.
+//! The other four variants meet the time target and come close to the 429
+//! one. With no stated rate the client learns the limit from 429s: the
+//! first burst after the first contact (49 calls at once into a bucket of
+//! 10) is refused about 40 times, 2.0 % of the 2 040 attempts on its own;
+//! the first cut halves a send rate measured on that burst (about 25/s),
+//! and the rise is multiplicative until the next cut; later cuts keep 90 %
+//! of the rate the server admitted; a cut or a pause re-plans the slots the
+//! waiting tasks hold; and a whole-second `Retry-After` (the server rounds
+//! 10 ms up to 1 s) pauses the busy host only two intervals at its
+//! admitted rate. Measured when written (all five at once, load average
+//! 1.6–4 on 2 cores, six runs): `Retry-After` only 2.2–2.7 % and
+//! 1.07–1.17×, `RateLimit-Remaining` only 2.1–2.6 % and 1.09–1.12×, the
+//! legacy `X-RateLimit-*` trio 2.2–2.7 % and 1.10–1.12×, nothing at all
+//! 2.2–2.7 % and 1.08–1.10× (before: 2.1–4.9 % and 1.30–1.96×). So the
+//! time target holds; the 429 target (≤ 2 %) does not, by the first burst.
+//! The test holds them to 4 % and 1.4×, with room for a loaded machine.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,12 +86,12 @@ enum Variant {
 
 impl Variant {
     /// The largest 429 share and the largest multiple of the time the limit
-    /// allows: the 429 target for `Full`, regression bounds for the
-    /// rest (see the module docs).
+    /// allows: the 429 target for `Full`, bounds with room for a
+    /// loaded machine for the rest (see the module docs).
     fn bounds(self) -> (f64, f64) {
         match self {
             Variant::Full => (0.02, 1.25),
-            _ => (0.08, 5.0),
+            _ => (0.04, 1.4),
         }
     }
 }

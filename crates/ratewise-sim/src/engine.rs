@@ -207,6 +207,24 @@ impl Engine<'_> {
         self.wake(t, now.saturating_add(d));
     }
 
+    /// The thread's wait has passed: the strategy may ask for more
+    /// ([`Strategy::before_send`]), else the attempt is sent. A further wait
+    /// lengthens the sleep it follows.
+    fn due(&mut self, t: usize, now: Timestamp) {
+        let si = self.threads[t].strategy;
+        let more = self.strategies[si].before_send(now);
+        if more.is_zero() {
+            self.send(t, now);
+            return;
+        }
+        let s = more.as_secs_f64();
+        let th = &mut self.threads[t];
+        th.last_sleep += s;
+        th.call_wait += s;
+        th.record.max_sleep_s = th.record.max_sleep_s.max(th.last_sleep);
+        self.wake(t, now.saturating_add(more));
+    }
+
     fn send(&mut self, t: usize, now: Timestamp) {
         // The latency is drawn first so that a server capping concurrent
         // requests knows when this one's response leaves.
@@ -452,7 +470,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
                 }
                 match engine.threads[thread].phase {
                     Phase::Ready => engine.begin_call(thread, now),
-                    Phase::PreSleep | Phase::RetrySleep => engine.send(thread, now),
+                    Phase::PreSleep | Phase::RetrySleep => engine.due(thread, now),
                     Phase::InFlight => engine.respond(thread, now),
                     Phase::Done => {}
                 }

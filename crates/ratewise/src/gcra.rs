@@ -145,6 +145,44 @@ impl<C: Clock> Gcra<C> {
         &self.clock
     }
 
+    /// Forgets every unit granted and every credit saved: the next unit is
+    /// available at `at` and the ones after it one interval apart (credit
+    /// builds up from `at` on, as in any idle limiter). What earlier
+    /// reservations were promised is no longer counted against later ones:
+    /// a caller that reserved before this and has not acted yet should
+    /// reserve again. For a client pacer that re-plans its schedule after a
+    /// change of pace; a server limiter has no use for it.
+    pub(crate) fn restart_at(&self, at: Timestamp) {
+        // A reservation at `t <= at` commits `max(tat, t) + e` and acts at
+        // that minus the window: exactly `at`.
+        self.reconfigure_at(at, |quota, _, at| {
+            let tat = (at + quota.window_nanos())
+                .saturating_sub(quota.emission_nanos())
+                .min(TAT_MAX);
+            (quota, tat)
+        });
+    }
+
+    /// Replaces the quota and the TAT with what `f(quota, tat, now)` makes
+    /// of them, `tat` and `now` relative to the origin, which moves up
+    /// behind `now` first (a re-configuration is one anyway), so the new
+    /// time has the relative range to itself. Writers are serialised;
+    /// checks go on until they meet the sentinel.
+    fn reconfigure_at(&self, now: Timestamp, f: impl FnOnce(Quota, u64, u64) -> (Quota, u64)) {
+        let now = now.as_nanos();
+        let writer = self.config.lock_writer();
+        let (old, origin) = self.config.load();
+        let (generation, tat) = split(self.tat.swap(RECONFIGURING, Ordering::AcqRel));
+        let (origin, tat) = math::rebase(tat, origin, now);
+        let now = math::relative(now, origin).unwrap_or(0);
+        let (quota, new_tat) = f(old, tat, now);
+        let next_generation = generation.wrapping_add(VALUE_MASK + 1);
+        self.config.store_locked(&writer, quota, origin);
+        // Publishing the TAT after the quota: a check that sees the new TAT
+        // also sees the new quota (Release here, Acquire in the seqlock).
+        self.tat.store(next_generation | new_tat, Ordering::Release);
+    }
+
     /// `None` if the TAT word is still `word`; otherwise the current word
     /// (waiting out a re-configuration in progress). The fence orders the
     /// quota reads before it ahead of the re-read.
@@ -214,22 +252,10 @@ impl<C: Clock> RateLimiter for Gcra<C> {
     }
 
     fn set_quota_at(&self, quota: Quota, now: Timestamp) {
-        let now = now.as_nanos();
-        // Writers are serialised; checks go on until they meet the sentinel.
-        let writer = self.config.lock_writer();
-        let (old, origin) = self.config.load();
-        let (generation, tat) = split(self.tat.swap(RECONFIGURING, Ordering::AcqRel));
-        // The origin moves up behind `now` (a re-configuration is one
-        // anyway), so the converted time has the relative range to itself.
-        let (origin, tat) = math::rebase(tat, origin, now);
-        let now = math::relative(now, origin).unwrap_or(0);
         // Preserve the number of available units (see `math::convert`).
-        let new_tat = math::convert(tat, now, old, quota);
-        let next_generation = generation.wrapping_add(VALUE_MASK + 1);
-        self.config.store_locked(&writer, quota, origin);
-        // Publishing the TAT after the quota: a check that sees the converted
-        // TAT also sees the new quota (Release here, Acquire in the seqlock).
-        self.tat.store(next_generation | new_tat, Ordering::Release);
+        self.reconfigure_at(now, |old, tat, now| {
+            (quota, math::convert(tat, now, old, quota))
+        });
     }
 
     // Always inlined: the hot path is a handful of instructions around one

@@ -5,8 +5,7 @@
 //! Plain AIMD ([`Aimd`](super::aimd::Aimd)) learns only from 429s, and its
 //! fixed additive step (+0.5/s) is sized for rates of several per second:
 //! where ten clients share 1.25 requests per second, one step is four times a
-//! client's fair share, so the rate never settles. `Adaptive` changes three
-//! things:
+//! client's fair share, so the rate never settles. `Adaptive` changes that:
 //!
 //! 1. **No pacing until there is a reason.** Until the first throttle (or a
 //!    hint cap from the owner) the controller does not pace at all; it only
@@ -33,10 +32,28 @@
 //!    gently; once nothing has refused it for a while (capacity freed by
 //!    clients that finished), it claims the room in seconds, not minutes.
 //!
+//! 5. **Until the second cut, the rise is multiplicative.** The first cut
+//!    halves a send rate measured on an unpaced burst, which says nothing of
+//!    the server's rate: fifty tasks sharing one client against a 100/s
+//!    server measure about 50/s and start pacing at 25/s. Until the next
+//!    cut, a success raises the rate by at least `start_growth` (1 %) of
+//!    itself, so such a client is back at the limit in a few seconds
+//!    instead of crawling up by small steps; a client whose first cut left
+//!    it above its share is refused again soon, and that cut ends the phase.
+//!
 //! A throttle cuts the rate by `decrease_factor`, at most once per
 //! `decrease_cooldown` and once per interval at the current rate (a burst of
 //! 429s answering requests that were already in flight is one signal, not
-//! many).
+//! many) — but never below `admitted_floor` (90 %) of the rate the server
+//! admitted over the last one to two seconds, once at least
+//! `admitted_min_count` successes were counted there. A client refused while
+//! its successes keep coming is at the server's rate, and what the server
+//! admitted is that rate (for a client alone on its quota; sharing it, the
+//! client's share): halving it would leave half unused. Such a shallower cut
+//! climbs back as gently — the unhinted step is scaled by the cut's depth
+//! relative to a full one — so the limit is probed as often, in successes,
+//! as after a halving. A slow client's few successes measure nothing, so it
+//! halves as before.
 //!
 //! Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
 //!
@@ -101,6 +118,27 @@ pub struct AdaptiveConfig {
     pub probe_doubling: Duration,
     /// The most the step grows by while probing (default 64).
     pub probe_max_factor: f64,
+    /// A cut never goes below this share of the rate the server admitted
+    /// (successes per second over the last one to two seconds), when at
+    /// least [`admitted_min_count`](AdaptiveConfig::admitted_min_count)
+    /// successes were measured (default 0.9; 0 turns it off). A partition
+    /// refused while its successes keep coming is at the server's rate, and
+    /// what it admitted is that rate: a blind halving would leave half of it
+    /// unused and take many successes to climb back.
+    pub admitted_floor: f64,
+    /// Between pacing's start and the next cut, a success (with quota to
+    /// spare, or no remaining count) raises the rate by at least this
+    /// fraction of itself (default 0.01: doubling in about 70 successes).
+    /// The first cut halves a rate measured on an unpaced burst, which says
+    /// little about the server: a client of a fast server found far below
+    /// its limit climbs back in seconds rather than by small steps, and the
+    /// next cut, measured at a paced rate, ends the climb.
+    pub start_growth: f64,
+    /// The fewest successes in the measuring window for
+    /// [`admitted_floor`](AdaptiveConfig::admitted_floor) to apply
+    /// (default 20): a slow client's few successes measure noise, so it
+    /// cuts by `decrease_factor` alone.
+    pub admitted_min_count: u32,
 }
 
 impl Default for AdaptiveConfig {
@@ -115,6 +153,9 @@ impl Default for AdaptiveConfig {
             fallback_rate: 1.0,
             probe_doubling: Duration::from_secs(20),
             probe_max_factor: 64.0,
+            admitted_floor: 0.9,
+            start_growth: 0.01,
+            admitted_min_count: 20,
         }
     }
 }
@@ -129,6 +170,8 @@ impl AdaptiveConfig {
             0.0,
         )?;
         at_least("probe_max_factor", self.probe_max_factor, 1.0)?;
+        within("admitted_floor", self.admitted_floor, 0.0, 1.0)?;
+        within("start_growth", self.start_growth, 0.0, 1.0)?;
         positive("probe_doubling", self.probe_doubling.as_secs_f64())?;
         within(
             "fallback_rate",
@@ -140,17 +183,18 @@ impl AdaptiveConfig {
     }
 }
 
-/// Sends counted in whole seconds: the current second and the one before,
-/// enough to measure the rate a client was sending at when first throttled.
+/// Events counted in whole seconds: the current second and the one before,
+/// enough to measure the rate a client was sending at when first throttled
+/// (or the rate its successes came back at).
 #[derive(Clone, Copy, Debug, Default)]
-struct SendMeter {
+pub(crate) struct RateMeter {
     second: u64,
     current: u32,
     previous: u32,
 }
 
-impl SendMeter {
-    fn note(&mut self, now: Timestamp) {
+impl RateMeter {
+    pub(crate) fn note(&mut self, now: Timestamp) {
         let s = now.as_nanos() / 1_000_000_000;
         if s != self.second {
             self.previous = if s == self.second + 1 {
@@ -164,19 +208,25 @@ impl SendMeter {
         self.current = self.current.saturating_add(1);
     }
 
-    /// Sends per second over the last one to two seconds.
+    /// Events per second over the last one to two seconds.
     fn rate(&self, now: Timestamp) -> Option<f64> {
+        self.rate_of_at_least(now, 1)
+    }
+
+    /// Events per second over the last one to two seconds, if at least
+    /// `min` were counted there.
+    pub(crate) fn rate_of_at_least(&self, now: Timestamp, min: u32) -> Option<f64> {
         let ns = now.as_nanos();
         let s = ns / 1_000_000_000;
         let into = (ns % 1_000_000_000) as f64 / 1e9;
         let (prev, cur) = match s.checked_sub(self.second) {
-            Some(0) => (f64::from(self.previous), f64::from(self.current)),
-            Some(1) => (f64::from(self.current), 0.0),
+            Some(0) => (self.previous, self.current),
+            Some(1) => (self.current, 0),
             _ => return None,
         };
         let span = 1.0 + into;
-        let n = prev + cur;
-        (n > 0.0).then(|| n / span)
+        let n = prev.saturating_add(cur);
+        (n >= min.max(1)).then(|| f64::from(n) / span)
     }
 }
 
@@ -192,7 +242,14 @@ pub struct Adaptive {
     /// The rate just before the latest cut (or the cap pacing began at):
     /// the scale of the step when the server sends no remaining count.
     at_cut: f64,
-    meter: SendMeter,
+    meter: RateMeter,
+    /// Successes, counted the same way: the rate the server admitted.
+    admitted: RateMeter,
+    /// The latest cut's depth as a share of a full `decrease_factor` cut
+    /// (1 unless the admitted rate held it up): the unhinted step's scale.
+    gentle: f64,
+    /// Between the first cut and the next one.
+    slow_start: bool,
 }
 
 impl Adaptive {
@@ -209,7 +266,10 @@ impl Adaptive {
             base: config.fallback_rate,
             last_cut: None,
             at_cut: config.fallback_rate,
-            meter: SendMeter::default(),
+            meter: RateMeter::default(),
+            admitted: RateMeter::default(),
+            gentle: 1.0,
+            slow_start: false,
         })
     }
 
@@ -259,9 +319,27 @@ impl RateController for Adaptive {
                     let from = self.rate.unwrap_or_else(|| {
                         self.meter.rate(now).unwrap_or(self.config.fallback_rate)
                     });
-                    let r = self.clamp(from * self.config.decrease_factor);
-                    if self.last_cut.is_none() && self.rate.is_none() {
-                        // Pacing begins: the step's scale is set once.
+                    // Never below (a share of) what the server admitted
+                    // lately, and never above the rate cut from.
+                    let admitted = self
+                        .admitted
+                        .rate_of_at_least(now, self.config.admitted_min_count)
+                        .map_or(0.0, |a| a * self.config.admitted_floor);
+                    let to = (from * self.config.decrease_factor).max(admitted.min(from));
+                    // A cut the admitted rate held up climbs back as gently:
+                    // its gap closes in as many successes as a full cut's.
+                    let full = from * (1.0 - self.config.decrease_factor);
+                    self.gentle = if full > 0.0 {
+                        ((from - to) / full).clamp(0.05, 1.0)
+                    } else {
+                        1.0
+                    };
+                    let r = self.clamp(to);
+                    // Pacing begins: the step's scale is set once, and the
+                    // rise is multiplicative until the next cut (the first
+                    // cut's rate came from an unpaced burst).
+                    self.slow_start = self.last_cut.is_none() && self.rate.is_none();
+                    if self.slow_start {
                         self.base = r;
                     }
                     self.at_cut = from;
@@ -270,6 +348,7 @@ impl RateController for Adaptive {
                 }
             }
             Signal::Success => {
+                self.admitted.note(now);
                 let exhausted = outcome.hints.remaining == Some(0);
                 if let (Some(r), false) = (self.rate, exhausted) {
                     let f = if outcome.hints.remaining.is_some() {
@@ -283,7 +362,12 @@ impl RateController for Adaptive {
                         // Where this client last found the limit, never above
                         // where pacing began (a first cut from an unpaced burst
                         // measures the burst, not the server).
-                        self.at_cut.min(self.base) * f * self.probe(now)
+                        self.at_cut.min(self.base) * f * self.gentle * self.probe(now)
+                    };
+                    let step = if self.slow_start {
+                        step.max(r * self.config.start_growth)
+                    } else {
+                        step
                     };
                     self.rate = Some(self.clamp(r + step));
                 }
@@ -354,6 +438,83 @@ mod tests {
     }
 
     #[test]
+    fn a_cut_keeps_most_of_what_the_server_admitted_and_climbs_back_as_gently() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let mut now = Timestamp::ZERO;
+        for _ in 0..400 {
+            now = now + ms(5);
+            c.on_send(now); // 200/s for two seconds
+        }
+        let first = c.on_outcome(now, &Outcome::throttled()).unwrap();
+        assert!((first - 100.5).abs() < 1e-9, "half of 201/s: {first}");
+        // The server admits 100/s, leaving nothing (the rate holds).
+        for _ in 0..100 {
+            now = now + ms(10);
+            c.on_outcome(now, &with_remaining(0));
+        }
+        assert_eq!(c.rate(), Some(first));
+        // A refusal a second later: 90 % of the 100/s admitted, not half
+        // of 100.5/s.
+        let cut = c.on_outcome(now, &Outcome::throttled()).unwrap();
+        assert!((cut - 90.0).abs() < 1e-9, "{cut}");
+        // The step back up is scaled by how deep the cut was, so the gap
+        // closes in as many successes as a full cut's would.
+        let gentle = (first - cut) / (first * 0.5);
+        let up = c.on_outcome(now, &Outcome::success()).unwrap() - cut;
+        assert!((up - first * 0.007 * gentle).abs() < 1e-9, "{up}");
+        // Few successes measure nothing: a slow client halves.
+        let mut slow = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        slow.on_outcome(t, &Outcome::throttled());
+        for i in 0..10 {
+            slow.on_outcome(t + ms(100 * i), &Outcome::success());
+        }
+        let b = slow.rate().unwrap();
+        let a = slow
+            .on_outcome(t + ms(2_500), &Outcome::throttled())
+            .unwrap();
+        assert!((a - b / 2.0).abs() < 1e-9, "{b} -> {a}");
+        // And the floor can be turned off.
+        let mut off = Adaptive::new(AdaptiveConfig {
+            admitted_floor: 0.0,
+            ..AdaptiveConfig::default()
+        })
+        .unwrap();
+        off.on_outcome(Timestamp::ZERO, &Outcome::throttled());
+        let mut now = Timestamp::ZERO;
+        for _ in 0..200 {
+            now = now + ms(10);
+            off.on_outcome(now, &Outcome::success());
+        }
+        let b = off.rate().unwrap();
+        let a = off.on_outcome(now, &Outcome::throttled()).unwrap();
+        assert!((a - b / 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn until_the_second_cut_the_rise_is_multiplicative() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
+        // 1 % of the rate per success (more than the additive step): about
+        // 70 successes double it, with or without spare quota reported.
+        let mut now = t;
+        for _ in 0..35 {
+            c.on_outcome(now, &Outcome::success());
+            c.on_outcome(now, &with_remaining(5));
+            now = now + ms(10);
+        }
+        let up = c.rate().unwrap();
+        assert!((up - r * 1.01f64.powi(70)).abs() < 1e-9, "{r} -> {up}");
+        // Nothing left holds it, as ever.
+        assert_eq!(c.on_outcome(now, &with_remaining(0)), Some(up));
+        // The second cut ends it: then the steps are additive again.
+        let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
+        let step = c.on_outcome(t + ms(5_000), &with_remaining(1)).unwrap() - cut;
+        assert!((step - r * 0.003).abs() < 1e-9, "{step}");
+    }
+
+    #[test]
     fn throttle_before_any_send_uses_the_fallback() {
         let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
         assert_eq!(
@@ -364,7 +525,12 @@ mod tests {
 
     #[test]
     fn remaining_zero_holds_and_spare_quota_raises_additively() {
-        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        // The additive steps alone, without the multiplicative start.
+        let mut c = Adaptive::new(AdaptiveConfig {
+            start_growth: 0.0,
+            ..AdaptiveConfig::default()
+        })
+        .unwrap();
         let t = Timestamp::ZERO;
         let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
         for _ in 0..10 {
@@ -404,7 +570,12 @@ mod tests {
 
     #[test]
     fn without_a_remaining_count_the_step_doubles_every_quiet_period() {
-        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        // The additive steps alone, without the multiplicative start.
+        let mut c = Adaptive::new(AdaptiveConfig {
+            start_growth: 0.0,
+            ..AdaptiveConfig::default()
+        })
+        .unwrap();
         let t = Timestamp::ZERO;
         let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
         let step_at = |c: &mut Adaptive, at: Timestamp| {
@@ -470,6 +641,10 @@ mod tests {
             },
             AdaptiveConfig {
                 probe_max_factor: 0.5,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                admitted_floor: 1.5,
                 ..AdaptiveConfig::default()
             },
         ] {

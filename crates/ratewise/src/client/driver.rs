@@ -2,7 +2,8 @@
 //! classify its result, wait and retry as the throttle says.
 //!
 //! The driver is a thin loop over the sans-IO core — acquire a slot
-//! ([`Throttle::acquire_at`]), sleep, call, classify, record
+//! ([`Throttle::acquire_at`]), sleep (and [`Throttle::recheck_at`] after it:
+//! a cut or a pause meanwhile hands out a new slot), call, classify, record
 //! ([`Throttle::record_at`]) — with time read from tokio's clock, so tests
 //! under `#[tokio::test(start_paused = true)]` run instantly and exactly.
 //!
@@ -244,9 +245,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 now = self.now();
             }
             match self.acquire_at(key, &mut call, now, now) {
-                Ok(wait) => {
-                    if !wait.is_zero() {
+                Ok(mut wait) => {
+                    // A cut or a pause while this call slept re-plans the
+                    // partition: take the new schedule's slot instead.
+                    while !wait.is_zero() {
                         tokio::time::sleep(wait).await;
+                        wait = self.recheck_at(key, &mut call, self.now());
                     }
                 }
                 Err(reason) => {

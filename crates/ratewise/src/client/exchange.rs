@@ -4,7 +4,9 @@
 //! sending and reading a request.
 //!
 //! [`send`] drives one call through a [`Throttle`] partition: sleep out a
-//! retry's delay, take a slot ([`Throttle::acquire_at`]), send a copy of the
+//! retry's delay, take a slot ([`Throttle::acquire_at`]; after sleeping to
+//! it, [`Throttle::recheck_at`] in case a cut or a pause re-planned the
+//! partition meanwhile), send a copy of the
 //! request, classify the answer, record it ([`Throttle::record_at`]), and
 //! either hand the answer back or go round again. A request that cannot be
 //! copied is sent itself, once; if its answer asks for a retry the call ends
@@ -257,11 +259,15 @@ where
             now = throttle.now();
         }
         match throttle.acquire_at(key, &mut call, now, now) {
-            Ok(wait) if !wait.is_zero() => {
-                tokio::time::sleep(wait).await;
-                now = throttle.now();
+            Ok(mut wait) => {
+                // A cut or a pause while this call slept re-plans the
+                // partition: take the new schedule's slot instead.
+                while !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                    now = throttle.now();
+                    wait = throttle.recheck_at(key, &mut call, now);
+                }
             }
-            Ok(_) => {}
             Err(reason) => {
                 return Err(obs.refuse(RefusalReason::Stopped(reason), &call, last_status))
             }

@@ -32,8 +32,9 @@
 //!   `L / reset` — the refill rate, or below it when the header rounds the
 //!   reset up — not paused; a bucket with tokens left sets no cap (the next
 //!   request is admitted whatever the pace; pacing is the controller's job),
-//!   nor does a reset of one second or less: whole-second headers round a
-//!   fast bucket's 0.1 s up to 1 s, so `L / reset` could be ten times too
+//!   nor does a reset of two seconds or less: whole-second headers round a
+//!   fast bucket's 0.1 s up to 1 s (an epoch reset read against another
+//!   clock up to 2 s), so `L / reset` could be ten or twenty times too
 //!   slow.
 //!
 //! Reading a token bucket's reset as a window end is safe but far too slow
@@ -164,11 +165,14 @@ impl HintCap {
             // the pace; only an empty one needs pacing, at no more than the
             // refill rate the reset implies (`limit / reset` is a lower bound
             // of that rate even when the header rounds the reset up). A
-            // reset of a second or less is within that rounding: the bucket
-            // may refill ten or a hundred times faster, so it says too
-            // little to pace by (the controller paces).
+            // reset of two seconds or less is within that rounding: delta
+            // seconds round up by up to a second, and an epoch reset read
+            // against this clock by up to a second more, so the bucket may
+            // refill ten or a hundred times faster than `limit / reset`
+            // (a 100/s bucket's 0.1 s read as 1.06 s): it says too little
+            // to pace by (the controller paces).
             ResetMeaning::Refill | ResetMeaning::Auto => match hints.limit {
-                Some(limit) if remaining == 0 && limit > 0 && reset > RESET_TOLERANCE => {
+                Some(limit) if remaining == 0 && limit > 0 && reset > RESET_TOLERANCE * 2 => {
                     Some(limit as f64 / secs)
                 }
                 _ => None,
@@ -432,12 +436,20 @@ mod tests {
         };
         fresh.observe(t, &fast);
         assert_eq!(fresh.cap_at(t), None);
+        // Two seconds are still within it: an epoch reset read against
+        // another clock adds up to a second more.
         let two = ServerHints {
             reset_after: Some(Duration::from_secs(2)),
             ..fast
         };
         fresh.observe(t, &two);
-        assert_eq!(fresh.cap_at(t), Some(5.0), "beyond the rounding: paced");
+        assert_eq!(fresh.cap_at(t), None);
+        let four = ServerHints {
+            reset_after: Some(Duration::from_secs(4)),
+            ..fast
+        };
+        fresh.observe(t, &four);
+        assert_eq!(fresh.cap_at(t), Some(2.5), "beyond the rounding: paced");
         // The same header never raises the cap already in force.
         h.observe(t, &half);
         assert_eq!(h.cap_at(t), Some(1.25));

@@ -209,6 +209,16 @@ pub trait Strategy: Send {
     /// Told what an attempt produced at `now`; says what to do next.
     fn after_attempt(&mut self, now: Timestamp, outcome: &Outcome) -> Next;
 
+    /// Called when the wait `before_call` or a [`Next::Retry`] gave has
+    /// passed, just before the attempt is sent at `now`: a further wait
+    /// (then it is asked again), or zero to send now. The default sends at
+    /// once; a strategy whose waits were handed out from a schedule that
+    /// can change meanwhile ([`ThrottleStrategy`]:
+    /// a cut or a pause shared by many calls) says how much longer.
+    fn before_send(&mut self, _now: Timestamp) -> Duration {
+        Duration::ZERO
+    }
+
     /// The strategy's current base delay, before jitter: the value Heroku's
     /// charts plot. Strategies without one return zero.
     fn current_delay(&self) -> Duration {
@@ -231,6 +241,9 @@ impl<S: Strategy + ?Sized> Strategy for Box<S> {
     }
     fn after_attempt(&mut self, now: Timestamp, outcome: &Outcome) -> Next {
         (**self).after_attempt(now, outcome)
+    }
+    fn before_send(&mut self, now: Timestamp) -> Duration {
+        (**self).before_send(now)
     }
     fn current_delay(&self) -> Duration {
         (**self).current_delay()

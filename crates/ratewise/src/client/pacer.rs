@@ -151,6 +151,16 @@ impl Pacer {
         }
     }
 
+    /// Re-plans the schedule from `at`: the next slot is at `at`, the
+    /// following ones one interval apart, with no credit saved and no slot
+    /// handed out earlier counted (a caller holding such a slot should take
+    /// a new one, as [`Throttle::recheck_at`](super::throttle::Throttle::recheck_at)
+    /// does). After a cut or a pause, the slots handed out at the old pace
+    /// would otherwise still be used at the old pace.
+    pub fn restart_at(&self, at: Timestamp) {
+        self.limiter.restart_at(at);
+    }
+
     /// Like [`Pacer::acquire_at`], but only if the slot comes within
     /// `max_wait` of `not_before`; otherwise takes nothing and returns how long
     /// after `now` the caller would have had to wait.
@@ -233,6 +243,26 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn restart_forgets_slots_handed_out_and_credit_saved() {
+        let z = Timestamp::ZERO;
+        let p = Pacer::new(10.0).unwrap().with_burst(1).unwrap();
+        for k in 0..5 {
+            assert_eq!(p.acquire_at(z, z), ms(100 * k));
+        }
+        // Five slots up to 400 ms are out; re-planned from 150 ms, the next
+        // is at 150 ms and the following ones one interval apart.
+        p.restart_at(z + ms(150));
+        assert_eq!(p.acquire_at(z + ms(100), z), ms(50));
+        assert_eq!(p.acquire_at(z + ms(100), z), ms(150));
+        // From an idle pacer full of credit: no burst after the restart.
+        let idle = Pacer::new(50.0).unwrap();
+        let later = z + Duration::from_secs(60);
+        idle.restart_at(later);
+        assert_eq!(idle.acquire_at(later, later), Duration::ZERO);
+        assert_eq!(idle.acquire_at(later, later), ms(20));
     }
 
     #[test]

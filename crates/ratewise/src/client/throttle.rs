@@ -9,7 +9,14 @@
 //!    attempt, retries included, takes a slot, so a cut is felt at once;
 //! 2. a **pause** — a throttled response stops the *whole partition* until the
 //!    server's `Retry-After` (capped) or the backoff delay has passed, with a
-//!    little jitter so a fleet does not resume on the same instant;
+//!    little jitter so a fleet does not resume on the same instant. A
+//!    `Retry-After` of a second or less may be a few milliseconds rounded up
+//!    to whole seconds; when the partition's successes came back fast lately
+//!    (at least 5 in the last one to two seconds), the partition pauses only
+//!    two intervals at that admitted rate, while the refused call itself
+//!    still waits the whole `Retry-After`. If an attempt sent after such a
+//!    short pause is refused before one succeeds, the next pause is the
+//!    whole `Retry-After`;
 //! 3. a per-call **backoff** policy and attempt limit, an optional per-call
 //!    deadline, an optional **retry budget** (AWS standard mode) and an
 //!    optional **SRE adaptive throttle** that rejects calls locally while the
@@ -44,6 +51,12 @@
 //!   before pacing began, once a policy states the rate) was sent at the old
 //!   pace and cuts nothing; a partition starts pacing from an empty pacer
 //!   and resumes evenly after a pause (no burst of credit saved meanwhile).
+//! * A cut or a new pause while calls hold slots still to come (many tasks
+//!   waiting on one partition) **re-plans** the partition: the pacer starts
+//!   over at the pause's end, and each waiting call takes a new slot before
+//!   it sends ([`Throttle::recheck_at`], which the async drivers call after
+//!   sleeping to a slot). Without it, slots handed out at the old pace, or
+//!   inside the pause, would still be used at the old pace.
 //!
 //! # Invariants
 //! * The pacer's rate is `min(controller, policy rate, hint cap)`, where the
@@ -67,7 +80,7 @@ use std::time::Duration;
 use crate::client::JitterRng;
 use rand::{Rng, SeedableRng};
 
-use super::adaptive::{Adaptive, AdaptiveConfig};
+use super::adaptive::{Adaptive, AdaptiveConfig, RateMeter};
 use super::aimd::{Aimd, AimdConfig};
 use super::backoff::{call_end, honouring_retry_after, Backoff, BackoffConfig};
 use super::budget::{RetryBudget, RetryBudgetConfig};
@@ -84,6 +97,14 @@ use crate::time::{duration_to_nanos_saturating, Timestamp};
 /// pacing at exactly the limit finds the server's bucket empty and some of
 /// its requests early.
 pub const POLICY_HEADROOM: f64 = 0.95;
+
+/// The fewest successes over the last one to two seconds for a partition's
+/// admitted rate to shorten the pause after a `Retry-After` of a second or
+/// less (see the module docs).
+const SHORT_PAUSE_MIN_ADMITTED: u32 = 5;
+
+/// How many intervals at the admitted rate such a shortened pause lasts.
+const SHORT_PAUSE_INTERVALS: f64 = 2.0;
 
 /// How a partition's pacing rate adapts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -251,6 +272,9 @@ pub struct Call {
     sent_at: Timestamp,
     /// Whether the latest attempt went through a pacer in force.
     paced: bool,
+    /// The partition's schedule its latest slot was taken from
+    /// ([`Throttle::recheck_at`]).
+    plan: u64,
 }
 
 impl Call {
@@ -330,10 +354,23 @@ struct PartitionState {
     cut_at: Timestamp,
     /// Whether any attempt of this partition has been answered.
     answered: bool,
+    /// Successes counted per second: the rate the server admitted lately.
+    admitted: RateMeter,
+    /// The pacer's schedule: bumped whenever a cut or a pause re-plans it
+    /// ([`Pacer::restart_at`]), so a call holding a slot of an older one
+    /// takes a new slot before it sends ([`Throttle::recheck_at`]).
+    plan: u64,
+    /// When the latest shortened pause ended, until an attempt sent after
+    /// it succeeds: a refusal of such an attempt says the short pause was
+    /// too short, and the next pause honours the whole `Retry-After`.
+    short_pause_end: Option<Timestamp>,
 }
 
 struct Partition {
     pacer: Pacer,
+    /// The latest send time handed out (nanoseconds): while it is ahead,
+    /// calls hold slots of the current schedule.
+    last_slot: AtomicU64,
     state: Mutex<PartitionState>,
 }
 
@@ -409,6 +446,7 @@ impl Template {
         };
         Partition {
             pacer: self.pacer.fresh(),
+            last_slot: AtomicU64::new(0),
             state: Mutex::new(PartitionState {
                 controller,
                 // Quota left admits the next request: hints act only when
@@ -422,6 +460,9 @@ impl Template {
                 policy_rate: None,
                 cut_at: Timestamp::ZERO,
                 answered: false,
+                admitted: RateMeter::default(),
+                plan: 0,
+                short_pause_end: None,
             }),
         }
     }
@@ -482,6 +523,59 @@ impl<K> std::fmt::Debug for Throttle<K> {
             .field("metrics", &self.metrics())
             .finish()
     }
+}
+
+/// Re-plans `part`'s schedule after a cut or a new pause. When calls hold
+/// slots still to come, the pacer's next slot is at the pause's end (or
+/// `now`), evenly after it, and every such call takes a new slot before it
+/// sends ([`Throttle::recheck_at`]). When none does, the schedule stands
+/// (the pacer already moved to the new rate) and only resumes evenly after
+/// a pause, without the credit it gained meanwhile.
+fn replan(part: &Partition, st: &mut PartitionState, now: Timestamp) {
+    if !st.pacing {
+        return;
+    }
+    if part.last_slot.load(Ordering::Relaxed) > now.as_nanos() {
+        st.plan = st.plan.wrapping_add(1);
+        part.pacer.restart_at(st.paused_until.max(now));
+    } else if st.paused_until > now {
+        part.pacer.resume_at(st.paused_until);
+    }
+}
+
+/// The partition pause after a refusal whose `Retry-After` is `ra`, when
+/// it may be shorter than `ra`: a `Retry-After` of a second or less may be a
+/// few milliseconds' wait rounded up to whole seconds (a 100/s bucket says
+/// "1"), and a partition whose successes came back at `a` per second lately
+/// (at least [`SHORT_PAUSE_MIN_ADMITTED`] of them) finds its next slot
+/// within a few intervals at `a`. The refused call itself still waits `ra`;
+/// only the partition's other calls resume sooner, at the pace the cut left.
+/// `None` (honour `ra`) for a longer `Retry-After`, a slow partition, or
+/// when an attempt sent after the previous short pause was refused before
+/// any such attempt succeeded (a window that is really closed for `ra`).
+fn short_pause(
+    st: &mut PartitionState,
+    call: &Call,
+    now: Timestamp,
+    ra: Duration,
+) -> Option<Duration> {
+    if ra > Duration::from_secs(1) {
+        return None;
+    }
+    let doubted = st.short_pause_end.is_some_and(|end| call.sent_at >= end);
+    if doubted {
+        st.short_pause_end = None;
+        return None;
+    }
+    let a = st
+        .admitted
+        .rate_of_at_least(now, SHORT_PAUSE_MIN_ADMITTED)?;
+    let pause = crate::client::secs_to_duration(SHORT_PAUSE_INTERVALS / a).min(ra);
+    st.short_pause_end = Some(
+        st.short_pause_end
+            .map_or(now + pause, |e| e.max(now + pause)),
+    );
+    Some(pause)
 }
 
 fn seed_for(seed: u64, n: u64) -> u64 {
@@ -597,6 +691,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             last_cost: None,
             sent_at: now,
             paced: false,
+            plan: 0,
         }
     }
 
@@ -662,6 +757,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             if let Some(ctl) = st.controller.as_mut() {
                 ctl.on_send(now);
             }
+            call.plan = st.plan;
             (st.pacing, not_before.max(st.paused_until).max(now))
         };
         let deadline = call
@@ -680,6 +776,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             Ok(w) => {
                 call.attempts += 1;
                 call.sent_at = now.saturating_add(w);
+                part.last_slot
+                    .fetch_max(call.sent_at.as_nanos(), Ordering::Relaxed);
                 call.paced = pacing;
                 c.attempts.fetch_add(1, Ordering::Relaxed);
                 // Count only the wait the pacer or a pause added; a retry's
@@ -692,6 +790,39 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 Err(e)
             }
         }
+    }
+
+    /// Called by a driver when the slot [`Throttle::acquire_at`] gave `call`
+    /// comes due, just before it sends: the extra wait before sending, zero
+    /// almost always. When the partition was cut or paused after the slot
+    /// was taken, the slot belongs to a schedule that no longer holds (the
+    /// old pace, or inside the pause): the call takes a new slot, after the
+    /// pause and at the current pace, and is to wait that long and ask
+    /// again. A driver that skips this sends at the old schedule; after a
+    /// cut many tasks would then keep sending at the pace that was just
+    /// refused. The attempt is not counted again, and the call's deadline
+    /// is not checked again (it was checked when the first slot was taken).
+    pub fn recheck_at(&self, key: &K, call: &mut Call, now: Timestamp) -> Duration {
+        let part = self.partition(key);
+        let (pacing, start) = {
+            let st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if call.plan == st.plan {
+                return Duration::ZERO;
+            }
+            call.plan = st.plan;
+            (st.pacing, st.paused_until.max(now))
+        };
+        let wait = if pacing {
+            part.pacer.acquire_at(now, start)
+        } else {
+            start.saturating_duration_since(now)
+        };
+        call.sent_at = now.saturating_add(wait);
+        call.paced = pacing;
+        part.last_slot
+            .fetch_max(call.sent_at.as_nanos(), Ordering::Relaxed);
+        self.inner.counters.note_wait(wait);
+        wait
     }
 
     /// Non-blocking: takes a slot in `key`'s partition if one is free at
@@ -735,7 +866,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         st.answered = true;
         if cfg.use_hints {
             st.hints.observe(now, &outcome.hints);
-            st.paused_until = st.paused_until.max(st.hints.pause_until());
+            if st.hints.pause_until() > st.paused_until {
+                st.paused_until = st.hints.pause_until();
+                replan(&part, &mut st, now);
+            }
             if let Some((q, w)) = outcome.hints.policy {
                 let r = q as f64 / w.as_secs_f64() * POLICY_HEADROOM;
                 if r.is_finite() && r > 0.0 {
@@ -789,6 +923,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         if began || cut {
             st.cut_at = now;
         }
+        let replan_after = cut && st.pacing && rate.is_some();
         st.pacing = rate.is_some();
         if let Some(r) = rate {
             if (r - part.pacer.rate()).abs() > 1e-9 * r.max(1.0) {
@@ -803,6 +938,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             c.current_rate_bits
                 .store(part.pacer.rate().to_bits(), Ordering::Relaxed);
         }
+        if replan_after {
+            // Slots handed out at the old pace are not used at it.
+            replan(&part, &mut st, now);
+        }
         if let Some(sre) = st.sre.as_mut() {
             sre.on_outcome(now, outcome);
         }
@@ -811,6 +950,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         match outcome.signal {
             Signal::Success => {
                 c.successes.fetch_add(1, Ordering::Relaxed);
+                st.admitted.note(now);
+                if st.short_pause_end.is_some_and(|end| call.sent_at >= end) {
+                    st.short_pause_end = None;
+                }
                 if let Some(b) = st.budget.as_mut() {
                     b.on_success(call.last_cost.take());
                 }
@@ -841,14 +984,19 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
 
         // 4. A throttle pauses the whole partition, with jitter on the resume.
         if outcome.signal == Signal::Throttled {
-            let pause = retry_after.or(delay).unwrap_or(Duration::ZERO);
+            let pause = match retry_after {
+                Some(ra) => short_pause(&mut st, call, now, ra).unwrap_or(ra),
+                None => delay.unwrap_or(Duration::ZERO),
+            };
             let u: f64 = st.rng.random();
             let pause = pause.saturating_add(pause.mul_f64(u * cfg.pause_jitter));
-            st.paused_until = st.paused_until.max(now.saturating_add(pause));
-            if st.pacing {
+            let until = now.saturating_add(pause);
+            if until > st.paused_until {
+                st.paused_until = until;
                 // The pause is no saving: the pace resumes evenly after it,
-                // not with a burst of the credit the pacer gained meanwhile.
-                part.pacer.resume_at(st.paused_until);
+                // not with a burst of the credit the pacer gained meanwhile,
+                // and slots handed out before it are taken again after it.
+                replan(&part, &mut st, now);
             }
         }
 
@@ -1428,15 +1576,15 @@ mod tests {
         // the bucket's refill rate). A window sets no cap at all.
         let t = Timestamp::ZERO;
         for (meaning, hint) in [
-            (ResetMeaning::Refill, capped(2, 2)),
-            (ResetMeaning::Auto, capped(2, 2)),
+            (ResetMeaning::Refill, capped(3, 3)),
+            (ResetMeaning::Auto, capped(3, 3)),
         ] {
             let th: Throttle<u8> = Throttle::new(ThrottleConfig {
                 hint_reset: meaning,
                 ..config()
             })
             .unwrap(); // AIMD 10/s
-            th.record_at(&0, &mut th.begin(t), t, &hint); // 1/s for 2 s
+            th.record_at(&0, &mut th.begin(t), t, &hint); // 1/s for 3 s
             assert_eq!(th.rate_of(&0), Some(1.0), "{meaning:?}");
             let during = t + ms(1500);
             th.record_at(&0, &mut th.begin(during), during, &Outcome::success());
@@ -1445,7 +1593,7 @@ mod tests {
                 Some(1.0),
                 "{meaning:?}: held until the reset"
             );
-            let later = t + Duration::from_secs(2);
+            let later = t + Duration::from_secs(3);
             th.record_at(&0, &mut th.begin(later), later, &Outcome::success());
             assert_eq!(
                 th.rate_of(&0),
@@ -1629,7 +1777,9 @@ mod tests {
     #[test]
     fn many_threads_call_through_one_shared_throttle_at_once() {
         // Eight threads, one partition, each with its own calls in flight
-        // at the same time: every call ends, every attempt is counted once.
+        // at the same time, each re-checking its slot before it sends as the
+        // drivers do (other threads' cuts and pauses re-plan it): every call
+        // ends, every attempt is counted once.
         let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
         let threads: Vec<_> = (0..8u64)
             .map(|i| {
@@ -1641,6 +1791,13 @@ mod tests {
                         let mut call = th.begin(now);
                         loop {
                             now = now + th.acquire_at(&0, &mut call, now, now).unwrap();
+                            loop {
+                                let more = th.recheck_at(&0, &mut call, now);
+                                if more.is_zero() {
+                                    break;
+                                }
+                                now = now + more;
+                            }
                             let o = if (n + i) % 7 == 0 && call.attempts() < 3 {
                                 Outcome::throttled()
                             } else {
@@ -1664,6 +1821,107 @@ mod tests {
         assert_eq!(m.successes, 1_600);
         assert_eq!(m.attempts, m.successes + m.throttled);
         assert_eq!(m.gave_up, 0);
+    }
+
+    #[test]
+    fn a_cut_or_pause_re_plans_the_slots_other_calls_hold() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap(); // AIMD 10/s, burst 1
+        let t = Timestamp::ZERO;
+        let mut calls: Vec<Call> = (0..3).map(|_| th.begin(t)).collect();
+        let waits: Vec<_> = calls
+            .iter_mut()
+            .map(|c| th.acquire_at(&0, c, t, t).unwrap())
+            .collect();
+        assert_eq!(waits, [ms(0), ms(100), ms(200)]);
+        // Nothing changed: each sends at its slot.
+        assert_eq!(th.recheck_at(&0, &mut calls[1], t + ms(10)), Duration::ZERO);
+        // The first is refused at 50 ms: cut to 5/s, paused 100 ms (to
+        // 150 ms). The slots at 100 and 200 ms were handed out at 10/s.
+        let step = th.record_at(&0, &mut calls[0], t + ms(50), &Outcome::throttled());
+        assert_eq!(step, Step::Retry(ms(100)));
+        assert_eq!(th.rate_of(&0), Some(5.0));
+        assert_eq!(th.recheck_at(&0, &mut calls[1], t + ms(100)), ms(50));
+        assert_eq!(th.recheck_at(&0, &mut calls[2], t + ms(200)), ms(150));
+        // Their new slots stand.
+        assert_eq!(
+            th.recheck_at(&0, &mut calls[1], t + ms(150)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            th.recheck_at(&0, &mut calls[2], t + ms(350)),
+            Duration::ZERO
+        );
+        assert_eq!(th.metrics().attempts, 3, "a new slot is not a new attempt");
+        // A lone call holds no slot ahead: its refusal leaves the schedule
+        // as it was (the pace is cut, the pause resumes evenly).
+        let lone: Throttle<u8> = Throttle::new(config()).unwrap();
+        let mut call = lone.begin(t);
+        lone.acquire_at(&0, &mut call, t, t).unwrap();
+        lone.record_at(&0, &mut call, t + ms(50), &Outcome::throttled());
+        let retry = lone
+            .acquire_at(&0, &mut call, t + ms(150), t + ms(150))
+            .unwrap();
+        assert_eq!(
+            lone.recheck_at(&0, &mut call, t + ms(150) + retry),
+            Duration::ZERO
+        );
+    }
+
+    /// One success every 10 ms for a second in partition 0; the time after.
+    fn admitting_100_a_second(th: &Throttle<u8>) -> Timestamp {
+        let mut now = Timestamp::ZERO;
+        for _ in 0..100 {
+            now = now + ms(10);
+            let mut call = th.begin(now);
+            th.acquire_at(&0, &mut call, now, now).unwrap();
+            th.record_at(&0, &mut call, now, &Outcome::success());
+        }
+        now
+    }
+
+    #[test]
+    fn a_whole_second_retry_after_pauses_a_fast_partition_briefly() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            pause_jitter: 0.0,
+            ..ThrottleConfig::default()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        let now = admitting_100_a_second(&th);
+        let one = throttled_after(Duration::from_secs(1));
+        let mut refused = th.begin(now);
+        th.acquire_at(&0, &mut refused, now, now).unwrap();
+        // The refused call itself waits the whole second ...
+        let Step::Retry(d) = th.record_at(&0, &mut refused, now, &one) else {
+            panic!("retried")
+        };
+        assert!(d >= Duration::from_secs(1), "{d:?}");
+        // ... the partition only two intervals at 100/s.
+        assert_eq!(th.try_acquire_at(&0, now), Err(ms(20)));
+        // A call sent after that short pause and refused again says the
+        // wait was real: the next pause is the whole second.
+        let later = now + ms(30);
+        let mut next = th.begin(later);
+        let w = th.acquire_at(&0, &mut next, later, later).unwrap();
+        let at = later + w;
+        th.record_at(&0, &mut next, at, &one);
+        assert_eq!(th.try_acquire_at(&0, at), Err(Duration::from_secs(1)));
+        // A slow partition, or a longer Retry-After, is honoured in full.
+        let mut call = th.begin(t);
+        th.acquire_at(&1, &mut call, t, t).unwrap();
+        th.record_at(&1, &mut call, t, &one);
+        assert_eq!(th.try_acquire_at(&1, t), Err(Duration::from_secs(1)));
+        let two = throttled_after(Duration::from_secs(2));
+        let fast: Throttle<u8> = Throttle::new(ThrottleConfig {
+            pause_jitter: 0.0,
+            ..ThrottleConfig::default()
+        })
+        .unwrap();
+        let now = admitting_100_a_second(&fast);
+        let mut call = fast.begin(now);
+        fast.acquire_at(&0, &mut call, now, now).unwrap();
+        fast.record_at(&0, &mut call, now, &two);
+        assert_eq!(fast.try_acquire_at(&0, now), Err(Duration::from_secs(2)));
     }
 
     #[test]

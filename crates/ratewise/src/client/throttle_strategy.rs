@@ -8,6 +8,9 @@
 //!
 //! * `before_call(now)` begins a call and takes its first slot; the answer is
 //!   the pacer's (or a pause's) wait.
+//! * `before_send(now)`, when a wait has passed, asks
+//!   [`Throttle::recheck_at`] whether a cut or a pause re-planned the
+//!   partition meanwhile; if so the call waits for its new slot.
 //! * `after_attempt(now, outcome)` records the outcome. [`Step::Done`] is
 //!   [`Next::Done`]; [`Step::GiveUp`] is [`Next::GiveUp`]; for
 //!   [`Step::Retry`] the retry's slot is taken at once, no earlier than the
@@ -43,8 +46,9 @@ use crate::time::Timestamp;
 pub struct ThrottleStrategy<K = ()> {
     throttle: Throttle<K>,
     key: K,
-    /// Calls in flight with the instant their attempt was due.
-    calls: VecDeque<(Timestamp, Call)>,
+    /// Calls in flight with the instant their attempt is due and whether it
+    /// was sent ([`Strategy::before_send`] said so).
+    calls: VecDeque<(Timestamp, bool, Call)>,
     refusal_delay: Duration,
     refused: u64,
 }
@@ -94,8 +98,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> ThrottleStrategy<K> {
 
     /// Keeps `calls` ordered by the instant each attempt is due.
     fn push(&mut self, due: Timestamp, call: Call) {
-        let at = self.calls.partition_point(|(d, _)| *d <= due);
-        self.calls.insert(at, (due, call));
+        let at = self.calls.partition_point(|(d, _, _)| *d <= due);
+        self.calls.insert(at, (due, false, call));
     }
 }
 
@@ -123,8 +127,15 @@ impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
         // The response belongs to the call whose attempt was due earliest;
         // an attempt without `before_call` (a driver that skipped it) still
         // counts: it becomes a call begun now.
-        let mut call = match self.calls.pop_front() {
-            Some((_, call)) => call,
+        // Sent ones first (a driver that never calls `before_send` marks
+        // none: then simply the earliest due).
+        let at = self
+            .calls
+            .iter()
+            .position(|(_, sent, _)| *sent)
+            .unwrap_or(0);
+        let mut call = match self.calls.remove(at) {
+            Some((_, _, call)) => call,
             None => self.throttle.begin(now),
         };
         match self.throttle.record_at(&self.key, &mut call, now, outcome) {
@@ -141,6 +152,31 @@ impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
                 }
             }
         }
+    }
+
+    fn before_send(&mut self, now: Timestamp) -> Duration {
+        // The call being sent is the earliest due one not sent yet.
+        let Some(at) = self
+            .calls
+            .iter()
+            .position(|(due, sent, _)| !*sent && *due <= now)
+        else {
+            return Duration::ZERO;
+        };
+        let more = match self.calls.get_mut(at) {
+            Some((_, sent, call)) => {
+                let more = self.throttle.recheck_at(&self.key, call, now);
+                *sent = more.is_zero();
+                more
+            }
+            None => Duration::ZERO,
+        };
+        if !more.is_zero() {
+            if let Some((_, _, call)) = self.calls.remove(at) {
+                self.push(now.saturating_add(more), call);
+            }
+        }
+        more
     }
 
     fn current_delay(&self) -> Duration {
@@ -265,7 +301,8 @@ mod tests {
     #[test]
     fn one_strategy_serves_many_calls_in_flight() {
         // Three simulated threads share one object (per-process state): each
-        // call is kept until its own response, so none is lost or merged.
+        // call is kept until its own response, so none is lost or merged,
+        // and a pause re-plans the slots the others hold.
         let th: Throttle<u8> = Throttle::new(ThrottleConfig {
             max_attempts: 2,
             ..config()
@@ -276,25 +313,37 @@ mod tests {
         let waits: Vec<_> = (0..3).map(|_| s.before_call(t)).collect();
         assert_eq!(waits, [ms(0), ms(100), ms(200)]);
         assert_eq!(s.in_flight(), 3);
-        // The first call's response: throttled, retried (its second attempt).
-        assert!(matches!(
+        assert_eq!(s.before_send(t), Duration::ZERO, "the first is sent");
+        // The first call's response: throttled, retried (its second attempt)
+        // after the 100 ms pause, at 150 ms.
+        assert_eq!(
             s.after_attempt(t + ms(50), &Outcome::throttled()),
-            Next::Retry(_)
-        ));
+            Next::Retry(ms(100))
+        );
         assert_eq!(s.in_flight(), 3);
+        // The others' slots (100 and 200 ms) were handed out before the
+        // pause: each takes a new one after the retry's, 100 ms apart.
+        assert_eq!(s.before_send(t + ms(100)), ms(150));
+        assert_eq!(s.before_send(t + ms(150)), Duration::ZERO, "the retry");
+        assert_eq!(s.before_send(t + ms(200)), ms(150));
+        assert_eq!(s.before_send(t + ms(250)), Duration::ZERO);
+        // The retry's answer comes first: its second throttle reaches its own
+        // attempt limit; it was not confused with the two fresh calls.
         assert_eq!(
-            s.after_attempt(t + ms(150), &Outcome::success()),
-            Next::Done
-        );
-        assert_eq!(
-            s.after_attempt(t + ms(250), &Outcome::success()),
-            Next::Done
-        );
-        // The retried call's second throttle reaches its own attempt limit:
-        // it was not confused with the two fresh calls.
-        assert_eq!(
-            s.after_attempt(t + ms(500), &Outcome::throttled()),
+            s.after_attempt(t + ms(300), &Outcome::throttled()),
             Next::GiveUp
+        );
+        assert_eq!(
+            s.after_attempt(t + ms(310), &Outcome::success()),
+            Next::Done
+        );
+        // The second throttle paused the partition again (200 ms, until
+        // 500 ms): the last call's slot at 350 ms moves to the pause's end.
+        assert_eq!(s.before_send(t + ms(350)), ms(150));
+        assert_eq!(s.before_send(t + ms(500)), Duration::ZERO);
+        assert_eq!(
+            s.after_attempt(t + ms(550), &Outcome::success()),
+            Next::Done
         );
         assert_eq!(s.in_flight(), 0);
         let m = th.metrics();
