@@ -98,19 +98,18 @@ impl Verdict {
     }
 
     /// Renders this verdict's headers: `RateLimit-Policy` and `RateLimit`
-    /// for every policy of the set (style `draft`), the legacy trios for the
-    /// [most constraining](Verdict::most_constraining) policy, and
-    /// `Retry-After` on a refusal. The values are formatted on the stack by
-    /// [`ratewise::headers_out`]; `http` copies each once. The result is
-    /// small, so an admitted request's future carries it rather than the
-    /// whole verdict.
+    /// for every policy of the set (style `draft`) and the legacy trios for
+    /// the [most constraining](Verdict::most_constraining) policy. The
+    /// values are formatted on the stack by [`ratewise::headers_out`];
+    /// `http` copies each once. An admitted request's future carries the
+    /// result until the response exists, so it is kept small (two values
+    /// inline, the opt-in legacy trio boxed): a large future is copied
+    /// with `memcpy` at every layer of the server that moves it.
     pub(crate) fn render(&self, set: &PolicySet, style: HeaderStyle) -> ReadyHeaders {
         let mut out = ReadyHeaders {
             policy: None,
             state: None,
             trio: None,
-            style,
-            retry: None,
         };
         if style.draft && self.len > 0 {
             out.policy = Some(set.policy_header());
@@ -127,23 +126,25 @@ impl Verdict {
             };
         }
         if style.legacy || style.x_prefixed {
-            out.trio = self.most_constraining().map(|s| Decision {
-                allowed: !s.violated,
-                limit: s.limit,
-                remaining: s.remaining,
-                reset_after: s.reset_after,
-                retry_after: None,
-                delay: Duration::ZERO,
+            out.trio = self.most_constraining().map(|s| {
+                Box::new(Trio {
+                    decision: Decision {
+                        allowed: !s.violated,
+                        limit: s.limit,
+                        remaining: s.remaining,
+                        reset_after: s.reset_after,
+                        retry_after: None,
+                        delay: Duration::ZERO,
+                    },
+                    style,
+                })
             });
-        }
-        if !self.allowed {
-            out.retry = self.retry_after;
         }
         out
     }
 
     /// Writes this verdict's headers into `headers` (see
-    /// [`Verdict::render`]).
+    /// [`Verdict::render`]), and `Retry-After` on a refusal.
     pub(crate) fn write_headers(
         &self,
         set: &PolicySet,
@@ -151,6 +152,11 @@ impl Verdict {
         headers: &mut HeaderMap,
     ) {
         self.render(set, style).apply(headers);
+        if let Some(retry) = self.retry_after.filter(|_| !self.allowed) {
+            headers_out::write_retry_after(retry, |_, v| {
+                insert(headers, &http::header::RETRY_AFTER, v)
+            });
+        }
     }
 }
 
@@ -158,9 +164,13 @@ impl Verdict {
 pub(crate) struct ReadyHeaders {
     policy: Option<HeaderValue>,
     state: Option<HeaderValue>,
-    trio: Option<Decision>,
+    trio: Option<Box<Trio>>,
+}
+
+/// The legacy three-field headers' evidence, and which forms to write.
+struct Trio {
+    decision: Decision,
     style: HeaderStyle,
-    retry: Option<Duration>,
 }
 
 impl ReadyHeaders {
@@ -172,21 +182,16 @@ impl ReadyHeaders {
         if let Some(v) = self.state {
             headers.insert(RATELIMIT.clone(), v);
         }
-        if let Some(d) = self.trio {
+        if let Some(trio) = self.trio {
             let mut emit = |name: &'static str, value: &[u8]| {
                 insert(headers, &HeaderName::from_static(name), value)
             };
-            if self.style.legacy {
-                headers_out::write_trio(headers_out::LEGACY_NAMES, &d, &mut emit);
+            if trio.style.legacy {
+                headers_out::write_trio(headers_out::LEGACY_NAMES, &trio.decision, &mut emit);
             }
-            if self.style.x_prefixed {
-                headers_out::write_trio(headers_out::X_NAMES, &d, &mut emit);
+            if trio.style.x_prefixed {
+                headers_out::write_trio(headers_out::X_NAMES, &trio.decision, &mut emit);
             }
-        }
-        if let Some(retry) = self.retry {
-            headers_out::write_retry_after(retry, |_, v| {
-                insert(headers, &http::header::RETRY_AFTER, v)
-            });
         }
     }
 }
