@@ -24,11 +24,11 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ratewise::client::secs_to_duration;
-use ratewise::{Decision, RateLimiter, Timestamp};
+use ratewise::headers_out::{HeaderBuf, PolicyInfo};
+use ratewise::{Decision, Quota, RateLimiter, Timestamp};
 use serde::Deserialize;
 
 use crate::error::{non_negative, positive, SimError};
@@ -49,7 +49,9 @@ pub fn wall_clock(now: Timestamp) -> SystemTime {
 pub enum HeaderProfile {
     /// The IETF structured fields (drafts ≥ 07): `RateLimit-Policy:
     /// "hourly";q=5000;w=3600` and `RateLimit: "hourly";r=4999;t=3600`, one
-    /// item per reported limit.
+    /// item per reported limit, written by the core's header writer as a
+    /// ratewise server writes them (a bucket's `q / w` is its sustained
+    /// rate: 100/s with a burst of 10 is `q=100;w=1`).
     Ietf,
     /// The older drafts' `RateLimit-Limit`, `RateLimit-Remaining`,
     /// `RateLimit-Reset` (delta seconds), for the tightest reported limit.
@@ -172,7 +174,7 @@ fn rate_quota(
     rate_per_s: Option<f64>,
     burst: Option<u64>,
     field: &str,
-) -> Result<(ratewise::Quota, f64), SimError> {
+) -> Result<ratewise::Quota, SimError> {
     let bad = |m: String| SimError::invalid(field, m);
     let q = match (limit, window_s, rate_per_s) {
         (Some(l), Some(w), None) => {
@@ -196,19 +198,17 @@ fn rate_quota(
             ))
         }
     };
-    // The window a client is told about: the one given, or the time the
-    // burst takes to refill.
-    let window = window_s.unwrap_or(q.burst() as f64 / q.rate_per_second());
-    Ok((q, window))
+    Ok(q)
 }
 
 impl LimitConfig {
-    /// A rate limit's quota and the window its headers announce (`None`
-    /// for a concurrency cap).
+    /// A rate limit's quota (`None` for a concurrency cap). Its headers
+    /// announce it as a ratewise server does
+    /// ([`ratewise::headers_out::PolicyInfo::from_quota`]).
     ///
     /// # Errors
     /// As [`LimitConfig::validate`].
-    pub fn quota(&self, field: &str) -> Result<Option<(ratewise::Quota, f64)>, SimError> {
+    pub fn quota(&self, field: &str) -> Result<Option<ratewise::Quota>, SimError> {
         match self {
             LimitConfig::Rate {
                 limit,
@@ -273,7 +273,7 @@ impl LimitConfig {
                 LimitConfig::Rate {
                     algorithm, start, ..
                 },
-                Some((q, _)),
+                Some(q),
             ) => Some(core_limiter(*algorithm, q, *start == Start::Full)),
             _ => None,
         })
@@ -343,7 +343,6 @@ struct RateLimit {
     limiter: Box<dyn RateLimiter>,
     refusal: Refusal,
     reported: bool,
-    window_s: f64,
     start_full: bool,
 }
 
@@ -368,7 +367,8 @@ struct Reading {
     limit: u64,
     remaining: u64,
     reset: Duration,
-    window_s: f64,
+    /// The limit's quota, for `RateLimit-Policy`.
+    quota: Quota,
 }
 
 /// A running stack server.
@@ -412,7 +412,6 @@ impl StackServer {
                     retry_after: own,
                     ..
                 } => {
-                    let window = l.quota(&field)?.map_or(1.0, |(_, w)| w);
                     let limiter = l
                         .limiter(&field)?
                         .ok_or_else(|| SimError::invalid(&field, "not a rate limit"))?;
@@ -425,7 +424,6 @@ impl StackServer {
                             retry_after: *own,
                         },
                         reported: *reported,
-                        window_s: window,
                         start_full: *start == Start::Full,
                     });
                 }
@@ -497,27 +495,18 @@ impl StackServer {
         match (self.headers, tightest) {
             (HeaderProfile::None, _) | (_, None) => {}
             (HeaderProfile::Ietf, Some(_)) => {
-                let mut policy = String::new();
-                let mut field = String::new();
-                for (i, r) in shown.iter().enumerate() {
-                    let sep = if i == 0 { "" } else { ", " };
-                    let _ = write!(
-                        policy,
-                        "{sep}\"{}\";q={};w={}",
-                        r.name,
-                        r.limit,
-                        secs(secs_to_duration(r.window_s)).max(1)
-                    );
-                    let _ = write!(
-                        field,
-                        "{sep}\"{}\";r={};t={}",
-                        r.name,
-                        r.remaining,
-                        secs(r.reset)
-                    );
+                // Written by the core's header writer, as a ratewise server
+                // writes them: a bucket's policy states its sustained rate
+                // (`q / w`), not its burst over the time the burst refills.
+                let mut policy = HeaderBuf::<4096>::new();
+                let mut field = HeaderBuf::<4096>::new();
+                for r in shown {
+                    let _ = policy.push_policy(&PolicyInfo::from_quota(&r.name, &r.quota));
+                    let _ = field.push_limit(&r.name, r.remaining, r.reset);
                 }
-                out.push(("RateLimit-Policy", policy));
-                out.push(("RateLimit", field));
+                let text = |b: &HeaderBuf<4096>| String::from_utf8_lossy(b.as_bytes()).into_owned();
+                out.push(("RateLimit-Policy", text(&policy)));
+                out.push(("RateLimit", text(&field)));
             }
             (HeaderProfile::Draft, Some(r)) => {
                 out.push(("RateLimit-Limit", r.limit.to_string()));
@@ -570,7 +559,7 @@ impl StackServer {
             limit: d.limit,
             remaining: d.remaining,
             reset: d.reset_after,
-            window_s: r.window_s,
+            quota: r.limiter.quota(),
         }
     }
 }

@@ -128,7 +128,8 @@ impl<'a> PolicyInfo<'a> {
     ///
     /// `w` is written in whole seconds, so a window that is not a whole
     /// number of seconds is widened to the next one and `q` scaled with it,
-    /// rounded down: `q / w` stays the quota's rate (never above it), where
+    /// rounded down: `q / w` stays the quota's rate (never above it, but
+    /// for the nanoseconds by which the quota's own interval was rounded), where
     /// widening `w` alone would understate it — a 100/s bucket with a burst
     /// of 10 refills its burst in 0.1 s and is written `q=100;w=1`, not
     /// `q=10;w=1`. A client reading `q / w` as the sustained rate then paces
@@ -145,13 +146,27 @@ impl<'a> PolicyInfo<'a> {
     /// let q = Quota::per(10, Duration::from_secs(60))?;
     /// let p = PolicyInfo::from_quota("minute", &q);
     /// assert_eq!((p.quota, p.window), (10, Duration::from_secs(60)));
+    /// // 333 333 334 ns per unit: the window is 1 s and 2 ns.
+    /// let q = Quota::per(3, Duration::from_secs(1))?;
+    /// let p = PolicyInfo::from_quota("second", &q);
+    /// assert_eq!((p.quota, p.window), (3, Duration::from_secs(1)));
     /// # Ok::<(), ratewise::QuotaError>(())
     /// ```
     pub const fn from_quota(name: &'a str, quota: &Quota) -> Self {
         let window = quota.window();
-        let whole = ceil_secs(window);
-        let nanos = quota.window_nanos() as u128;
         let burst = quota.burst();
+        // A quota keeps its interval in whole nanoseconds, so "3 per
+        // second" has a window of 1 s + 2 ns (3 × 333 333 334 ns): within
+        // one nanosecond per unit of the burst, a window is the whole
+        // seconds it was made from, not the next second up (which would
+        // state 5 per 2 s).
+        let over = window.subsec_nanos() as u64;
+        let whole = if window.as_secs() > 0 && over <= burst {
+            window.as_secs()
+        } else {
+            ceil_secs(window)
+        };
+        let nanos = quota.window_nanos() as u128;
         let q = if nanos == 0 || window.subsec_nanos() == 0 {
             burst
         } else {
