@@ -79,7 +79,13 @@ impl Policy {
         Policy {
             name: name.into(),
             quota,
-            store: Arc::new(HashedKeys {
+            // Why a hash: kept by key, an entry holds a `Key` (24 bytes)
+            // beside the 48-byte GCRA state, so it takes two cache lines
+            // (128 bytes with its alignment) and a text key sits in its own
+            // allocation: a check past the processor's caches touches
+            // three lines. Kept by hash, it is one line, and with many keys
+            // under load those misses are most of a check's cost.
+            store: Arc::new(KeyedStore {
                 limiter: KeyedLimiter::<u64>::builder(quota)
                     .max_keys(DEFAULT_MAX_KEYS)
                     // Four shards per CPU, not the core's 64: behind a
@@ -91,7 +97,7 @@ impl Policy {
                     .shards(4 * std::thread::available_parallelism().map_or(4, usize::from))
                     .clock(NoClock)
                     .build(),
-                hasher: std::collections::hash_map::RandomState::new(),
+                key_of: std::collections::hash_map::RandomState::new(),
             }),
             scope: Scope::PerKey,
             shadow: false,
@@ -115,7 +121,10 @@ impl Policy {
         Policy {
             name: name.into(),
             quota,
-            store: Arc::new(limiter),
+            store: Arc::new(KeyedStore {
+                limiter,
+                key_of: ByKey,
+            }),
             scope: Scope::PerKey,
             shadow: false,
         }
@@ -177,19 +186,48 @@ pub(crate) trait PolicyStore: Send + Sync {
     fn keys(&self) -> usize;
 }
 
-impl<L, C> PolicyStore for KeyedLimiter<Key, L, C>
+/// A keyed limiter and how it knows a request's key: by the key itself
+/// ([`Policy::per_key_with`]) or by a keyed hash of it ([`Policy::per_key`]).
+struct KeyedStore<K, L, C, M> {
+    limiter: KeyedLimiter<K, L, C>,
+    key_of: M,
+}
+
+/// How a [`KeyedStore`] turns a request's key into its table's key.
+trait KeyOf<K>: Send + Sync {
+    fn key_of(&self, key: KeyRef<'_>) -> K;
+}
+
+/// Kept by the key itself: made here, once per request.
+struct ByKey;
+
+impl KeyOf<Key> for ByKey {
+    fn key_of(&self, key: KeyRef<'_>) -> Key {
+        key.to_key()
+    }
+}
+
+/// Kept by a 64-bit SipHash-1-3 of the key under a random 128-bit key:
+/// see [`Policy::per_key`] for why, and what a collision would cost.
+impl KeyOf<u64> for std::collections::hash_map::RandomState {
+    fn key_of(&self, key: KeyRef<'_>) -> u64 {
+        std::hash::BuildHasher::hash_one(self, key)
+    }
+}
+
+impl<K, L, C, M> PolicyStore for KeyedStore<K, L, C, M>
 where
+    K: std::hash::Hash + Eq + Clone,
     L: KeyState,
     C: ratewise::Clock,
-    Self: Send + Sync,
+    M: KeyOf<K>,
+    KeyedLimiter<K, L, C>: Send + Sync,
 {
-    // A limiter kept by keys needs the key itself: made here, once per
-    // request, as extracting it used to.
     fn check_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        keyed_check(self, &key.to_key(), n, now)
+        keyed_check(&self.limiter, &self.key_of.key_of(key), n, now)
     }
     fn peek_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        KeyedLimiter::peek_at(self, &key.to_key(), n, now)
+        self.limiter.peek_at(&self.key_of.key_of(key), n, now)
     }
     fn reserve_now(
         &self,
@@ -197,16 +235,17 @@ where
         n: u64,
         now: Timestamp,
     ) -> Result<Reservation, KeyedError> {
-        self.reserve_within_at(&key.to_key(), n, now, Duration::ZERO)
+        self.limiter
+            .reserve_within_at(&self.key_of.key_of(key), n, now, Duration::ZERO)
     }
     fn cancel_at(&self, key: KeyRef<'_>, r: Reservation, now: Timestamp) {
-        let _ = KeyedLimiter::cancel_at(self, &key.to_key(), r, now);
+        let _ = self.limiter.cancel_at(&self.key_of.key_of(key), r, now);
     }
     fn set_quota_at(&self, quota: Quota, _now: Timestamp) {
-        self.set_default_quota(quota);
+        self.limiter.set_default_quota(quota);
     }
     fn keys(&self) -> usize {
-        self.len()
+        self.limiter.len()
     }
 }
 
@@ -244,66 +283,6 @@ where
                 delay: Duration::ZERO,
             })
         }
-    }
-}
-
-/// [`Policy::per_key`]'s store: one GCRA per key, each key known by a
-/// 64-bit keyed hash of it rather than by the key itself.
-///
-/// Why: a table entry is then the hash and the GCRA state, 64 bytes, one
-/// cache line, with nothing behind a pointer. Kept by key, an entry holds
-/// a [`Key`] (24 bytes) beside the state, takes two cache lines (128 bytes
-/// with its alignment) and a text key sits in its own allocation, so a
-/// check past the processor's caches touches three lines instead of one.
-/// Under load with many keys those misses are most of a check's cost; and
-/// the memory per key falls from 148 bytes of table (plus a text key's own
-/// allocation) to 75 (`KeyedLimiter::estimated_bytes_per_key`).
-///
-/// What it costs: two keys whose hashes are equal share one bucket. The
-/// hash is SipHash-1-3 under a random 128-bit key drawn per policy (std's
-/// `RandomState`), so a client cannot aim at another's hash; by chance,
-/// among a million tracked keys the odds that any two collide are about
-/// 3 in 100 million. A collision only ever makes two clients share a
-/// quota — it never admits more than one key's quota for them.
-struct HashedKeys<C> {
-    limiter: KeyedLimiter<u64, ratewise::keyed::GcraState, C>,
-    hasher: std::collections::hash_map::RandomState,
-}
-
-impl<C> HashedKeys<C> {
-    fn id(&self, key: KeyRef<'_>) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.hasher, key)
-    }
-}
-
-impl<C> PolicyStore for HashedKeys<C>
-where
-    C: ratewise::Clock,
-    KeyedLimiter<u64, ratewise::keyed::GcraState, C>: Send + Sync,
-{
-    fn check_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        keyed_check(&self.limiter, &self.id(key), n, now)
-    }
-    fn peek_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
-        self.limiter.peek_at(&self.id(key), n, now)
-    }
-    fn reserve_now(
-        &self,
-        key: KeyRef<'_>,
-        n: u64,
-        now: Timestamp,
-    ) -> Result<Reservation, KeyedError> {
-        self.limiter
-            .reserve_within_at(&self.id(key), n, now, Duration::ZERO)
-    }
-    fn cancel_at(&self, key: KeyRef<'_>, r: Reservation, now: Timestamp) {
-        let _ = self.limiter.cancel_at(&self.id(key), r, now);
-    }
-    fn set_quota_at(&self, quota: Quota, _now: Timestamp) {
-        self.limiter.set_default_quota(quota);
-    }
-    fn keys(&self) -> usize {
-        self.limiter.len()
     }
 }
 
@@ -659,7 +638,7 @@ mod tests {
 
     #[test]
     fn a_hashed_entry_is_one_cache_line() {
-        // The reason `Policy::per_key` hashes its keys (see `HashedKeys`).
+        // The reason `Policy::per_key` hashes its keys (see its body).
         assert!(KeyedLimiter::<u64>::estimated_bytes_per_key() <= 80);
         assert!(KeyedLimiter::<Key>::estimated_bytes_per_key() >= 128);
     }
