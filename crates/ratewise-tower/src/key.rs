@@ -47,7 +47,7 @@ impl Key {
     }
 }
 
-/// Hashed as its [`KeyRef`] is, so that a key borrowed from a request and
+/// Hashed as its `KeyRef` is, so that a key borrowed from a request and
 /// the same key owned hash alike.
 impl std::hash::Hash for Key {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
