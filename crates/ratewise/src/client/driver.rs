@@ -17,7 +17,7 @@ use std::future::Future;
 use std::hash::Hash;
 use std::time::Duration;
 
-use super::throttle::{Step, StopReason, Throttle};
+use super::throttle::{Call, Step, StopReason, Throttle};
 use super::{Outcome, Signal};
 use crate::time::{Clock, Timestamp};
 
@@ -198,6 +198,36 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         (!self.answered(key)).then_some(first)
     }
 
+    /// Waits until `call` may send its next attempt, from `now`: first out
+    /// a retry's delay (until `not_before`), then for the partition's next
+    /// slot, taking a new one whenever a cut or a pause re-planned the
+    /// partition while it slept ([`Throttle::recheck_at`]). Returns the
+    /// time it may send at. Both async loops (`run_with` and the HTTP
+    /// exchange) take every attempt's slot through here.
+    ///
+    /// The delay is slept out before the slot is taken: reserving a slot
+    /// far ahead would hold the partition's pacer until then. The clock is
+    /// read again only after a sleep.
+    pub(crate) async fn wait_for_slot(
+        &self,
+        key: &K,
+        call: &mut Call,
+        not_before: Timestamp,
+        mut now: Timestamp,
+    ) -> Result<Timestamp, StopReason> {
+        if not_before > now {
+            tokio::time::sleep(not_before.saturating_duration_since(now)).await;
+            now = self.now();
+        }
+        let mut wait = self.acquire_at(key, call, now, now)?;
+        while !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+            now = self.now();
+            wait = self.recheck_at(key, call, now);
+        }
+        Ok(now)
+    }
+
     /// Runs `op` under the throttle in `key`'s partition, classifying its
     /// results with [`Classify`].
     ///
@@ -237,29 +267,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         let mut not_before = now;
         let mut last: Option<R> = None;
         loop {
-            // Sleep out a retry's delay first, then take a slot: reserving a
-            // slot far ahead would hold the partition's pacer until then.
-            // The clock is read again only after a sleep.
-            if not_before > now {
-                tokio::time::sleep(not_before.saturating_duration_since(now)).await;
-                now = self.now();
-            }
-            match self.acquire_at(key, &mut call, now, now) {
-                Ok(mut wait) => {
-                    // A cut or a pause while this call slept re-plans the
-                    // partition: take the new schedule's slot instead.
-                    while !wait.is_zero() {
-                        tokio::time::sleep(wait).await;
-                        wait = self.recheck_at(key, &mut call, self.now());
-                    }
-                }
-                Err(reason) => {
-                    return Err(ThrottleError {
-                        reason,
-                        last,
-                        attempts: call.attempts(),
-                    })
-                }
+            if let Err(reason) = self.wait_for_slot(key, &mut call, not_before, now).await {
+                return Err(ThrottleError {
+                    reason,
+                    last,
+                    attempts: call.attempts(),
+                });
             }
             let response = op().await;
             let outcome = classify(&response);

@@ -252,26 +252,15 @@ where
     // itself, once.
     let mut original = Some(request);
     loop {
-        // Sleep out a retry's delay first, then take a slot: reserving a slot
-        // far ahead would hold the partition's pacer until then.
-        if not_before > now {
-            tokio::time::sleep(not_before.saturating_duration_since(now)).await;
-            now = throttle.now();
-        }
-        match throttle.acquire_at(key, &mut call, now, now) {
-            Ok(mut wait) => {
-                // A cut or a pause while this call slept re-plans the
-                // partition: take the new schedule's slot instead.
-                while !wait.is_zero() {
-                    tokio::time::sleep(wait).await;
-                    now = throttle.now();
-                    wait = throttle.recheck_at(key, &mut call, now);
-                }
-            }
+        now = match throttle
+            .wait_for_slot(key, &mut call, not_before, now)
+            .await
+        {
+            Ok(at) => at,
             Err(reason) => {
                 return Err(obs.refuse(RefusalReason::Stopped(reason), &call, last_status))
             }
-        }
+        };
         obs.attempt(now.saturating_duration_since(ready_at));
         let (attempt, replayable) = match original.as_ref().and_then(&mut replay) {
             Some(copy) => (copy, true),
