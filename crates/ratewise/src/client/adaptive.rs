@@ -351,24 +351,20 @@ impl RateController for Adaptive {
                 self.admitted.note(now);
                 let exhausted = outcome.hints.remaining == Some(0);
                 if let (Some(r), false) = (self.rate, exhausted) {
-                    let f = if outcome.hints.remaining.is_some() {
-                        self.config.increase_fraction_hinted
-                    } else {
-                        self.config.increase_fraction
-                    };
-                    let step = if outcome.hints.remaining.is_some() {
-                        self.base * f
+                    let mut step = if outcome.hints.remaining.is_some() {
+                        self.base * self.config.increase_fraction_hinted
                     } else {
                         // Where this client last found the limit, never above
                         // where pacing began (a first cut from an unpaced burst
                         // measures the burst, not the server).
-                        self.at_cut.min(self.base) * f * self.gentle * self.probe(now)
+                        self.at_cut.min(self.base)
+                            * self.config.increase_fraction
+                            * self.gentle
+                            * self.probe(now)
                     };
-                    let step = if self.slow_start {
-                        step.max(r * self.config.start_growth)
-                    } else {
-                        step
-                    };
+                    if self.slow_start {
+                        step = step.max(r * self.config.start_growth);
+                    }
                     self.rate = Some(self.clamp(r + step));
                 }
             }
@@ -399,6 +395,18 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// A controller with the additive steps alone (no multiplicative
+    /// start), just cut at `t` from the fallback rate: it and the rate.
+    fn additive_only_after_a_cut(t: Timestamp) -> (Adaptive, f64) {
+        let mut c = Adaptive::new(AdaptiveConfig {
+            start_growth: 0.0,
+            ..AdaptiveConfig::default()
+        })
+        .unwrap();
+        let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
+        (c, r)
     }
 
     fn with_remaining(r: u64) -> Outcome {
@@ -525,14 +533,8 @@ mod tests {
 
     #[test]
     fn remaining_zero_holds_and_spare_quota_raises_additively() {
-        // The additive steps alone, without the multiplicative start.
-        let mut c = Adaptive::new(AdaptiveConfig {
-            start_growth: 0.0,
-            ..AdaptiveConfig::default()
-        })
-        .unwrap();
         let t = Timestamp::ZERO;
-        let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
+        let (mut c, r) = additive_only_after_a_cut(t);
         for _ in 0..10 {
             assert_eq!(c.on_outcome(t, &with_remaining(0)), Some(r));
         }
@@ -570,14 +572,8 @@ mod tests {
 
     #[test]
     fn without_a_remaining_count_the_step_doubles_every_quiet_period() {
-        // The additive steps alone, without the multiplicative start.
-        let mut c = Adaptive::new(AdaptiveConfig {
-            start_growth: 0.0,
-            ..AdaptiveConfig::default()
-        })
-        .unwrap();
         let t = Timestamp::ZERO;
-        let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
+        let (mut c, r) = additive_only_after_a_cut(t);
         let step_at = |c: &mut Adaptive, at: Timestamp| {
             let before = c.rate().unwrap();
             c.on_outcome(at, &Outcome::success()).unwrap() - before
