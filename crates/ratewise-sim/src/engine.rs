@@ -138,11 +138,17 @@ impl Engine<'_> {
     }
 
     fn record_sleep(&mut self, t: usize, d: Duration) {
+        self.threads[t].last_sleep = 0.0;
+        self.lengthen_sleep(t, d);
+    }
+
+    /// The thread sleeps `d` more, as part of its current sleep.
+    fn lengthen_sleep(&mut self, t: usize, d: Duration) {
         let s = d.as_secs_f64();
         let th = &mut self.threads[t];
-        th.last_sleep = s;
+        th.last_sleep += s;
         th.call_wait += s;
-        th.record.max_sleep_s = th.record.max_sleep_s.max(s);
+        th.record.max_sleep_s = th.record.max_sleep_s.max(th.last_sleep);
     }
 
     fn finish(&mut self, t: usize, now: Timestamp, cleared: bool) {
@@ -217,11 +223,7 @@ impl Engine<'_> {
             self.send(t, now);
             return;
         }
-        let s = more.as_secs_f64();
-        let th = &mut self.threads[t];
-        th.last_sleep += s;
-        th.call_wait += s;
-        th.record.max_sleep_s = th.record.max_sleep_s.max(th.last_sleep);
+        self.lengthen_sleep(t, more);
         self.wake(t, now.saturating_add(more));
     }
 
