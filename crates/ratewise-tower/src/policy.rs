@@ -96,6 +96,7 @@ impl Policy {
                     // per request, measured with `perf` under `wrk`).
                     .shards(4 * std::thread::available_parallelism().map_or(4, usize::from))
                     .clock(NoClock)
+                    .hasher(AlreadyHashed)
                     .build(),
                 key_of: std::collections::hash_map::RandomState::new(),
             }),
@@ -188,9 +189,41 @@ pub(crate) trait PolicyStore: Send + Sync {
 
 /// A keyed limiter and how it knows a request's key: by the key itself
 /// ([`Policy::per_key_with`]) or by a keyed hash of it ([`Policy::per_key`]).
-struct KeyedStore<K, L, C, M> {
-    limiter: KeyedLimiter<K, L, C>,
+struct KeyedStore<K, L, C, M, S = ratewise::keyed::DefaultHashBuilder> {
+    limiter: KeyedLimiter<K, L, C, S>,
     key_of: M,
+}
+
+/// The table hasher of a store kept by hash: its keys are already SipHash
+/// outputs under a secret key, uniform and out of a client's reach, so each
+/// is its own hash (hashing it again would only repeat the work).
+#[derive(Clone, Copy, Debug, Default)]
+struct AlreadyHashed;
+
+impl std::hash::BuildHasher for AlreadyHashed {
+    type Hasher = PassThrough;
+    fn build_hasher(&self) -> PassThrough {
+        PassThrough(0)
+    }
+}
+
+/// [`AlreadyHashed`]'s hasher: a `u64` key is the hash.
+struct PassThrough(u64);
+
+impl std::hash::Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+    // Only `u64` keys are hashed with it; any other input still hashes
+    // (folded in byte by byte), just not for free.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
 }
 
 /// How a [`KeyedStore`] turns a request's key into its table's key.
@@ -215,13 +248,14 @@ impl KeyOf<u64> for std::collections::hash_map::RandomState {
     }
 }
 
-impl<K, L, C, M> PolicyStore for KeyedStore<K, L, C, M>
+impl<K, L, C, M, S> PolicyStore for KeyedStore<K, L, C, M, S>
 where
     K: std::hash::Hash + Eq + Clone,
     L: KeyState,
     C: ratewise::Clock,
     M: KeyOf<K>,
-    KeyedLimiter<K, L, C>: Send + Sync,
+    S: std::hash::BuildHasher + Clone,
+    KeyedLimiter<K, L, C, S>: Send + Sync,
 {
     fn check_at(&self, key: KeyRef<'_>, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         keyed_check(&self.limiter, &self.key_of.key_of(key), n, now)
@@ -251,8 +285,8 @@ where
 
 /// A keyed check as the engine wants it: a full key table is a refusal
 /// with its wait, not an error.
-fn keyed_check<K, L, C>(
-    limiter: &KeyedLimiter<K, L, C>,
+fn keyed_check<K, L, C, S>(
+    limiter: &KeyedLimiter<K, L, C, S>,
     key: &K,
     n: u64,
     now: Timestamp,
@@ -261,6 +295,7 @@ where
     K: std::hash::Hash + Eq + Clone,
     L: KeyState,
     C: ratewise::Clock,
+    S: std::hash::BuildHasher + Clone,
 {
     match limiter.check_at(key, n, now) {
         Ok(d) => Ok(d),
