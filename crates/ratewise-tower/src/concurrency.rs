@@ -54,7 +54,7 @@ use ratewise::concurrency::{Completion, ConcurrencyLimiter, LimitAlgorithm, Perm
 use ratewise::{Clock, MonotonicClock};
 use tower::{Layer, Service};
 
-use crate::body::RateLimitBody;
+use crate::body::ReplyBody;
 
 type PriorityFn = Arc<dyn Fn(&http::request::Parts) -> Priority + Send + Sync>;
 
@@ -181,9 +181,9 @@ pub(crate) fn is_overload(status: StatusCode) -> bool {
     status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS
 }
 
-fn shed<B>(retry_after: Duration) -> Response<RateLimitBody<B>> {
+fn shed<B: ReplyBody>(retry_after: Duration) -> Response<B> {
     let secs = ratewise::headers_out::retry_after_secs(retry_after);
-    let mut res = Response::new(RateLimitBody::full(Bytes::from_static(
+    let mut res = Response::new(B::from_bytes(Bytes::from_static(
         b"the service is at its concurrency limit; retry later\n",
     )));
     *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
@@ -200,8 +200,9 @@ impl<S, A, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, A>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
     A: LimitAlgorithm + 'static,
+    ResB: ReplyBody,
 {
-    type Response = Response<RateLimitBody<ResB>>;
+    type Response = Response<ResB>;
     type Error = S::Error;
     type Future = ConcurrencyFuture<S::Future, A>;
 
@@ -263,8 +264,9 @@ impl<F, A, ResB, E> Future for ConcurrencyFuture<F, A>
 where
     F: Future<Output = Result<Response<ResB>, E>>,
     A: LimitAlgorithm + 'static,
+    ResB: ReplyBody,
 {
-    type Output = Result<Response<RateLimitBody<ResB>>, E>;
+    type Output = Result<Response<ResB>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
@@ -293,7 +295,7 @@ where
                     };
                     limiter.complete(p, clock.now(), completion);
                 }
-                Poll::Ready(out.map(|res| res.map(RateLimitBody::inner)))
+                Poll::Ready(out)
             }
         }
     }

@@ -17,7 +17,7 @@ use ratewise::headers_out::{self, HeaderStyle, PolicyInfo};
 use ratewise::{Clock, MonotonicClock, Quota, Timestamp};
 use tower::{Layer, Service};
 
-use crate::body::RateLimitBody;
+use crate::body::ReplyBody;
 use crate::key::{FoundKey, Key, KeyRef, KeySource, MissingKey, RequestInfo};
 use crate::observe::{BackendStatus, LayerMetrics, PolicyStatus, SetStatus, Status, WarnGate};
 use crate::policy::{Policy, PolicyRuntime, PolicySet, Refusal, Scope, MAX_POLICIES};
@@ -791,8 +791,9 @@ impl<S> RateLimit<S> {
 impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: ReplyBody,
 {
-    type Response = Response<RateLimitBody<ResB>>;
+    type Response = Response<ResB>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqB>;
 
@@ -958,8 +959,9 @@ where
 impl<S, ReqB, ResB> Future for ResponseFuture<S, ReqB>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: ReplyBody,
 {
-    type Output = Result<Response<RateLimitBody<ResB>>, S::Error>;
+    type Output = Result<Response<ResB>, S::Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
@@ -970,7 +972,7 @@ where
                     if let Some(h) = headers.take() {
                         h.apply(res.headers_mut());
                     }
-                    return Poll::Ready(Ok(res.map(RateLimitBody::inner)));
+                    return Poll::Ready(Ok(res));
                 }
                 StateProj::Done { response } => {
                     let res = response.take().unwrap_or_else(|| {
@@ -979,7 +981,7 @@ where
                             "polled after completion",
                         )
                     });
-                    return Poll::Ready(Ok(res.map(RateLimitBody::full)));
+                    return Poll::Ready(Ok(res.map(ResB::from_bytes)));
                 }
                 StateProj::Deciding { pending } => {
                     let Pending {
@@ -1001,7 +1003,7 @@ where
                             StatusCode::INTERNAL_SERVER_ERROR,
                             "polled after completion",
                         )
-                        .map(RateLimitBody::full)));
+                        .map(ResB::from_bytes)));
                     };
                     let set = &shared.sets[0];
                     let now = shared.clock.now();

@@ -132,7 +132,7 @@ mod policy;
 pub mod problem;
 mod verdict;
 
-pub use body::RateLimitBody;
+pub use body::{RateLimitBody, ReplyBody};
 // The concurrency layer's error types stay under `client_concurrency::`:
 // `ClientError` at the root is the throttle layer's.
 pub use client_concurrency::ClientConcurrencyLayer;

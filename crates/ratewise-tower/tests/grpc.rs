@@ -80,3 +80,47 @@ async fn a_grpc_call_over_the_limit_is_resource_exhausted_with_the_delay() {
     assert_eq!(o.signal, Signal::Throttled);
     assert_eq!(o.hints.retry_after, Some(Duration::from_secs(1)));
 }
+
+/// With the `tonic` feature the layer goes straight on tonic's own service
+/// types (what `tonic::transport::Server::builder().layer(..)` composes):
+/// it answers in `tonic::body::Body`, a trailers-only `RESOURCE_EXHAUSTED`.
+#[tokio::test]
+async fn the_layer_answers_in_tonics_own_body() {
+    use tower::{Layer, ServiceExt};
+
+    let layer = RateLimitLayer::builder()
+        .key(KeySource::Global)
+        .policy(Policy::per_key("calls", Quota::per_second(1).unwrap()))
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    let echo = tower::service_fn(|req: http::Request<tonic::body::Body>| async move {
+        let mut grpc = tonic::server::Grpc::new(Raw);
+        let res: http::Response<tonic::body::Body> = grpc.unary(Echo, req).await;
+        Ok::<_, std::convert::Infallible>(res)
+    });
+    let svc = layer.layer(echo);
+    // One gRPC frame: uncompressed, 2 bytes.
+    let call = || {
+        http::Request::builder()
+            .method("POST")
+            .uri("/demo.Echo/Say")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(tonic::body::Body::new(http_body_util::Full::new(
+                Bytes::from_static(b"\0\0\0\0\x02hi"),
+            )))
+            .unwrap()
+    };
+    let ok = svc.clone().oneshot(call()).await.unwrap();
+    assert_eq!(ok.status(), http::StatusCode::OK);
+    let refused = svc.oneshot(call()).await.unwrap();
+    // Trailers-only: the status is in the headers, the body is empty.
+    assert_eq!(refused.headers()["grpc-status"], "8");
+    assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "1000");
+    let body = http_body_util::BodyExt::collect(refused.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert!(body.is_empty(), "{body:?}");
+}
