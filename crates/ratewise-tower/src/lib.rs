@@ -75,6 +75,12 @@
 //! The headers are formatted by [`ratewise::headers_out`] on the stack;
 //! `RateLimit-Policy` is rendered once and shared.
 //!
+//! The layer answers in the inner service's own body type, so an admitted
+//! response passes through untouched: axum would box (allocate) any body
+//! type but its own on every response. That type must be a [`ReplyBody`]
+//! (axum's, `String`, `Full`, the boxed bodies, tonic's with the `tonic`
+//! feature); any other body is wrapped in a [`RateLimitBody`].
+//!
 //! # Sharing, clocks, backends
 //!
 //! The layer, its services and its [`RateLimitHandle`] are `Clone`, and all
