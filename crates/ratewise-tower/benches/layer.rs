@@ -100,6 +100,38 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// One phase's trials: each server's on-CPU nanoseconds per request.
+#[derive(Default)]
+struct Phase {
+    floor: Vec<f64>,
+    governor: Vec<f64>,
+    ratewise: Vec<f64>,
+}
+
+impl Phase {
+    fn report(self, title: &str) {
+        let ratio: Vec<f64> = self
+            .ratewise
+            .iter()
+            .zip(&self.governor)
+            .map(|(r, g)| r / g)
+            .collect();
+        let (lo, hi) = ratio
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        println!("{title}:");
+        if !self.floor.is_empty() {
+            println!("no limiter      {:>8.0}", median(self.floor));
+        }
+        println!("tower_governor  {:>8.0}", median(self.governor));
+        println!("ratewise-tower  {:>8.0}", median(self.ratewise));
+        println!(
+            "ratewise-tower / tower_governor cost: median {:.2}× (min {lo:.2}×, max {hi:.2}×)",
+            median(ratio)
+        );
+    }
+}
+
 fn main() {
     let trials: usize = std::env::args()
         .skip(1)
@@ -113,44 +145,31 @@ fn main() {
     let mut none = inner;
     let reqs = requests();
     let n = 100_000;
-    // Warm-up: every key seen by each limiter.
-    trial(&mut governor, &reqs, reqs.len());
-    trial(&mut ratewise, &reqs, reqs.len());
-    let (mut f, mut g, mut r, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    // `LAYER_ONLY=ratewise` or `=governor` runs one side only (for a
-    // profiler).
-    let only = std::env::var("LAYER_ONLY").unwrap_or_default();
-    for _ in 0..trials {
-        f.push(trial(&mut none, &reqs, n));
-        let gv = if only == "ratewise" {
-            f64::NAN
-        } else {
-            trial(&mut governor, &reqs, n)
-        };
-        let rv = if only == "governor" {
-            f64::NAN
-        } else {
-            trial(&mut ratewise, &reqs, n)
-        };
-        g.push(gv);
-        r.push(rv);
-        ratio.push(rv / gv);
-    }
-    let (lo, hi) = (
-        ratio.iter().copied().fold(f64::INFINITY, f64::min),
-        ratio.iter().copied().fold(0.0, f64::max),
-    );
     println!(
         "{trials} trials × {n} requests, {} keys, on-CPU ns per request (median)",
         reqs.len()
     );
-    println!("no limiter      {:>8.0}", median(f));
-    println!("tower_governor  {:>8.0}", median(g));
-    println!("ratewise-tower  {:>8.0}", median(r));
-    println!(
-        "ratewise-tower / tower_governor cost: median {:.2}× (min {lo:.2}×, max {hi:.2}×)",
-        median(ratio)
-    );
+    // Warm-up: every key seen by each limiter.
+    trial(&mut governor, &reqs, reqs.len());
+    trial(&mut ratewise, &reqs, reqs.len());
+    let mut phase = Phase::default();
+    // `LAYER_ONLY=ratewise` or `=governor` runs one side only (for a
+    // profiler).
+    let only = std::env::var("LAYER_ONLY").unwrap_or_default();
+    for _ in 0..trials {
+        phase.floor.push(trial(&mut none, &reqs, n));
+        phase.governor.push(if only == "ratewise" {
+            f64::NAN
+        } else {
+            trial(&mut governor, &reqs, n)
+        });
+        phase.ratewise.push(if only == "governor" {
+            f64::NAN
+        } else {
+            trial(&mut ratewise, &reqs, n)
+        });
+    }
+    phase.report("admitted, around a bare service");
 
     // Through axum's `Router`, as a server runs the layer: axum turns
     // every response into its own body type, boxing any body it does not
@@ -162,23 +181,17 @@ fn main() {
     let to_axum = |s: String| axum::body::Body::from(s);
     trial_with(&mut governor, &reqs, reqs.len(), to_axum);
     trial_with(&mut ratewise, &reqs, reqs.len(), to_axum);
-    let (mut f, mut g, mut r, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut phase = Phase::default();
     for _ in 0..trials {
-        f.push(trial_with(&mut none, &reqs, n, to_axum));
-        let gv = trial_with(&mut governor, &reqs, n, to_axum);
-        let rv = trial_with(&mut ratewise, &reqs, n, to_axum);
-        g.push(gv);
-        r.push(rv);
-        ratio.push(rv / gv);
+        phase.floor.push(trial_with(&mut none, &reqs, n, to_axum));
+        phase
+            .governor
+            .push(trial_with(&mut governor, &reqs, n, to_axum));
+        phase
+            .ratewise
+            .push(trial_with(&mut ratewise, &reqs, n, to_axum));
     }
-    println!("through axum's Router:");
-    println!("no limiter      {:>8.0}", median(f));
-    println!("tower_governor  {:>8.0}", median(g));
-    println!("ratewise-tower  {:>8.0}", median(r));
-    println!(
-        "ratewise-tower / tower_governor cost: median {:.2}×",
-        median(ratio)
-    );
+    phase.report("admitted, through axum's Router");
 
     // Under attack: every key has spent its one request per hour, so every
     // request is refused (a 429 with its headers and body). Refusing must
@@ -188,19 +201,10 @@ fn main() {
         ratewise_layer_with(Quota::per(1, Duration::from_secs(3600)).expect("quota")).layer(inner);
     trial(&mut governor, &reqs, reqs.len());
     trial(&mut ratewise, &reqs, reqs.len());
-    let (mut g, mut r, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    let mut phase = Phase::default();
     for _ in 0..trials {
-        let gv = trial(&mut governor, &reqs, n);
-        let rv = trial(&mut ratewise, &reqs, n);
-        g.push(gv);
-        r.push(rv);
-        ratio.push(rv / gv);
+        phase.governor.push(trial(&mut governor, &reqs, n));
+        phase.ratewise.push(trial(&mut ratewise, &reqs, n));
     }
-    println!("every request refused:");
-    println!("tower_governor  {:>8.0}", median(g));
-    println!("ratewise-tower  {:>8.0}", median(r));
-    println!(
-        "ratewise-tower / tower_governor cost: median {:.2}×",
-        median(ratio)
-    );
+    phase.report("every request refused");
 }
