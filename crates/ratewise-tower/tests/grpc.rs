@@ -81,46 +81,81 @@ async fn a_grpc_call_over_the_limit_is_resource_exhausted_with_the_delay() {
     assert_eq!(o.hints.retry_after, Some(Duration::from_secs(1)));
 }
 
-/// With the `tonic` feature the layer goes straight on tonic's own service
-/// types (what `tonic::transport::Server::builder().layer(..)` composes):
-/// it answers in `tonic::body::Body`, a trailers-only `RESOURCE_EXHAUSTED`.
-#[tokio::test]
-async fn the_layer_answers_in_tonics_own_body() {
-    use tower::{Layer, ServiceExt};
+/// The echo service as tonic's own server takes it: a named tower service
+/// over tonic's body.
+#[derive(Clone, Copy)]
+struct EchoServer;
 
+impl tonic::server::NamedService for EchoServer {
+    const NAME: &'static str = "demo.Echo";
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for EchoServer {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(Raw);
+            Ok(grpc.unary(Echo, req).await)
+        })
+    }
+}
+
+/// With the `tonic` feature the layer goes straight on tonic's own server
+/// (`Server::builder().layer(..)`), answering in `tonic::body::Body`: a
+/// call over the limit is `RESOURCE_EXHAUSTED` with the delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_goes_on_tonics_own_server() {
     let layer = RateLimitLayer::builder()
         .key(KeySource::Global)
         .policy(Policy::per_key("calls", Quota::per_second(1).unwrap()))
         .clock(ManualClock::new())
         .build()
         .unwrap();
-    let echo = tower::service_fn(|req: http::Request<tonic::body::Body>| async move {
-        let mut grpc = tonic::server::Grpc::new(Raw);
-        let res: http::Response<tonic::body::Body> = grpc.unary(Echo, req).await;
-        Ok::<_, std::convert::Infallible>(res)
-    });
-    let svc = layer.layer(echo);
-    // One gRPC frame: uncompressed, 2 bytes.
-    let call = || {
-        http::Request::builder()
-            .method("POST")
-            .uri("/demo.Echo/Say")
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(tonic::body::Body::new(http_body_util::Full::new(
-                Bytes::from_static(b"\0\0\0\0\x02hi"),
-            )))
-            .unwrap()
-    };
-    let ok = svc.clone().oneshot(call()).await.unwrap();
-    assert_eq!(ok.status(), http::StatusCode::OK);
-    let refused = svc.oneshot(call()).await.unwrap();
-    // Trailers-only: the status is in the headers, the body is empty.
-    assert_eq!(refused.headers()["grpc-status"], "8");
-    assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "1000");
-    let body = http_body_util::BodyExt::collect(refused.into_body())
-        .await
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .layer(layer)
+            .add_service(EchoServer)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    // The listener is bound before the server starts: connecting waits on
+    // the accept queue, not on time.
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
         .unwrap()
-        .to_bytes();
-    assert!(body.is_empty(), "{body:?}");
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let mut client = tonic::client::Grpc::new(channel);
+    let mut call = async |msg: &'static str| {
+        client.ready().await.unwrap();
+        client
+            .unary(
+                tonic::Request::new(Bytes::from_static(msg.as_bytes())),
+                PathAndQuery::from_static("/demo.Echo/Say"),
+                Raw,
+            )
+            .await
+    };
+    assert_eq!(call("one").await.unwrap().into_inner(), "one");
+    let refused = call("two").await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(
+        refused.metadata().get("grpc-retry-pushback-ms").unwrap(),
+        "1000"
+    );
 }
