@@ -685,6 +685,29 @@ mod tests {
         }
     }
 
+    /// The scenarios kept beside the shipped ones (run by path) are valid
+    /// too, and each is named after its file.
+    #[test]
+    fn every_scenario_file_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let mut files = 0;
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            if path.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let s = Scenario::load(&path.to_string_lossy()).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                Some(s.name.as_str()),
+                path.file_stem().and_then(|f| f.to_str()),
+                "{}",
+                path.display()
+            );
+            files += 1;
+        }
+        assert!(files > BUILT_IN.len(), "{files} scenario files");
+    }
+
     fn err_of(src: &str) -> String {
         match Scenario::parse(src, "my.toml") {
             Ok(_) => panic!("expected an error"),
