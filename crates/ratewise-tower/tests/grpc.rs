@@ -28,6 +28,33 @@ impl tonic::server::UnaryService<Bytes> for Echo {
     }
 }
 
+/// A tonic client of `/demo.Echo/Say` over 127.0.0.1.
+struct EchoClient(tonic::client::Grpc<tonic::transport::Channel>);
+
+impl EchoClient {
+    async fn connect(addr: std::net::SocketAddr) -> Self {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .unwrap();
+        EchoClient(tonic::client::Grpc::new(channel))
+    }
+
+    async fn say(&mut self, msg: &'static str) -> Result<tonic::Response<Bytes>, Status> {
+        self.0.ready().await.unwrap();
+        self.0
+            .unary(
+                tonic::Request::new(Bytes::from_static(msg.as_bytes())),
+                PathAndQuery::from_static("/demo.Echo/Say"),
+                Raw,
+            )
+            .await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grpc_call_over_the_limit_is_resource_exhausted_with_the_delay() {
     let layer = RateLimitLayer::builder()
@@ -45,24 +72,8 @@ async fn a_grpc_call_over_the_limit_is_resource_exhausted_with_the_delay() {
         .layer(layer);
     let addr = common::serve(router).await;
 
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .unwrap();
-    let mut client = tonic::client::Grpc::new(channel);
-    let mut call = async |msg: &'static str| {
-        client.ready().await.unwrap();
-        client
-            .unary(
-                tonic::Request::new(Bytes::from_static(msg.as_bytes())),
-                PathAndQuery::from_static("/demo.Echo/Say"),
-                Raw,
-            )
-            .await
-    };
+    let mut client = EchoClient::connect(addr).await;
+    let mut call = async |msg: &'static str| client.say(msg).await;
     assert_eq!(call("one").await.unwrap().into_inner(), "one");
     assert_eq!(call("two").await.unwrap().into_inner(), "two");
     let refused = call("three").await.unwrap_err();
@@ -133,24 +144,8 @@ async fn the_layer_goes_on_tonics_own_server() {
     );
     // The listener is bound before the server starts: connecting waits on
     // the accept queue, not on time.
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .unwrap();
-    let mut client = tonic::client::Grpc::new(channel);
-    let mut call = async |msg: &'static str| {
-        client.ready().await.unwrap();
-        client
-            .unary(
-                tonic::Request::new(Bytes::from_static(msg.as_bytes())),
-                PathAndQuery::from_static("/demo.Echo/Say"),
-                Raw,
-            )
-            .await
-    };
+    let mut client = EchoClient::connect(addr).await;
+    let mut call = async |msg: &'static str| client.say(msg).await;
     assert_eq!(call("one").await.unwrap().into_inner(), "one");
     let refused = call("two").await.unwrap_err();
     assert_eq!(refused.code(), Code::ResourceExhausted);
