@@ -24,34 +24,28 @@
 //! bounded at 1.25×, not at the 1.15× target, so that a busy machine does
 //! not fail the test.
 //!
-//! The other four variants meet the time target and come close to the 429
-//! one. With no stated rate the client learns the limit from 429s: the
-//! first burst after the first contact (49 calls at once into a bucket of
-//! 10) is refused about 40 times, 2.0 % of the 2 040 attempts on its own;
-//! the first cut halves a send rate measured on that burst (about 25/s),
-//! and the rise is multiplicative until the next cut; later cuts keep 90 %
-//! of the rate the server admitted; a cut or a pause re-plans the slots the
-//! waiting tasks hold; and a whole-second `Retry-After` (the server rounds
-//! 10 ms up to 1 s) pauses the busy host only two intervals at its
-//! admitted rate. Measured when written (all five at once, load average
-//! 1.6–4 on 2 cores, six runs): `Retry-After` only 2.2–2.7 % and
-//! 1.07–1.17×, `RateLimit-Remaining` only 2.1–2.6 % and 1.09–1.12×, the
-//! legacy `X-RateLimit-*` trio 2.2–2.7 % and 1.10–1.12×, nothing at all
-//! 2.2–2.7 % and 1.08–1.10× (before: 2.1–4.9 % and 1.30–1.96×). So the
-//! time target holds; the 429 target (≤ 2 %) does not, by the first burst.
-//! The test holds them to 4 % and 1.4×, with room for a loaded machine.
+//! The other four variants learn the limit from the answers. The first
+//! call goes alone; as its answer states no rate, the others are let out in
+//! a slow start (one more at once per success, a window that doubles every
+//! round trip) until the first 429, instead of 49 at once into a bucket of
+//! 10, which alone was 2 % of the attempts. That first cut halves a send
+//! rate measured on the small burst, so the partition, told it
+//! slow-started, rises 5 % per success until its next cut (a lone client
+//! keeps 1 %); later cuts keep 90 % of the rate the server admitted; a cut
+//! or a pause re-plans the slots the waiting tasks hold; and a whole-second
+//! `Retry-After` (the server rounds 10 ms up to 1 s) pauses the busy host
+//! only two intervals at its admitted rate. Measured when written (all five
+//! at once, load average 2–3.4 on 2 cores, other builds running, four
+//! runs): `Retry-After` only 1.2–2.7 % and 1.03–1.11×, `RateLimit-Remaining`
+//! only 0.7–1.2 % and 1.06–1.11×, the legacy `X-RateLimit-*` trio 1.1–1.8 %
+//! and 1.06–1.10×, nothing at all 0.5–1.9 % and 1.05–1.15×; the last two
+//! runs, with the rise at its final 5 %, all within 1.8 % and 1.11×
+//! (before the slow start: 2.1–2.8 % and 1.07–1.17×). The test holds these
+//! four to 3 % and 1.3×, with room for a loaded machine.
 //!
-//! A slow start was tried as a prototype, not kept: after the first contact,
-//! two calls in flight, one more per success, until the first 429 or a
-//! stated rate. The first burst's refusals fell to about 14, and every
-//! variant's 429 share to 0.3–0.8 %. But the first cut then halves a send
-//! rate measured on that small burst (pacing began near 13/s, not 25/s), and
-//! the rise of 1 % per success took 7 s to reach 100/s: 1.33–1.56× the time
-//! allowed. With a 7 % rise until the second cut as well, the shares were
-//! 0.6–1.3 % and the times 1.10–1.18×. A rise that fast is what a partition
-//! shared by many tasks needs and what a lone client must not have (2 %
-//! already lifts Heroku's retry rate above EIPRD's), so it has to be scoped
-//! to the shared case first.
+//! Without the faster rise, the slow start alone left the share at
+//! 0.3–0.8 % but took 1.33–1.56×: pacing began near 13/s instead of 25/s
+//! and rose 1 % per success.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -103,7 +97,7 @@ impl Variant {
     fn bounds(self) -> (f64, f64) {
         match self {
             Variant::Full => (0.02, 1.25),
-            _ => (0.04, 1.4),
+            _ => (0.03, 1.3),
         }
     }
 }

@@ -134,6 +134,13 @@ pub struct AdaptiveConfig {
     /// its limit climbs back in seconds rather than by small steps, and the
     /// next cut, measured at a paced rate, ends the climb.
     pub start_growth: f64,
+    /// [`start_growth`](AdaptiveConfig::start_growth) for a partition whose
+    /// calls a driver let out in a slow start before its first cut
+    /// (default 0.05: doubling in about 14 successes). The slow start kept
+    /// the burst small, so the first cut halves a rate far below what the
+    /// many waiting calls want; a lone client never slow-starts and keeps
+    /// `start_growth`.
+    pub slow_started_growth: f64,
     /// The fewest successes in the measuring window for
     /// [`admitted_floor`](AdaptiveConfig::admitted_floor) to apply
     /// (default 20): a slow client's few successes measure noise, so it
@@ -155,6 +162,7 @@ impl Default for AdaptiveConfig {
             probe_max_factor: 64.0,
             admitted_floor: 0.9,
             start_growth: 0.01,
+            slow_started_growth: 0.05,
             admitted_min_count: 20,
         }
     }
@@ -172,6 +180,7 @@ impl AdaptiveConfig {
         at_least("probe_max_factor", self.probe_max_factor, 1.0)?;
         within("admitted_floor", self.admitted_floor, 0.0, 1.0)?;
         within("start_growth", self.start_growth, 0.0, 1.0)?;
+        within("slow_started_growth", self.slow_started_growth, 0.0, 1.0)?;
         positive("probe_doubling", self.probe_doubling.as_secs_f64())?;
         within(
             "fallback_rate",
@@ -250,6 +259,8 @@ pub struct Adaptive {
     gentle: f64,
     /// Between the first cut and the next one.
     slow_start: bool,
+    /// A driver let this partition's calls out in a slow start.
+    slow_started: bool,
 }
 
 impl Adaptive {
@@ -270,6 +281,7 @@ impl Adaptive {
             admitted: RateMeter::default(),
             gentle: 1.0,
             slow_start: false,
+            slow_started: false,
         })
     }
 
@@ -363,7 +375,14 @@ impl RateController for Adaptive {
                             * self.probe(now)
                     };
                     if self.slow_start {
-                        step = step.max(r * self.config.start_growth);
+                        let growth = if self.slow_started {
+                            self.config
+                                .slow_started_growth
+                                .max(self.config.start_growth)
+                        } else {
+                            self.config.start_growth
+                        };
+                        step = step.max(r * growth);
                     }
                     self.rate = Some(self.clamp(r + step));
                 }
@@ -371,6 +390,10 @@ impl RateController for Adaptive {
             _ => {}
         }
         self.rate
+    }
+
+    fn note_slow_started(&mut self) {
+        self.slow_started = true;
     }
 
     fn limit_to(&mut self, rate: f64) {
@@ -414,6 +437,31 @@ mod tests {
             remaining: Some(r),
             ..ServerHints::default()
         })
+    }
+
+    #[test]
+    fn a_slow_started_partition_rises_faster_until_its_second_cut() {
+        let rise = |slow_started: bool| {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            let t = Timestamp::ZERO;
+            let r0 = c.on_outcome(t, &Outcome::throttled()).unwrap();
+            if slow_started {
+                c.note_slow_started();
+            }
+            let r1 = c.on_outcome(t + ms(10), &Outcome::success()).unwrap();
+            r1 / r0 - 1.0
+        };
+        let d = AdaptiveConfig::default();
+        assert!(
+            (rise(false) - d.start_growth).abs() < 1e-12,
+            "{}",
+            rise(false)
+        );
+        assert!(
+            (rise(true) - d.slow_started_growth).abs() < 1e-12,
+            "{}",
+            rise(true)
+        );
     }
 
     #[test]

@@ -122,14 +122,40 @@ impl<R> std::fmt::Display for ThrottleError<R> {
 
 impl<R: std::fmt::Debug> std::error::Error for ThrottleError<R> {}
 
-/// Held by the first call to a partition that has never been answered
-/// ([`Throttle::first_contact`]); the partition's other calls wait until it
-/// is dropped.
+/// The most calls a partition's slow start lets out at once before it
+/// opens the gate for good: beyond this many in flight, a server that has
+/// neither refused nor stated a rate is not limiting this client.
+const SLOW_START_MAX_WINDOW: u32 = 64;
+
+/// A partition's start gate ([`Throttle::first_contact`]): a window of calls
+/// in flight, one at first, one more per success, until the partition
+/// paces (a refusal or a stated rate) or the window is large.
+#[derive(Debug)]
+pub(crate) struct StartGate {
+    permits: std::sync::Arc<tokio::sync::Semaphore>,
+    window: std::sync::atomic::AtomicU32,
+}
+
+impl StartGate {
+    fn new() -> Self {
+        StartGate {
+            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
+            window: std::sync::atomic::AtomicU32::new(1),
+        }
+    }
+}
+
+/// Held by a call let through a partition's start gate
+/// ([`Throttle::first_contact`]) until its answer is recorded: the first
+/// call to a partition goes alone, and until the partition paces, each
+/// success lets one more call out at once (a window that doubles every
+/// round trip).
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub struct FirstContact<K: Hash + Eq + Clone + Send + Sync> {
     throttle: Throttle<K>,
     key: K,
-    _guard: tokio::sync::OwnedMutexGuard<()>,
+    gate: std::sync::Arc<StartGate>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync> std::fmt::Debug for FirstContact<K> {
@@ -138,17 +164,57 @@ impl<K: Hash + Eq + Clone + Send + Sync> std::fmt::Debug for FirstContact<K> {
     }
 }
 
-impl<K: Hash + Eq + Clone + Send + Sync> Drop for FirstContact<K> {
-    fn drop(&mut self) {
-        // The gate is done with once the partition has been answered; the
-        // calls still waiting on it hold it and see the answer.
-        if self.throttle.answered(&self.key) {
-            self.throttle
+impl<K: Hash + Eq + Clone + Send + Sync> FirstContact<K> {
+    /// Ends the hold once this call's attempt is recorded: a success widens
+    /// the window by one; a refusal, or a partition that now paces (told
+    /// its rate), opens the gate for every call.
+    pub fn recorded(mut self, outcome: &Outcome) {
+        self.settle(
+            outcome.signal == Signal::Success,
+            outcome.signal == Signal::Throttled,
+        );
+    }
+
+    fn settle(&mut self, widen: bool, refused: bool) {
+        let Some(permit) = self.permit.take() else {
+            return;
+        };
+        let paces = self.throttle.rate_of(&self.key).is_some();
+        let window = self.gate.window.load(std::sync::atomic::Ordering::Relaxed);
+        if paces || refused || window >= SLOW_START_MAX_WINDOW {
+            if !self.gate.permits.is_closed() {
+                self.gate.permits.close();
+                // Calls were held back and then refused: the controller's
+                // first cut measured a burst this gate kept small.
+                if refused && window > 1 {
+                    self.throttle.note_slow_started(&self.key);
+                }
+            }
+            let mut gates = self
+                .throttle
                 .first_contact_gates()
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(&self.key);
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if gates
+                .get(&self.key)
+                .is_some_and(|g| std::sync::Arc::ptr_eq(g, &self.gate))
+            {
+                gates.remove(&self.key);
+            }
+        } else if widen && self.throttle.answered(&self.key) {
+            self.gate
+                .window
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.gate.permits.add_permits(1);
         }
+        drop(permit);
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync> Drop for FirstContact<K> {
+    fn drop(&mut self) {
+        // A call given up before its answer was recorded frees its place.
+        self.settle(false, false);
     }
 }
 
@@ -168,34 +234,48 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         self.try_acquire_at(key, self.now())
     }
 
-    /// Waits until `key`'s partition may be called: at once once it has been
-    /// answered ([`Throttle::answered`]); before that, one call at a time.
-    /// The first call to a partition goes alone, holding the returned guard
-    /// until its answer is recorded, and the others wait for it — so a
-    /// server that states its rate (`RateLimit-Policy`) is paced from the
-    /// start instead of answering a burst with 429s. It costs one round trip,
-    /// once per partition. [`Throttle::run`] does this itself; drivers with
-    /// their own loop (the reqwest middleware) call it before their first
-    /// attempt and drop the guard once that attempt is recorded.
+    /// Waits until `key`'s partition may be called. The first call to a
+    /// partition goes alone, holding the returned guard until its answer is
+    /// recorded ([`FirstContact::recorded`]), so that a server that states
+    /// its rate (`RateLimit-Policy`) is paced from the start instead of
+    /// answering a burst with 429s. If the answer leaves the partition
+    /// without a pace (the server said nothing of its rate), the others are
+    /// let out in a slow start: one more at once per success, a window
+    /// that doubles every round trip, until the first refusal or a stated
+    /// rate starts the pace, or 64 are out. Fifty tasks sharing a `Throttle`
+    /// so probe a server that sends nothing in a few round trips, instead of
+    /// sending fifty calls into a bucket of ten. Once the partition paces,
+    /// every call goes at once (`None`). [`Throttle::run`] does this itself;
+    /// drivers with their own loop (the reqwest middleware) call it before
+    /// their first attempt.
     pub async fn first_contact(&self, key: &K) -> Option<FirstContact<K>> {
-        if self.answered(key) {
-            return None;
-        }
         let gate = {
             let mut gates = self
                 .first_contact_gates()
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            std::sync::Arc::clone(gates.entry(key.clone()).or_default())
+            match gates.get(key) {
+                Some(g) => std::sync::Arc::clone(g),
+                // Answered and no gate left: the slow start is over.
+                None if self.answered(key) => return None,
+                None => std::sync::Arc::clone(
+                    gates
+                        .entry(key.clone())
+                        .or_insert_with(|| std::sync::Arc::new(StartGate::new())),
+                ),
+            }
         };
-        let guard = gate.lock_owned().await;
-        let first = FirstContact {
+        // A closed gate is an open door.
+        let permit = std::sync::Arc::clone(&gate.permits)
+            .acquire_owned()
+            .await
+            .ok()?;
+        Some(FirstContact {
             throttle: self.clone(),
             key: key.clone(),
-            _guard: guard,
-        };
-        // Answered while this call waited: no need to hold the others.
-        (!self.answered(key)).then_some(first)
+            gate,
+            permit: Some(permit),
+        })
     }
 
     /// Waits until `call` may send its next attempt, from `now`: first out
@@ -278,7 +358,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             let outcome = classify(&response);
             now = self.now();
             let step = self.record_at(key, &mut call, now, &outcome);
-            drop(first.take());
+            if let Some(f) = first.take() {
+                f.recorded(&outcome);
+            }
             match step {
                 Step::Done => return Ok(response),
                 Step::Retry(delay) => {
@@ -372,17 +454,65 @@ mod tests {
             starts.push(started);
         }
         starts.sort();
-        // The first went alone; the other four waited for its answer, then
-        // went together (no pacing: nothing asked for it).
-        assert_eq!(starts[0], Duration::ZERO);
-        assert!(
-            starts[1..].iter().all(|&s| s == Duration::from_secs(1)),
-            "{starts:?}"
-        );
+        // The first went alone; its success let two out (a window of two),
+        // and their two successes the last two (nothing paces: a slow start
+        // that doubles every round trip).
+        let secs = |s: &[u64]| {
+            s.iter()
+                .map(|&n| Duration::from_secs(n))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(starts, secs(&[0, 1, 1, 2, 2]));
         assert!(th.answered(&0));
-        assert!(th.first_contact(&0).await.is_none(), "answered: no gate");
         // Another partition has its own first contact.
         assert!(th.first_contact(&1).await.is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_ends_the_slow_start_and_opens_the_gate() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let first = th
+            .first_contact(&0)
+            .await
+            .expect("the first call goes alone");
+        let mut call = th.begin(th.now());
+        th.record_at(&0, &mut call, th.now(), &Outcome::success());
+        first.recorded(&Outcome::success());
+        // A window of two: a third call waits for one of them.
+        let a = th.first_contact(&0).await.expect("in the window");
+        let b = th.first_contact(&0).await.expect("in the window");
+        let third = tokio::spawn({
+            let th = th.clone();
+            async move { th.first_contact(&0).await.is_some() }
+        });
+        tokio::task::yield_now().await;
+        assert!(!third.is_finished(), "the window is full");
+        // A refusal ends the slow start: the gate opens for every call.
+        th.record_at(&0, &mut call, th.now(), &Outcome::throttled());
+        a.recorded(&Outcome::throttled());
+        assert!(!third.await.unwrap(), "let through without a hold");
+        assert!(th.first_contact(&0).await.is_none());
+        drop(b);
+        assert!(th.first_contact(&0).await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_given_up_in_the_window_frees_its_place() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let first = th
+            .first_contact(&0)
+            .await
+            .expect("the first call goes alone");
+        let waiting = tokio::spawn({
+            let th = th.clone();
+            async move { th.first_contact(&0).await.is_some() }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        // Dropped unanswered (the caller went away): the next call goes,
+        // and the window did not grow.
+        drop(first);
+        assert!(waiting.await.unwrap());
     }
 
     #[tokio::test(start_paused = true)]

@@ -277,7 +277,9 @@ where
         now = throttle.now();
         ready_at = now;
         let step = throttle.record_at(key, &mut call, now, &outcome);
-        drop(first.take());
+        if let Some(f) = first.take() {
+            f.recorded(&outcome);
+        }
         obs.rate(throttle.rate_of(key));
         match step {
             Step::Done => return Ok(answer),

@@ -217,6 +217,13 @@ pub trait RateController: Send {
     /// lapses the rate climbs back by the controller's own rule instead of
     /// snapping back. The default does nothing.
     fn limit_to(&mut self, _rate: f64) {}
+
+    /// Told that the calls of this controller's partition were let out in
+    /// a slow start before its first refusal (the async drivers do this
+    /// when many calls share one partition): the send rate the first cut
+    /// measured was a burst the driver kept small, not what the calls
+    /// want. The default does nothing.
+    fn note_slow_started(&mut self) {}
 }
 
 impl<R: RateController + ?Sized> RateController for Box<R> {
@@ -234,6 +241,9 @@ impl<R: RateController + ?Sized> RateController for Box<R> {
     }
     fn limit_to(&mut self, rate: f64) {
         (**self).limit_to(rate)
+    }
+    fn note_slow_started(&mut self) {
+        (**self).note_slow_started()
     }
 }
 

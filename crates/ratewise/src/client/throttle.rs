@@ -478,10 +478,10 @@ struct Inner<K> {
     /// The driver's clock, created on first use (so inside the runtime).
     #[cfg(feature = "tokio")]
     clock: std::sync::OnceLock<crate::wait::TokioClock>,
-    /// Partitions whose first call is out and not yet answered: the async
-    /// drivers' other calls wait on its lock.
+    /// Partitions in their start (the first call out, then a slow start
+    /// until they pace): the async drivers' calls wait on its gate.
     #[cfg(feature = "tokio")]
-    first_contact: Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>,
+    first_contact: Mutex<HashMap<K, Arc<crate::client::driver::StartGate>>>,
 }
 
 /// An adaptive client throttle, shared by cloning, partitioned by `K`.
@@ -625,8 +625,21 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
 
     /// The first-contact gates of the async drivers.
     #[cfg(feature = "tokio")]
-    pub(super) fn first_contact_gates(&self) -> &Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>> {
+    pub(super) fn first_contact_gates(
+        &self,
+    ) -> &Mutex<HashMap<K, Arc<crate::client::driver::StartGate>>> {
         &self.inner.first_contact
+    }
+
+    /// Tells `key`'s controller that its first cut came after a driver's
+    /// slow start ([`RateController::note_slow_started`]).
+    #[cfg(feature = "tokio")]
+    pub(super) fn note_slow_started(&self, key: &K) {
+        let part = self.partition(key);
+        let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = st.controller.as_mut() {
+            c.note_slow_started();
+        }
     }
 
     fn partition(&self, key: &K) -> Arc<Partition> {
