@@ -213,8 +213,11 @@ impl<K: Hash + Eq + Clone + Send + Sync> FirstContact<K> {
 
 impl<K: Hash + Eq + Clone + Send + Sync> Drop for FirstContact<K> {
     fn drop(&mut self) {
-        // A call given up before its answer was recorded frees its place.
-        self.settle(false, false);
+        // Dropped without `recorded`: a driver that only drops the guard
+        // once its attempt is recorded still widens the window while the
+        // partition is answered (a call given up before any answer only
+        // frees its place), and a pace, once set, still opens the gate.
+        self.settle(true, false);
     }
 }
 
@@ -236,7 +239,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
 
     /// Waits until `key`'s partition may be called. The first call to a
     /// partition goes alone, holding the returned guard until its answer is
-    /// recorded ([`FirstContact::recorded`]), so that a server that states
+    /// recorded ([`FirstContact::recorded`], or dropping the guard then), so
+    /// that a server that states
     /// its rate (`RateLimit-Policy`) is paced from the start instead of
     /// answering a burst with 429s. If the answer leaves the partition
     /// without a pace (the server said nothing of its rate), the others are
@@ -494,6 +498,21 @@ mod tests {
         assert!(th.first_contact(&0).await.is_none());
         drop(b);
         assert!(th.first_contact(&0).await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_guard_only_dropped_after_its_answer_still_widens_the_window() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let first = th
+            .first_contact(&0)
+            .await
+            .expect("the first call goes alone");
+        let mut call = th.begin(th.now());
+        th.record_at(&0, &mut call, th.now(), &Outcome::success());
+        drop(first);
+        // A window of two, as if `recorded` had been called.
+        let _a = th.first_contact(&0).await.expect("in the window");
+        let _b = th.first_contact(&0).await.expect("in the window");
     }
 
     #[tokio::test(start_paused = true)]
