@@ -472,23 +472,34 @@ mod tests {
         assert!(th.first_contact(&1).await.is_some());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_refusal_ends_the_slow_start_and_opens_the_gate() {
-        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+    /// Partition 0's first call, let through its start gate and answered
+    /// with a success (its guard not yet ended), and that call.
+    async fn first_call_answered(th: &Throttle<u8>) -> (FirstContact<u8>, Call) {
         let first = th
             .first_contact(&0)
             .await
             .expect("the first call goes alone");
         let mut call = th.begin(th.now());
         th.record_at(&0, &mut call, th.now(), &Outcome::success());
+        (first, call)
+    }
+
+    /// A call to partition 0 waiting at its start gate: `true` if it is
+    /// let through holding a place in the window.
+    fn waiter(th: &Throttle<u8>) -> tokio::task::JoinHandle<bool> {
+        let th = th.clone();
+        tokio::spawn(async move { th.first_contact(&0).await.is_some() })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_ends_the_slow_start_and_opens_the_gate() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let (first, mut call) = first_call_answered(&th).await;
         first.recorded(&Outcome::success());
         // A window of two: a third call waits for one of them.
         let a = th.first_contact(&0).await.expect("in the window");
         let b = th.first_contact(&0).await.expect("in the window");
-        let third = tokio::spawn({
-            let th = th.clone();
-            async move { th.first_contact(&0).await.is_some() }
-        });
+        let third = waiter(&th);
         tokio::task::yield_now().await;
         assert!(!third.is_finished(), "the window is full");
         // A refusal ends the slow start: the gate opens for every call.
@@ -503,16 +514,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_guard_only_dropped_after_its_answer_still_widens_the_window() {
         let th: Throttle<u8> = Throttle::new(config()).unwrap();
-        let first = th
-            .first_contact(&0)
-            .await
-            .expect("the first call goes alone");
-        let mut call = th.begin(th.now());
-        th.record_at(&0, &mut call, th.now(), &Outcome::success());
+        let (first, _) = first_call_answered(&th).await;
         drop(first);
-        // A window of two, as if `recorded` had been called.
+        // A window of two, as if `recorded` had been called; a third waits.
         let _a = th.first_contact(&0).await.expect("in the window");
         let _b = th.first_contact(&0).await.expect("in the window");
+        let third = waiter(&th);
+        tokio::task::yield_now().await;
+        assert!(!third.is_finished(), "the window is full");
     }
 
     #[tokio::test(start_paused = true)]
@@ -522,10 +531,7 @@ mod tests {
             .first_contact(&0)
             .await
             .expect("the first call goes alone");
-        let waiting = tokio::spawn({
-            let th = th.clone();
-            async move { th.first_contact(&0).await.is_some() }
-        });
+        let waiting = waiter(&th);
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
         // Dropped unanswered (the caller went away): the next call goes,
