@@ -183,6 +183,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> FirstContact<K> {
         let window = self.gate.window.load(std::sync::atomic::Ordering::Relaxed);
         if paces || refused || window >= SLOW_START_MAX_WINDOW {
             if !self.gate.permits.is_closed() {
+                self.throttle.end_start(&self.key);
                 self.gate.permits.close();
                 // Calls were held back and then refused: the controller's
                 // first cut measured a burst this gate kept small.
@@ -253,6 +254,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// drivers with their own loop (the reqwest middleware) call it before
     /// their first attempt.
     pub async fn first_contact(&self, key: &K) -> Option<FirstContact<K>> {
+        // Every call after the start: one atomic load, no shared lock.
+        if self.start_over(key) {
+            return None;
+        }
         let gate = {
             let mut gates = self
                 .first_contact_gates()

@@ -371,6 +371,10 @@ struct Partition {
     /// The latest send time handed out (nanoseconds): while it is ahead,
     /// calls hold slots of the current schedule.
     last_slot: AtomicU64,
+    /// The async drivers' start (first contact, then slow start) is over:
+    /// every call goes without touching the start gates' shared map.
+    #[cfg(feature = "tokio")]
+    started: std::sync::atomic::AtomicBool,
     state: Mutex<PartitionState>,
 }
 
@@ -447,6 +451,8 @@ impl Template {
         Partition {
             pacer: self.pacer.fresh(),
             last_slot: AtomicU64::new(0),
+            #[cfg(feature = "tokio")]
+            started: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(PartitionState {
                 controller,
                 // Quota left admits the next request: hints act only when
@@ -629,6 +635,18 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         &self,
     ) -> &Mutex<HashMap<K, Arc<crate::client::driver::StartGate>>> {
         &self.inner.first_contact
+    }
+
+    /// Whether `key`'s start (first contact and slow start) is over.
+    #[cfg(feature = "tokio")]
+    pub(super) fn start_over(&self, key: &K) -> bool {
+        self.partition(key).started.load(Ordering::Acquire)
+    }
+
+    /// Marks `key`'s start as over: from now on its calls skip the gate.
+    #[cfg(feature = "tokio")]
+    pub(super) fn end_start(&self, key: &K) {
+        self.partition(key).started.store(true, Ordering::Release);
     }
 
     /// Tells `key`'s controller that its first cut came after a driver's
