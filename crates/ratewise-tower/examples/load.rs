@@ -227,7 +227,7 @@ fn main() -> Result<(), Infallible> {
         .fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
     println!(
         "per round, ratewise-tower / tower_governor throughput: median {:.3}× (min {lo:.3}×, max {hi:.3}×)",
-        median(paired.clone())
+        median(paired)
     );
     Ok(())
 }
