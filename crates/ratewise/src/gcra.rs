@@ -71,11 +71,22 @@ pub struct Gcra<C = MonotonicClock> {
 
 // The TAT word: the top `GEN_BITS` bits count re-configurations, the rest
 // hold the arrival time in nanoseconds *relative to the limiter's origin*
-// (kept beside the quota in `config`). Every re-configuration — a quota
-// change or a move of the origin — changes the word even when the converted
-// time happens to be the same number, so a check that read the word before
-// it cannot commit with the old quota or origin (an ABA case the loom model
-// found).
+// (kept beside the quota in `config`).
+//
+// Why a check cannot pair a word with the wrong quota: it reads the word
+// *inside* the quota's sequence-lock read ([`Gcra::snapshot`]), so the word,
+// the quota and the origin it decides on were the limiter's state at one
+// instant — a denial is linearised there. An admission commits with a CAS on
+// that word; every re-configuration (a quota change or a move of the origin)
+// changes the word, through the generation bits, even when the converted
+// time happens to be the same number, so a CAS from before it fails. The
+// generation wraps after 2^GEN_BITS re-configurations: a CAS could then only
+// succeed on a word that came back bit for bit, which takes a multiple of
+// four re-configurations between one check's read and its CAS *and* an
+// identical arrival time *and* a different quota at the end (a limiter
+// toggled between two quotas is back at the quota it was read with, so even
+// then the commit is exact). A wider generation would close that case too,
+// at the cost of the value domain below.
 //
 // The domain, and why nothing saturates into an admission: a quota's window
 // is at most `MAX_WINDOW_NANOS` (2^61 ns); a relative `now` is at most
@@ -183,35 +194,51 @@ impl<C: Clock> Gcra<C> {
         self.tat.store(next_generation | new_tat, Ordering::Release);
     }
 
-    /// `None` if the TAT word is still `word`; otherwise the current word
-    /// (waiting out a re-configuration in progress). The fence orders the
-    /// quota reads before it ahead of the re-read.
-    #[inline]
-    fn changed_since(&self, word: u64) -> Option<u64> {
-        fence(Ordering::Acquire);
-        let now = self.tat.load(Ordering::Acquire);
-        if now == word {
-            None
-        } else {
-            Some(if now == RECONFIGURING {
-                self.load_word()
-            } else {
-                now
-            })
+    /// The quota, the origin and the TAT word as they were at one instant
+    /// (the word is read inside the quota's sequence-lock read), waiting out
+    /// a re-configuration in progress.
+    #[inline(always)]
+    fn snapshot(&self) -> Snapshot {
+        // A re-configuration in progress is waited out on the word alone
+        // before the sequence-lock read, not by retrying that read.
+        if self.tat.load(Ordering::Relaxed) == RECONFIGURING {
+            return self.snapshot_after_reconfiguring();
+        }
+        let snap = self.config.load_with(&self.tat);
+        if snap.word == RECONFIGURING {
+            return self.snapshot_after_reconfiguring();
+        }
+        snap
+    }
+
+    /// [`Gcra::snapshot`] once the re-configuration in progress is over.
+    /// Cold: only a re-configuration in flight leads here.
+    #[cold]
+    #[inline(never)]
+    fn snapshot_after_reconfiguring(&self) -> Snapshot {
+        loop {
+            // Spin on the word alone; the snapshot is taken once it is back.
+            while self.tat.load(Ordering::Relaxed) == RECONFIGURING {
+                spin_wait();
+            }
+            let snap = self.config.load_with(&self.tat);
+            if snap.word != RECONFIGURING {
+                return snap;
+            }
         }
     }
 
-    /// The TAT word, waiting out a re-configuration in progress. Cold: only
-    /// a re-configuration in flight leads here.
-    #[cold]
-    #[inline(never)]
-    fn load_word(&self) -> u64 {
-        loop {
-            let word = self.tat.load(Ordering::Acquire);
-            if word != RECONFIGURING {
-                return word;
-            }
-            spin_wait();
+    /// After a lost CAS that found `actual`: the snapshot to retry from.
+    /// While the quota's sequence is unchanged, `actual` belongs with the
+    /// same quota and origin (a re-configuration publishes its quota before
+    /// its word, and the failed CAS read `actual` with Acquire), so only the
+    /// word is replaced; otherwise the whole state is read again.
+    #[inline(always)]
+    fn after_lost_race(&self, snap: &mut Snapshot, actual: u64) {
+        if actual != RECONFIGURING && self.config.sequence() == snap.sequence {
+            snap.word = actual;
+        } else {
+            *snap = self.snapshot();
         }
     }
 
@@ -225,11 +252,11 @@ impl<C: Clock> Gcra<C> {
     }
 
     /// Moves the origin up behind `now` (a `now` more than [`REBASE_AT`] past
-    /// the origin) and returns the current word. Cold: once per 36 years of
-    /// timeline, or when a caller's timestamps jump that far.
+    /// the origin). Cold: once per 36 years of timeline, or when a caller's
+    /// timestamps jump that far.
     #[cold]
     #[inline(never)]
-    fn rebase(&self, now: u64) -> u64 {
+    fn rebase(&self, now: u64) {
         let writer = self.config.lock_writer();
         let (quota, origin) = self.config.load();
         if matches!(math::relative(now, origin), Err(math::Off::Ahead)) {
@@ -242,7 +269,6 @@ impl<C: Clock> Gcra<C> {
             );
         }
         drop(writer);
-        self.load_word()
     }
 }
 
@@ -264,20 +290,23 @@ impl<C: Clock> RateLimiter for Gcra<C> {
     #[inline(always)]
     fn check_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         let now_abs = now.as_nanos();
-        let mut word = self.tat.load(Ordering::Acquire);
+        // One consistent state: a denial is decided on it and stands; an
+        // admission commits only if the word is still the same (see the note
+        // on the word's layout).
+        let mut snap = self.snapshot();
         loop {
-            if word == RECONFIGURING {
-                word = self.load_word();
-            }
+            let Snapshot {
+                quota: q,
+                origin,
+                word,
+                ..
+            } = snap;
             let (generation, tat) = split(word);
-            // A word from before a re-configuration may meet the new quota
-            // and origin here, but then its CAS fails (or, for a denial,
-            // `changed_since` sees it): the generation has moved on.
-            let (q, origin) = self.config.load();
             let now = match math::relative(now_abs, origin) {
                 Ok(now) => now,
                 Err(math::Off::Ahead) => {
-                    word = self.rebase(now_abs);
+                    self.rebase(now_abs);
+                    snap = self.snapshot();
                     continue;
                 }
                 Err(math::Off::Behind) => return self.check_behind(n, now_abs, origin),
@@ -286,14 +315,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             let new_tat = match math::admit(tat, now, n, q) {
                 math::Admission::Admit { new_tat } => new_tat,
                 math::Admission::Deny { base, retry } => {
-                    // A denial commits nothing, so it must check that the
-                    // word it judged is still current; otherwise it may have
-                    // paired a new quota with an old-units TAT.
-                    if let Some(fresh) = self.changed_since(word) {
-                        word = fresh;
-                        continue;
-                    }
-                    return Ok(math::Admission::denial(base, retry, q, now));
+                    return Ok(math::Admission::denial(base, retry, q, now))
                 }
             };
             match self.tat.compare_exchange_weak(
@@ -303,22 +325,24 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                 Ordering::Acquire,
             ) {
                 Ok(_) => return Ok(math::decision(true, q, now, new_tat, None)),
-                Err(actual) => word = actual,
+                Err(actual) => self.after_lost_race(&mut snap, actual),
             }
         }
     }
 
     fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         let now_abs = now.as_nanos();
-        // A consistent (word, quota, origin) triple: the word is unchanged
-        // after the quota was read, so no re-configuration came in between.
-        let mut word = self.load_word();
-        let (q, now) = loop {
-            let (q, origin) = self.config.load();
+        loop {
+            let Snapshot {
+                quota: q,
+                origin,
+                word,
+                ..
+            } = self.snapshot();
             let now = match math::relative(now_abs, origin) {
                 Ok(now) => now,
                 Err(math::Off::Ahead) => {
-                    word = self.rebase(now_abs);
+                    self.rebase(now_abs);
                     continue;
                 }
                 Err(math::Off::Behind) => {
@@ -326,14 +350,10 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                     return Ok(math::later(d, origin - now_abs));
                 }
             };
-            match self.changed_since(word) {
-                None => break (q, now),
-                Some(fresh) => word = fresh,
-            }
-        };
-        let (_, tat) = split(word);
-        validate_weight(n, q.burst())?;
-        Ok(math::peek(tat, now, n, q))
+            let (_, tat) = split(word);
+            validate_weight(n, q.burst())?;
+            return Ok(math::peek(tat, now, n, q));
+        }
     }
 
     fn reserve_within_at(
@@ -343,17 +363,20 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         max_wait: Duration,
     ) -> Result<Reservation, ReserveError> {
         let now_abs = now.as_nanos();
-        let mut word = self.tat.load(Ordering::Acquire);
+        let mut snap = self.snapshot();
         loop {
-            if word == RECONFIGURING {
-                word = self.load_word();
-            }
+            let Snapshot {
+                quota: q,
+                origin,
+                word,
+                ..
+            } = snap;
             let (generation, tat) = split(word);
-            let (q, origin) = self.config.load();
             let now_ns = match math::relative(now_abs, origin) {
                 Ok(now) => now,
                 Err(math::Off::Ahead) => {
-                    word = self.rebase(now_abs);
+                    self.rebase(now_abs);
+                    snap = self.snapshot();
                     continue;
                 }
                 Err(math::Off::Behind) => {
@@ -362,17 +385,9 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                 }
             };
             validate_weight(n, q.burst())?;
-            let (new_tat, act, cost) = match math::reserve(tat, now_ns, n, q, max_wait) {
-                Ok(plan) => plan,
-                Err(e) => {
-                    // As a denial: judged on a current word, or judged again.
-                    if let Some(fresh) = self.changed_since(word) {
-                        word = fresh;
-                        continue;
-                    }
-                    return Err(e);
-                }
-            };
+            // A refusal stands as a denial does: judged on one consistent
+            // state.
+            let (new_tat, act, cost) = math::reserve(tat, now_ns, n, q, max_wait)?;
             let act = origin.saturating_add(act);
             self.last_act.fetch_max(act, Ordering::AcqRel);
             match self.tat.compare_exchange_weak(
@@ -390,7 +405,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                         cost,
                     ))
                 }
-                Err(actual) => word = actual,
+                Err(actual) => self.after_lost_race(&mut snap, actual),
             }
         }
     }
@@ -404,17 +419,20 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         }
         let now_abs = now.as_nanos();
         let act = reservation.act_at.as_nanos();
-        let mut word = self.tat.load(Ordering::Acquire);
+        let mut snap = self.snapshot();
         loop {
-            if word == RECONFIGURING {
-                word = self.load_word();
-            }
+            let Snapshot {
+                quota: q,
+                origin,
+                word,
+                ..
+            } = snap;
             let (generation, tat) = split(word);
-            let (q, origin) = self.config.load();
             let now = match math::relative(now_abs, origin) {
                 Ok(now) => now,
                 Err(math::Off::Ahead) => {
-                    word = self.rebase(now_abs);
+                    self.rebase(now_abs);
+                    snap = self.snapshot();
                     continue;
                 }
                 // Cancelling at the origin gives back no more than at the
@@ -442,7 +460,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                 Ordering::Acquire,
             ) {
                 Ok(_) => return (tat - new_tat) / q.emission_nanos(),
-                Err(actual) => word = actual,
+                Err(actual) => self.after_lost_race(&mut snap, actual),
             }
         }
     }
@@ -693,6 +711,37 @@ impl<const N: usize> SeqWords<N> {
         }
     }
 
+    /// The words and `extra`'s value, read within one sequence-lock read.
+    ///
+    /// If the sequence is unchanged across the read, no write of the words
+    /// overlapped it. A writer that stores `extra` (Release) only after its
+    /// words leaves nothing between: reading its new `extra` (Acquire) puts
+    /// the second sequence read after its final sequence store, so the read
+    /// retries; reading the old `extra` after a first sequence read that
+    /// saw the writer's final store is impossible, as the writer replaced
+    /// `extra` (with a read-modify-write) before touching the words.
+    #[inline(always)]
+    fn load_with(&self, extra: &AtomicU64) -> ([u64; N], u64, u64) {
+        loop {
+            let s1 = self.seq.load(Ordering::Acquire);
+            let words = std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
+            let x = extra.load(Ordering::Acquire);
+            fence(Ordering::Acquire);
+            let s2 = self.seq.load(Ordering::Relaxed);
+            if s1 == s2 && s1 % 2 == 0 {
+                return (words, x, s1);
+            }
+            spin_wait();
+        }
+    }
+
+    /// The sequence number now: equal to the one a read returned while no
+    /// write has begun since.
+    #[inline(always)]
+    fn sequence(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+
     #[inline(always)]
     fn load(&self) -> [u64; N] {
         loop {
@@ -752,6 +801,17 @@ impl QuotaCell {
     }
 }
 
+/// [`Gcra`]'s state as it was at one instant (see [`Gcra::snapshot`]).
+#[derive(Clone, Copy)]
+struct Snapshot {
+    quota: Quota,
+    origin: u64,
+    /// The TAT word.
+    word: u64,
+    /// The quota cell's sequence number when it was read.
+    sequence: u64,
+}
+
 /// [`Gcra`]'s quota and the origin of its relative arrival times, read
 /// together.
 struct FrameCell(SeqWords<4>);
@@ -766,6 +826,26 @@ impl FrameCell {
     fn load(&self) -> (Quota, u64) {
         let [e, b, r, origin] = self.0.load();
         (Quota::from_raw_parts(e, b, r), origin)
+    }
+
+    /// The quota, the origin and `word`'s value, all as they were at one
+    /// instant: `word` is read inside the sequence-lock read. For the TAT
+    /// word, which every writer of this cell replaces only after the cell.
+    #[inline(always)]
+    fn load_with(&self, word: &AtomicU64) -> Snapshot {
+        let ([e, b, r, origin], word, sequence) = self.0.load_with(word);
+        Snapshot {
+            quota: Quota::from_raw_parts(e, b, r),
+            origin,
+            word,
+            sequence,
+        }
+    }
+
+    /// The cell's sequence number (see [`SeqWords::sequence`]).
+    #[inline(always)]
+    fn sequence(&self) -> u64 {
+        self.0.sequence()
     }
 
     fn lock_writer(&self) -> std::sync::MutexGuard<'_, ()> {
