@@ -56,7 +56,10 @@
 //!   over at the pause's end, and each waiting call takes a new slot before
 //!   it sends ([`Throttle::recheck_at`], which the async drivers call after
 //!   sleeping to a slot). Without it, slots handed out at the old pace, or
-//!   inside the pause, would still be used at the old pace.
+//!   inside the pause, would still be used at the old pace. A rise to twice
+//!   the pace the held slots were handed out at re-plans them too: calls
+//!   arriving after it are not queued behind slots handed out at a pace the
+//!   partition has left.
 //!
 //! # Invariants
 //! * The pacer's rate is `min(controller, policy rate, hint cap)`, where the
@@ -105,6 +108,10 @@ const SHORT_PAUSE_MIN_ADMITTED: u32 = 5;
 
 /// How many intervals at the admitted rate such a shortened pause lasts.
 const SHORT_PAUSE_INTERVALS: f64 = 2.0;
+
+/// How far the pace must rise above the one the waiting calls' slots were
+/// handed out at before they take new slots.
+const REPLAN_ON_RISE: f64 = 2.0;
 
 /// How a partition's pacing rate adapts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -360,6 +367,9 @@ struct PartitionState {
     /// ([`Pacer::restart_at`]), so a call holding a slot of an older one
     /// takes a new slot before it sends ([`Throttle::recheck_at`]).
     plan: u64,
+    /// The pacing rate the current schedule's slots were handed out at
+    /// (set when pacing begins and at every re-plan).
+    plan_rate: f64,
     /// When the latest shortened pause ended, until an attempt sent after
     /// it succeeds: a refusal of such an attempt says the short pause was
     /// too short, and the next pause honours the whole `Retry-After`.
@@ -468,6 +478,7 @@ impl Template {
                 answered: false,
                 admitted: RateMeter::default(),
                 plan: 0,
+                plan_rate: 0.0,
                 short_pause_end: None,
             }),
         }
@@ -531,7 +542,8 @@ impl<K> std::fmt::Debug for Throttle<K> {
     }
 }
 
-/// Re-plans `part`'s schedule after a cut or a new pause. When calls hold
+/// Re-plans `part`'s schedule after a cut, a new pause, or a rise to
+/// [`REPLAN_ON_RISE`] × the pace of the current plan. When calls hold
 /// slots still to come, the pacer's next slot is at the pause's end (or
 /// `now`), evenly after it, and every such call takes a new slot before it
 /// sends ([`Throttle::recheck_at`]). When none does, the schedule stands
@@ -954,11 +966,20 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         if began || cut {
             st.cut_at = now;
         }
-        let replan_after = cut && st.pacing && rate.is_some();
+        // A rise re-plans too once the pace is well above the one the
+        // waiting calls' slots were handed out at: otherwise calls queued at
+        // a slow pace (many tasks sharing a partition just after its first
+        // cut) keep their far-off slots, and the rise takes effect only
+        // when the queue has turned over.
+        let risen = !cut && rate.is_some_and(|r| r > st.plan_rate * REPLAN_ON_RISE);
+        let replan_after = (cut || risen) && st.pacing && rate.is_some();
         st.pacing = rate.is_some();
         if let Some(r) = rate {
             if (r - part.pacer.rate()).abs() > 1e-9 * r.max(1.0) {
                 part.pacer.set_rate_at(r, now);
+            }
+            if began || replan_after {
+                st.plan_rate = r;
             }
             if began {
                 // Credit saved while not pacing is no licence to burst: the
@@ -1895,6 +1916,65 @@ mod tests {
         assert_eq!(
             lone.recheck_at(&0, &mut call, t + ms(150) + retry),
             Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn a_rise_to_twice_the_pace_re_plans_the_slots_other_calls_hold() {
+        // AIMD that adds 10/s per success.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Aimd(AimdConfig {
+                max_rate: 100.0,
+                increase_step: 10.0,
+                increase_every: 1,
+                ..AimdConfig::default()
+            }),
+            ..config()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        // A refusal at 50 ms: cut to 5/s, paused 100 ms (to 150 ms).
+        let mut first = th.begin(t);
+        th.acquire_at(&0, &mut first, t, t).unwrap();
+        th.record_at(&0, &mut first, t + ms(50), &Outcome::throttled());
+        assert_eq!(th.rate_of(&0), Some(5.0));
+        // Three calls queue at 5/s: slots at 150, 350 and 550 ms.
+        let now = t + ms(60);
+        let mut calls: Vec<Call> = (0..3).map(|_| th.begin(now)).collect();
+        let waits: Vec<_> = calls
+            .iter_mut()
+            .map(|c| th.acquire_at(&0, c, now, now).unwrap())
+            .collect();
+        assert_eq!(waits, [ms(90), ms(290), ms(490)]);
+        // The first succeeds at 160 ms: 15/s, three times the pace the other
+        // two slots were handed out at.
+        assert_eq!(
+            th.recheck_at(&0, &mut calls[0], t + ms(150)),
+            Duration::ZERO
+        );
+        th.record_at(&0, &mut calls[0], t + ms(160), &Outcome::success());
+        assert!((th.rate_of(&0).unwrap() - 15.0).abs() < 1e-6);
+        // The schedule starts over at the new pace: a call arriving now is
+        // not queued behind the slots handed out at 5/s (without the re-plan
+        // it would wait 186.7 ms, behind them re-expressed at 15/s).
+        let mut fresh = th.begin(t + ms(170));
+        assert_eq!(
+            th.acquire_at(&0, &mut fresh, t + ms(170), t + ms(170)),
+            Ok(Duration::ZERO)
+        );
+        // The calls holding the old slots take new ones when they wake.
+        assert_eq!(
+            th.recheck_at(&0, &mut calls[1], t + ms(350)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            th.recheck_at(&0, &mut calls[2], t + ms(550)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            th.metrics().attempts,
+            5,
+            "five calls, one attempt each: a new slot is not a new attempt"
         );
     }
 
