@@ -252,11 +252,11 @@ impl<C: Clock> Gcra<C> {
     }
 
     /// Moves the origin up behind `now` (a `now` more than [`REBASE_AT`] past
-    /// the origin). Cold: once per 36 years of timeline, or when a caller's
-    /// timestamps jump that far.
+    /// the origin) and returns the state after it. Cold: once per 36 years
+    /// of timeline, or when a caller's timestamps jump that far.
     #[cold]
     #[inline(never)]
-    fn rebase(&self, now: u64) {
+    fn rebase(&self, now: u64) -> Snapshot {
         let writer = self.config.lock_writer();
         let (quota, origin) = self.config.load();
         if matches!(math::relative(now, origin), Err(math::Off::Ahead)) {
@@ -269,6 +269,7 @@ impl<C: Clock> Gcra<C> {
             );
         }
         drop(writer);
+        self.snapshot()
     }
 }
 
@@ -305,8 +306,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             let now = match math::relative(now_abs, origin) {
                 Ok(now) => now,
                 Err(math::Off::Ahead) => {
-                    self.rebase(now_abs);
-                    snap = self.snapshot();
+                    snap = self.rebase(now_abs);
                     continue;
                 }
                 Err(math::Off::Behind) => return self.check_behind(n, now_abs, origin),
@@ -332,17 +332,18 @@ impl<C: Clock> RateLimiter for Gcra<C> {
 
     fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         let now_abs = now.as_nanos();
+        let mut snap = self.snapshot();
         loop {
             let Snapshot {
                 quota: q,
                 origin,
                 word,
                 ..
-            } = self.snapshot();
+            } = snap;
             let now = match math::relative(now_abs, origin) {
                 Ok(now) => now,
                 Err(math::Off::Ahead) => {
-                    self.rebase(now_abs);
+                    snap = self.rebase(now_abs);
                     continue;
                 }
                 Err(math::Off::Behind) => {
@@ -375,8 +376,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             let now_ns = match math::relative(now_abs, origin) {
                 Ok(now) => now,
                 Err(math::Off::Ahead) => {
-                    self.rebase(now_abs);
-                    snap = self.snapshot();
+                    snap = self.rebase(now_abs);
                     continue;
                 }
                 Err(math::Off::Behind) => {
@@ -431,8 +431,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
             let now = match math::relative(now_abs, origin) {
                 Ok(now) => now,
                 Err(math::Off::Ahead) => {
-                    self.rebase(now_abs);
-                    snap = self.snapshot();
+                    snap = self.rebase(now_abs);
                     continue;
                 }
                 // Cancelling at the origin gives back no more than at the
@@ -722,17 +721,8 @@ impl<const N: usize> SeqWords<N> {
     /// `extra` (with a read-modify-write) before touching the words.
     #[inline(always)]
     fn load_with(&self, extra: &AtomicU64) -> ([u64; N], u64, u64) {
-        loop {
-            let s1 = self.seq.load(Ordering::Acquire);
-            let words = std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
-            let x = extra.load(Ordering::Acquire);
-            fence(Ordering::Acquire);
-            let s2 = self.seq.load(Ordering::Relaxed);
-            if s1 == s2 && s1 % 2 == 0 {
-                return (words, x, s1);
-            }
-            spin_wait();
-        }
+        let (words, (x, s)) = self.read(|s| (extra.load(Ordering::Acquire), s));
+        (words, x, s)
     }
 
     /// The sequence number now: equal to the one a read returned while no
@@ -744,13 +734,21 @@ impl<const N: usize> SeqWords<N> {
 
     #[inline(always)]
     fn load(&self) -> [u64; N] {
+        self.read(|_| ()).0
+    }
+
+    /// The words, and what `also` reads after them, within one sequence-lock
+    /// read; `also` gets the (even) sequence number the read is taken at.
+    #[inline(always)]
+    fn read<T>(&self, also: impl Fn(u64) -> T) -> ([u64; N], T) {
         loop {
             let s1 = self.seq.load(Ordering::Acquire);
             let words = std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
+            let x = also(s1);
             fence(Ordering::Acquire);
             let s2 = self.seq.load(Ordering::Relaxed);
             if s1 == s2 && s1 % 2 == 0 {
-                return words;
+                return (words, x);
             }
             spin_wait();
         }

@@ -368,7 +368,7 @@ struct PartitionState {
     /// takes a new slot before it sends ([`Throttle::recheck_at`]).
     plan: u64,
     /// The pacing rate the current schedule's slots were handed out at
-    /// (set when pacing begins and at every re-plan).
+    /// (set when pacing begins and by every re-plan, [`replan`]).
     plan_rate: f64,
     /// When the latest shortened pause ended, until an attempt sent after
     /// it succeeds: a refusal of such an attempt says the short pause was
@@ -553,6 +553,7 @@ fn replan(part: &Partition, st: &mut PartitionState, now: Timestamp) {
     if !st.pacing {
         return;
     }
+    st.plan_rate = part.pacer.rate();
     if part.last_slot.load(Ordering::Relaxed) > now.as_nanos() {
         st.plan = st.plan.wrapping_add(1);
         part.pacer.restart_at(st.paused_until.max(now));
@@ -971,14 +972,14 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         // a slow pace (many tasks sharing a partition just after its first
         // cut) keep their far-off slots, and the rise takes effect only
         // when the queue has turned over.
-        let risen = !cut && rate.is_some_and(|r| r > st.plan_rate * REPLAN_ON_RISE);
+        let risen = rate.is_some_and(|r| r > st.plan_rate * REPLAN_ON_RISE);
         let replan_after = (cut || risen) && st.pacing && rate.is_some();
         st.pacing = rate.is_some();
         if let Some(r) = rate {
             if (r - part.pacer.rate()).abs() > 1e-9 * r.max(1.0) {
                 part.pacer.set_rate_at(r, now);
             }
-            if began || replan_after {
+            if began {
                 st.plan_rate = r;
             }
             if began {
