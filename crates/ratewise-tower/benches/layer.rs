@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Request, Response, StatusCode};
 use tower::{Layer, Service, ServiceExt};
 
 #[path = "common/peers.rs"]
 mod peers;
-use peers::{governor_layer, governor_layer_with, ratewise_layer, ratewise_layer_with, KEYS};
+use peers::{governor_layer_with, ratewise_layer_with, KEYS};
 use ratewise::Quota;
 
 /// Polls a future that is ready at once (both services here are).
@@ -59,35 +59,45 @@ fn cpu_ns() -> Option<u64> {
         .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
 }
 
-/// Nanoseconds (on-CPU, else wall) per request over `n` requests.
-fn trial<S>(svc: &mut S, reqs: &[Request<String>], n: usize) -> f64
+/// Nanoseconds (on-CPU, else wall) per request over `n` requests, each of
+/// which must be answered with `expect` (a phase that claims to time
+/// admissions must not time refusals, and the reverse).
+fn trial<S, RB>(svc: &mut S, reqs: &[Request<String>], n: usize, expect: StatusCode) -> f64
 where
-    S: Service<Request<String>>,
+    S: Service<Request<String>, Response = Response<RB>>,
 {
-    trial_with(svc, reqs, n, |b| b)
+    trial_with(svc, reqs, n, expect, |b| b)
 }
 
 /// [`trial`] for a service over another request body (made from the
 /// string one as each request is sent, at the same cost for every server).
-fn trial_with<S, B>(
+fn trial_with<S, B, RB>(
     svc: &mut S,
     reqs: &[Request<String>],
     n: usize,
+    expect: StatusCode,
     body: impl Fn(String) -> B,
 ) -> f64
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>, Response = Response<RB>>,
 {
     let c0 = cpu_ns();
     let w0 = Instant::now();
-    let mut ok = 0u64;
+    let mut as_expected = 0usize;
     for i in 0..n {
         let req = reqs[i % reqs.len()].clone().map(&body);
         let ready = now(svc.ready()).ok().expect("ready");
-        ok += u64::from(now(ready.call(req)).is_ok());
+        let status = now(ready.call(req)).ok().map(|r| r.status());
+        as_expected += usize::from(status == Some(expect));
     }
-    black_box(ok);
+    black_box(as_expected);
     let wall = w0.elapsed().as_nanos() as u64;
+    assert_eq!(
+        as_expected,
+        n,
+        "{} of {n} requests were not answered {expect}: the trial would time the wrong path",
+        n - as_expected
+    );
     let ns = match (c0, cpu_ns()) {
         (Some(a), Some(b)) if b > a => b - a,
         _ => wall,
@@ -140,8 +150,19 @@ fn main() {
     let inner = tower::service_fn(|_req: Request<String>| async {
         Ok::<_, Infallible>(Response::new(axum::body::Body::from("ok")))
     });
-    let mut governor = governor_layer().layer(inner);
-    let mut ratewise = ratewise_layer().layer(inner);
+    // In-process, a trial sends each key ~150 requests a second, three
+    // times the load example's 50/s quota: the admitted phases give each
+    // key a quota they cannot spend (the check costs the same whatever the
+    // quota), and every trial checks that it timed the path it names.
+    let roomy = || {
+        (
+            governor_layer_with(Duration::from_micros(100), 10_000),
+            ratewise_layer_with(Quota::per(10_000, Duration::from_secs(1)).expect("quota")),
+        )
+    };
+    let (governor_roomy, ratewise_roomy) = roomy();
+    let mut governor = governor_roomy.layer(inner);
+    let mut ratewise = ratewise_roomy.layer(inner);
     let mut none = inner;
     let reqs = requests();
     // On-CPU time is accounted in ticks of a few milliseconds here: 400 000
@@ -152,23 +173,23 @@ fn main() {
         reqs.len()
     );
     // Warm-up: every key seen by each limiter.
-    trial(&mut governor, &reqs, reqs.len());
-    trial(&mut ratewise, &reqs, reqs.len());
+    trial(&mut governor, &reqs, reqs.len(), StatusCode::OK);
+    trial(&mut ratewise, &reqs, reqs.len(), StatusCode::OK);
     let mut phase = Phase::default();
     // `LAYER_ONLY=ratewise` or `=governor` runs one side only (for a
     // profiler).
     let only = std::env::var("LAYER_ONLY").unwrap_or_default();
     for _ in 0..trials {
-        phase.floor.push(trial(&mut none, &reqs, n));
+        phase.floor.push(trial(&mut none, &reqs, n, StatusCode::OK));
         phase.governor.push(if only == "ratewise" {
             f64::NAN
         } else {
-            trial(&mut governor, &reqs, n)
+            trial(&mut governor, &reqs, n, StatusCode::OK)
         });
         phase.ratewise.push(if only == "governor" {
             f64::NAN
         } else {
-            trial(&mut ratewise, &reqs, n)
+            trial(&mut ratewise, &reqs, n, StatusCode::OK)
         });
     }
     phase.report("admitted, around a bare service");
@@ -178,20 +199,23 @@ fn main() {
     // know, so what the layer answers in costs here and not above.
     let app = || Router::new().route("/", get(|| async { "ok" }));
     let mut none = app();
-    let mut governor = app().layer(governor_layer());
-    let mut ratewise = app().layer(ratewise_layer());
+    let (governor_roomy, ratewise_roomy) = roomy();
+    let mut governor = app().layer(governor_roomy);
+    let mut ratewise = app().layer(ratewise_roomy);
     let to_axum = |s: String| axum::body::Body::from(s);
-    trial_with(&mut governor, &reqs, reqs.len(), to_axum);
-    trial_with(&mut ratewise, &reqs, reqs.len(), to_axum);
+    trial_with(&mut governor, &reqs, reqs.len(), StatusCode::OK, to_axum);
+    trial_with(&mut ratewise, &reqs, reqs.len(), StatusCode::OK, to_axum);
     let mut phase = Phase::default();
     for _ in 0..trials {
-        phase.floor.push(trial_with(&mut none, &reqs, n, to_axum));
+        phase
+            .floor
+            .push(trial_with(&mut none, &reqs, n, StatusCode::OK, to_axum));
         phase
             .governor
-            .push(trial_with(&mut governor, &reqs, n, to_axum));
+            .push(trial_with(&mut governor, &reqs, n, StatusCode::OK, to_axum));
         phase
             .ratewise
-            .push(trial_with(&mut ratewise, &reqs, n, to_axum));
+            .push(trial_with(&mut ratewise, &reqs, n, StatusCode::OK, to_axum));
     }
     phase.report("admitted, through axum's Router");
 
@@ -201,12 +225,22 @@ fn main() {
     let mut governor = governor_layer_with(Duration::from_secs(3600), 1).layer(inner);
     let mut ratewise =
         ratewise_layer_with(Quota::per(1, Duration::from_secs(3600)).expect("quota")).layer(inner);
-    trial(&mut governor, &reqs, reqs.len());
-    trial(&mut ratewise, &reqs, reqs.len());
+    trial(&mut governor, &reqs, reqs.len(), StatusCode::OK);
+    trial(&mut ratewise, &reqs, reqs.len(), StatusCode::OK);
     let mut phase = Phase::default();
     for _ in 0..trials {
-        phase.governor.push(trial(&mut governor, &reqs, n));
-        phase.ratewise.push(trial(&mut ratewise, &reqs, n));
+        phase.governor.push(trial(
+            &mut governor,
+            &reqs,
+            n,
+            StatusCode::TOO_MANY_REQUESTS,
+        ));
+        phase.ratewise.push(trial(
+            &mut ratewise,
+            &reqs,
+            n,
+            StatusCode::TOO_MANY_REQUESTS,
+        ));
     }
     phase.report("every request refused");
 }

@@ -31,6 +31,7 @@ impl KeyExtractor for ApiKey {
 }
 
 /// tower_governor, headers on.
+#[allow(dead_code)] // the load example's quota; the bench uses its own
 pub fn governor_layer() -> GovernorLayer<ApiKey, StateInformationMiddleware, axum::body::Body> {
     // One cell every 20 ms = 50/s.
     governor_layer_with(Duration::from_millis(20), 50)
@@ -52,6 +53,7 @@ pub fn governor_layer_with(
 }
 
 /// ratewise-tower, in memory, headers on (the default).
+#[allow(dead_code)] // the load example's quota; the bench uses its own
 pub fn ratewise_layer() -> RateLimitLayer {
     ratewise_layer_with(Quota::per(50, Duration::from_secs(1)).expect("a valid quota"))
 }
