@@ -65,6 +65,9 @@ pub enum HeaderProfile {
     XRatelimitDelta,
     /// `RateLimit-Remaining` only (Heroku).
     Remaining,
+    /// Shopify REST's `X-Shopify-Shop-Api-Call-Limit: 32/40`: the calls in
+    /// the bucket over its size (no reset).
+    ShopifyCallLimit,
     /// No rate-limit headers at all.
     None,
 }
@@ -527,6 +530,13 @@ impl StackServer {
             (HeaderProfile::Remaining, Some(r)) => {
                 out.push(("RateLimit-Remaining", r.remaining.to_string()));
             }
+            (HeaderProfile::ShopifyCallLimit, Some(r)) => {
+                let used = r.limit.saturating_sub(r.remaining);
+                out.push((
+                    "X-Shopify-Shop-Api-Call-Limit",
+                    format!("{used}/{}", r.limit),
+                ));
+            }
         }
     }
 
@@ -735,6 +745,7 @@ mod tests {
             XRatelimitEpoch,
             XRatelimitDelta,
             Remaining,
+            ShopifyCallLimit,
             None,
         ] {
             let mut s = server(profile, RetryAfterMode::Rounded);
@@ -745,6 +756,7 @@ mod tests {
             let (remaining, limit, reset) = match profile {
                 None => (Option::None, Option::None, Option::None),
                 Remaining => (Some(2), Option::None, Option::None),
+                ShopifyCallLimit => (Some(2), Some(3), Option::None),
                 _ => (Some(2), Some(3), Some(Duration::from_secs(1))),
             };
             assert_eq!(h.remaining, remaining, "{profile:?}: {:?}", wire.headers);

@@ -8,12 +8,13 @@ use proptest::prelude::*;
 use ratewise::client::classify::{classify, Classifier};
 use ratewise::client::headers::{
     parse_delta_seconds, parse_hints, parse_http_date, parse_rate_limit_field,
-    parse_rate_limit_policy_field, parse_retry_after, RetryAfter,
+    parse_rate_limit_policy_field, parse_retry_after, parse_rfc3339, parse_unit_duration,
+    RetryAfter,
 };
 use ratewise::client::{ServerHints, Signal};
 
 /// Every header name the parsers and classifier read.
-const KNOWN: [&str; 15] = [
+const KNOWN: [&str; 33] = [
     "retry-after",
     "retry-after-ms",
     "x-amz-retry-after",
@@ -29,10 +30,28 @@ const KNOWN: [&str; 15] = [
     "x-ratelimit-remaining",
     "x-ratelimit-reset",
     "x-ratelimit-used",
+    "x-ratelimit-reset-after",
+    "x-rate-limit-limit",
+    "x-rate-limit-remaining",
+    "x-rate-limit-reset",
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-limit",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+    "x-shopify-shop-api-call-limit",
 ];
 
 /// Fragments that steer random bytes into the parsers' interesting paths.
-const FRAGMENTS: [&str; 40] = [
+const FRAGMENTS: [&str; 49] = [
     "\"",
     "\\",
     ":",
@@ -73,6 +92,15 @@ const FRAGMENTS: [&str; 40] = [
     "limit",
     "remaining",
     "\u{1F600}",
+    "/",
+    "ms",
+    "h",
+    "m",
+    "s",
+    "\u{b5}s",
+    "2026-11-24T22:31:05",
+    "Z",
+    "+01:00",
 ];
 
 fn arbitrary_bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -308,6 +336,48 @@ proptest! {
             hints.retry_after,
             Some(Duration::from_secs(secs).max(Duration::from_millis(millis)))
         );
+    }
+
+    /// Every second from 1970 to 9999, written as RFC 3339 in UTC and at an
+    /// offset, with a fraction or not, parses back to the same instant.
+    #[test]
+    fn rfc3339_instants_round_trip(
+        secs in 86_400i64..=253_402_214_399,
+        millis in 0u32..1000,
+        offset_min in -(23 * 60 + 59)..=(23i64 * 60 + 59),
+    ) {
+        let expected = UNIX_EPOCH
+            + Duration::from_secs(u64::try_from(secs).unwrap())
+            + Duration::from_millis(u64::from(millis));
+        let civil = |s: i64| {
+            let (y, m, d) = civil_from_days(s.div_euclid(86_400));
+            let r = s.rem_euclid(86_400);
+            format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", r / 3600, r / 60 % 60, r % 60)
+        };
+        let utc = format!("{}.{millis:03}Z", civil(secs));
+        prop_assert_eq!(parse_rfc3339(utc.as_bytes()), Some(expected), "{}", utc);
+        let local = civil(secs + offset_min * 60);
+        let sign = if offset_min < 0 { '-' } else { '+' };
+        let (oh, om) = (offset_min.abs() / 60, offset_min.abs() % 60);
+        let shifted = format!("{local}.{millis:03}{sign}{oh:02}:{om:02}");
+        prop_assert_eq!(parse_rfc3339(shifted.as_bytes()), Some(expected), "{}", shifted);
+    }
+
+    /// A duration written as Go prints one parses back exactly.
+    #[test]
+    fn unit_durations_round_trip(h in 0u64..10_000, m in 0u64..60, s in 0u64..60, ms in 0u64..1000) {
+        let expected = Duration::from_secs(h * 3600 + m * 60 + s) + Duration::from_millis(ms);
+        let text = format!("{h}h{m}m{s}.{ms:03}s");
+        prop_assert_eq!(parse_unit_duration(text.as_bytes()), Some(expected), "{}", text);
+        let text = format!("{}ms", h * 3_600_000 + m * 60_000 + s * 1000 + ms);
+        prop_assert_eq!(parse_unit_duration(text.as_bytes()), Some(expected), "{}", text);
+    }
+
+    /// The single-value parsers of vendor forms never panic.
+    #[test]
+    fn vendor_parsers_never_panic(v in arbitrary_bytes()) {
+        let _ = parse_rfc3339(&v);
+        let _ = parse_unit_duration(&v);
     }
 }
 

@@ -11,13 +11,20 @@
 //! | `grpc-retry-pushback-ms` (gRPC) | wait before retrying | milliseconds; negative or unparseable = "don't retry" ([`ServerHints::no_retry`]) |
 //! | `RateLimit-Limit` / `-Remaining` / `-Reset` (IETF drafts ≤ 06) | quota, what is left, time to reset | count, count, delta-seconds |
 //! | `X-RateLimit-Limit` / `-Remaining` / `-Reset` (GitHub and many others) | same | count, count, **epoch seconds** (GitHub) or delta-seconds |
+//! | `X-RateLimit-Reset-After` (Discord) | time to reset, preferred to `X-RateLimit-Reset` | delta-seconds with a fraction |
 //! | `RateLimit` (IETF drafts ≥ 07, structured field) | `"policy";r=<remaining>;t=<reset>` | count, delta-seconds |
 //! | `RateLimit-Policy` (IETF drafts ≥ 07, structured field) | `"policy";q=<quota>;w=<window>` | count, seconds |
 //!
 //! Both `*-Reset` headers are told apart by magnitude: a value of at least
 //! 10⁹ (September 2001 as epoch seconds; no window is 31 years long) is an
 //! epoch instant, in milliseconds from 10¹² on; anything smaller is
-//! delta-seconds. A reset instant already past reads as zero.
+//! delta-seconds. Either may carry a decimal fraction. A reset instant
+//! already past reads as zero. A remaining count written as a decimal
+//! (`598.0`) is rounded down.
+//!
+//! The forms of particular APIs (Twitter/X, OpenAI, Anthropic, Shopify,
+//! Reddit) are read as well, where no standard header says the same: see
+//! [`vendor`].
 //!
 //! [`parse_hints`] reads all of them from any [`HeaderSource`] and returns one
 //! [`ServerHints`]. The single-header parsers ([`parse_retry_after`],
@@ -70,6 +77,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::ServerHints;
+
+pub mod vendor;
+pub use vendor::{parse_rfc3339, parse_unit_duration};
 
 /// Read access to response headers: the one thing the parsers need.
 ///
@@ -472,20 +482,34 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
     // the limit in force is what a `RateLimit` item or a `*-Limit` header
     // says, so the policy's `q` is read only when neither is there.
     let (mut hints, policy_limit) = structured_hints(headers);
-    const GENERATIONS: [[&str; 3]; 2] = [
-        ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"],
+    // Each generation: limit, remaining, reset, and a delta-seconds reset
+    // preferred to the reset (Discord sends both; the delta does not depend
+    // on the two clocks agreeing).
+    const GENERATIONS: [[&str; 4]; 2] = [
+        [
+            "ratelimit-limit",
+            "ratelimit-remaining",
+            "ratelimit-reset",
+            "",
+        ],
         [
             "x-ratelimit-limit",
             "x-ratelimit-remaining",
             "x-ratelimit-reset",
+            "x-ratelimit-reset-after",
         ],
     ];
-    for [limit, remaining, reset] in GENERATIONS {
+    for [limit, remaining, reset, reset_after] in GENERATIONS {
         if hints.limit.is_none() {
             hints.limit = headers.header(limit).and_then(leading_integer);
         }
         if hints.remaining.is_none() {
-            hints.remaining = headers.header(remaining).and_then(parse_u64);
+            hints.remaining = headers.header(remaining).and_then(parse_count);
+        }
+        if hints.reset_after.is_none() && !reset_after.is_empty() {
+            hints.reset_after = headers
+                .header(reset_after)
+                .and_then(|v| parse_decimal_seconds(trim(v)));
         }
         if hints.reset_after.is_none() {
             hints.reset_after = headers.header(reset).and_then(|v| reset_value(v, now));
@@ -494,6 +518,7 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
     if hints.limit.is_none() {
         hints.limit = policy_limit;
     }
+    vendor::fill(headers, now, &mut hints);
     hints.retry_after = retry_after;
     hints.no_retry = matches!(grpc_pushback, Some(None));
     if let (Some(r), Some(l)) = (hints.remaining, hints.limit) {
@@ -582,20 +607,33 @@ const EPOCH_SECONDS_THRESHOLD: u64 = 1_000_000_000;
 const EPOCH_MILLIS_THRESHOLD: u64 = 1_000_000_000_000;
 
 /// A `*-Reset` value: delta-seconds, or (GitHub and others) an epoch instant
-/// in seconds or milliseconds, told apart by magnitude. A reset in the past
-/// is zero: the window has already rolled over.
+/// in seconds or milliseconds, told apart by magnitude; either may carry a
+/// decimal fraction (Discord sends epoch seconds with milliseconds). A
+/// reset in the past is zero: the window has already rolled over.
 fn reset_value(value: &[u8], now: SystemTime) -> Option<Duration> {
-    let n = parse_u64(value)?;
-    if n < EPOCH_SECONDS_THRESHOLD {
-        return Some(Duration::from_secs(n));
+    let v = trim(value);
+    let whole = v.split(|&b| b == b'.').next().and_then(parse_u64)?;
+    let exact = parse_decimal_seconds(v)?;
+    if whole < EPOCH_SECONDS_THRESHOLD {
+        return Some(exact);
     }
-    let at = if n < EPOCH_MILLIS_THRESHOLD {
-        Duration::from_secs(n)
+    let at = if whole < EPOCH_MILLIS_THRESHOLD {
+        exact
     } else {
-        Duration::from_millis(n)
+        Duration::from_millis(whole)
     };
     let now = now.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     Some(at.saturating_sub(now))
+}
+
+/// A remaining count: an integer, or (Reddit) a decimal such as `598.0`,
+/// rounded down: never more quota than the server said.
+fn parse_count(v: &[u8]) -> Option<u64> {
+    let v = trim(v);
+    parse_u64(v).or_else(|| {
+        parse_decimal_seconds(v)?;
+        v.split(|&b| b == b'.').next().and_then(parse_u64)
+    })
 }
 
 /// The leading integer of a `RateLimit-Limit` value. Early drafts allowed a
