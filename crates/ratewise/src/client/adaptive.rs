@@ -23,7 +23,11 @@
 //!    quota converge to equal shares (AIMD's fairness: a cut takes more from
 //!    the faster, a step gives the same to all), yet it is sized by what this
 //!    client could send, not by a constant in requests per second. (This is
-//!    the step when the server reports its remaining quota.)
+//!    the step when the server reports its remaining quota.) When the
+//!    server reports its limit too, the step is whole while at least half
+//!    the limit is spare (`full_step_spare`) and shrinks in proportion
+//!    below that: every client sees the quota running low at once, so they
+//!    all slow their climb before it overflows.
 //! 4. **Without a remaining count, the step probes.** When the server says
 //!    nothing about its quota, a success adds `increase_fraction ×` the rate
 //!    just before the latest cut (where this client last found the limit;
@@ -107,6 +111,12 @@ pub struct AdaptiveConfig {
     /// (default 0.003). It is smaller because every client of the quota sees
     /// the same spare quota at the same time and rises together.
     pub increase_fraction_hinted: f64,
+    /// With both a remaining count and a limit, the share of the limit left
+    /// at which the hinted step is whole (default 0.5); below it the step
+    /// shrinks in proportion, to nothing at an empty quota. Clients that
+    /// share a quota all see it running low, so they slow their climb
+    /// together before it overflows. 0 turns this off.
+    pub full_step_spare: f64,
     /// The shortest time between two cuts (default 1 s).
     pub decrease_cooldown: Duration,
     /// The send rate assumed when the first throttle comes before any send
@@ -156,6 +166,7 @@ impl Default for AdaptiveConfig {
             decrease_factor: 0.5,
             increase_fraction: 0.007,
             increase_fraction_hinted: 0.003,
+            full_step_spare: 0.5,
             decrease_cooldown: Duration::from_secs(1),
             fallback_rate: 1.0,
             probe_doubling: Duration::from_secs(20),
@@ -177,6 +188,7 @@ impl AdaptiveConfig {
             self.increase_fraction_hinted,
             0.0,
         )?;
+        within("full_step_spare", self.full_step_spare, 0.0, 1.0)?;
         at_least("probe_max_factor", self.probe_max_factor, 1.0)?;
         within("admitted_floor", self.admitted_floor, 0.0, 1.0)?;
         within("start_growth", self.start_growth, 0.0, 1.0)?;
@@ -295,6 +307,17 @@ impl Adaptive {
         2f64.powf(doublings).min(self.config.probe_max_factor)
     }
 
+    /// The hinted step's share: whole from `full_step_spare` of the limit
+    /// left, in proportion below it; whole when the limit is unknown.
+    fn spare_scale(&self, remaining: u64, limit: Option<u64>) -> f64 {
+        match limit {
+            Some(l) if l > 0 && self.config.full_step_spare > 0.0 => {
+                (remaining as f64 / l as f64 / self.config.full_step_spare).min(1.0)
+            }
+            _ => 1.0,
+        }
+    }
+
     fn clamp(&self, r: f64) -> f64 {
         r.clamp(self.config.min_rate, self.config.max_rate)
     }
@@ -363,8 +386,10 @@ impl RateController for Adaptive {
                 self.admitted.note(now);
                 let exhausted = outcome.hints.remaining == Some(0);
                 if let (Some(r), false) = (self.rate, exhausted) {
-                    let mut step = if outcome.hints.remaining.is_some() {
-                        self.base * self.config.increase_fraction_hinted
+                    let mut step = if let Some(left) = outcome.hints.remaining {
+                        self.base
+                            * self.config.increase_fraction_hinted
+                            * self.spare_scale(left, outcome.hints.limit)
                     } else {
                         // Where this client last found the limit, never above
                         // where pacing began (a first cut from an unpaced burst
@@ -619,6 +644,52 @@ mod tests {
     }
 
     #[test]
+    fn the_hinted_step_shrinks_as_the_reported_quota_runs_low() {
+        let t = Timestamp::ZERO;
+        let step = |remaining: u64, limit: Option<u64>| {
+            let (mut c, r) = additive_only_after_a_cut(t);
+            let hints = ServerHints {
+                remaining: Some(remaining),
+                limit,
+                ..ServerHints::default()
+            };
+            let up = c
+                .on_outcome(t, &Outcome::success().with_hints(hints))
+                .unwrap();
+            (up - r) / (r * 0.003)
+        };
+        // Half the limit or more to spare: the whole step.
+        assert!((step(20, Some(40)) - 1.0).abs() < 1e-9);
+        assert!((step(40, Some(40)) - 1.0).abs() < 1e-9);
+        // Below half, in proportion: 8 of 40 left is 40 % of the step.
+        assert!(
+            (step(8, Some(40)) - 0.4).abs() < 1e-9,
+            "{}",
+            step(8, Some(40))
+        );
+        assert!((step(1, Some(40)) - 0.05).abs() < 1e-9);
+        // Without a limit the count says nothing of the share: whole.
+        assert!((step(1, None) - 1.0).abs() < 1e-9);
+        // Turned off, the step is whole whatever is left.
+        let mut off = Adaptive::new(AdaptiveConfig {
+            start_growth: 0.0,
+            full_step_spare: 0.0,
+            ..AdaptiveConfig::default()
+        })
+        .unwrap();
+        let r = off.on_outcome(t, &Outcome::throttled()).unwrap();
+        let hints = ServerHints {
+            remaining: Some(1),
+            limit: Some(40),
+            ..ServerHints::default()
+        };
+        let up = off
+            .on_outcome(t, &Outcome::success().with_hints(hints))
+            .unwrap();
+        assert!((up - r - r * 0.003).abs() < 1e-9);
+    }
+
+    #[test]
     fn without_a_remaining_count_the_step_doubles_every_quiet_period() {
         let t = Timestamp::ZERO;
         let (mut c, r) = additive_only_after_a_cut(t);
@@ -689,6 +760,10 @@ mod tests {
             },
             AdaptiveConfig {
                 admitted_floor: 1.5,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                full_step_spare: 2.0,
                 ..AdaptiveConfig::default()
             },
         ] {
