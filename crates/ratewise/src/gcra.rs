@@ -242,6 +242,21 @@ impl<C: Clock> Gcra<C> {
         }
     }
 
+    /// `now_abs` relative to `snap`'s origin. A `now_abs` too far past the
+    /// origin moves the origin up first ([`Gcra::rebase`]) and replaces
+    /// `snap` with the state after it; one before the origin is
+    /// `Err(origin)`, for the caller to decide at the origin.
+    #[inline(always)]
+    fn relative_now(&self, snap: &mut Snapshot, now_abs: u64) -> Result<u64, u64> {
+        loop {
+            match math::relative(now_abs, snap.origin) {
+                Ok(now) => return Ok(now),
+                Err(math::Off::Ahead) => *snap = self.rebase(now_abs),
+                Err(math::Off::Behind) => return Err(snap.origin),
+            }
+        }
+    }
+
     /// A check from a caller whose `now` is before the origin (see
     /// [`math::Off::Behind`]). Cold.
     #[cold]
@@ -296,21 +311,12 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         // on the word's layout).
         let mut snap = self.snapshot();
         loop {
-            let Snapshot {
-                quota: q,
-                origin,
-                word,
-                ..
-            } = snap;
-            let (generation, tat) = split(word);
-            let now = match math::relative(now_abs, origin) {
+            let now = match self.relative_now(&mut snap, now_abs) {
                 Ok(now) => now,
-                Err(math::Off::Ahead) => {
-                    snap = self.rebase(now_abs);
-                    continue;
-                }
-                Err(math::Off::Behind) => return self.check_behind(n, now_abs, origin),
+                Err(origin) => return self.check_behind(n, now_abs, origin),
             };
+            let Snapshot { quota: q, word, .. } = snap;
+            let (generation, tat) = split(word);
             validate_weight(n, q.burst())?;
             let new_tat = match math::admit(tat, now, n, q) {
                 math::Admission::Admit { new_tat } => new_tat,
@@ -333,28 +339,16 @@ impl<C: Clock> RateLimiter for Gcra<C> {
     fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         let now_abs = now.as_nanos();
         let mut snap = self.snapshot();
-        loop {
-            let Snapshot {
-                quota: q,
-                origin,
-                word,
-                ..
-            } = snap;
-            let now = match math::relative(now_abs, origin) {
-                Ok(now) => now,
-                Err(math::Off::Ahead) => {
-                    snap = self.rebase(now_abs);
-                    continue;
-                }
-                Err(math::Off::Behind) => {
-                    let d = self.peek_at(n, Timestamp::from_nanos(origin))?;
-                    return Ok(math::later(d, origin - now_abs));
-                }
-            };
-            let (_, tat) = split(word);
-            validate_weight(n, q.burst())?;
-            return Ok(math::peek(tat, now, n, q));
-        }
+        let now = match self.relative_now(&mut snap, now_abs) {
+            Ok(now) => now,
+            Err(origin) => {
+                let d = self.peek_at(n, Timestamp::from_nanos(origin))?;
+                return Ok(math::later(d, origin - now_abs));
+            }
+        };
+        let (_, tat) = split(snap.word);
+        validate_weight(n, snap.quota.burst())?;
+        Ok(math::peek(tat, now, n, snap.quota))
     }
 
     fn reserve_within_at(
@@ -366,6 +360,13 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         let now_abs = now.as_nanos();
         let mut snap = self.snapshot();
         loop {
+            let now_ns = match self.relative_now(&mut snap, now_abs) {
+                Ok(now) => now,
+                // Decided at the origin, as a check would be.
+                Err(origin) => {
+                    return self.reserve_within_at(n, Timestamp::from_nanos(origin), max_wait);
+                }
+            };
             let Snapshot {
                 quota: q,
                 origin,
@@ -373,17 +374,6 @@ impl<C: Clock> RateLimiter for Gcra<C> {
                 ..
             } = snap;
             let (generation, tat) = split(word);
-            let now_ns = match math::relative(now_abs, origin) {
-                Ok(now) => now,
-                Err(math::Off::Ahead) => {
-                    snap = self.rebase(now_abs);
-                    continue;
-                }
-                Err(math::Off::Behind) => {
-                    // Decided at the origin, as a check would be.
-                    return self.reserve_within_at(n, Timestamp::from_nanos(origin), max_wait);
-                }
-            };
             validate_weight(n, q.burst())?;
             // A refusal stands as a denial does: judged on one consistent
             // state.
@@ -421,25 +411,14 @@ impl<C: Clock> RateLimiter for Gcra<C> {
         let act = reservation.act_at.as_nanos();
         let mut snap = self.snapshot();
         loop {
-            let Snapshot {
-                quota: q,
-                origin,
-                word,
-                ..
-            } = snap;
-            let (generation, tat) = split(word);
-            let now = match math::relative(now_abs, origin) {
+            let now = match self.relative_now(&mut snap, now_abs) {
                 Ok(now) => now,
-                Err(math::Off::Ahead) => {
-                    snap = self.rebase(now_abs);
-                    continue;
-                }
                 // Cancelling at the origin gives back no more than at the
                 // caller's earlier `now` would.
-                Err(math::Off::Behind) => {
-                    return self.cancel_at(reservation, Timestamp::from_nanos(origin))
-                }
+                Err(origin) => return self.cancel_at(reservation, Timestamp::from_nanos(origin)),
             };
+            let Snapshot { quota: q, word, .. } = snap;
+            let (generation, tat) = split(word);
             let last_act = self.last_act.load(Ordering::Acquire);
             let Some(new_tat) = math::cancel(
                 tat,

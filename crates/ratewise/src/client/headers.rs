@@ -611,9 +611,8 @@ const EPOCH_MILLIS_THRESHOLD: u64 = 1_000_000_000_000;
 /// decimal fraction (Discord sends epoch seconds with milliseconds). A
 /// reset in the past is zero: the window has already rolled over.
 fn reset_value(value: &[u8], now: SystemTime) -> Option<Duration> {
-    let v = trim(value);
-    let whole = v.split(|&b| b == b'.').next().and_then(parse_u64)?;
-    let exact = parse_decimal_seconds(v)?;
+    let exact = parse_decimal_seconds(trim(value))?;
+    let whole = exact.as_secs();
     if whole < EPOCH_SECONDS_THRESHOLD {
         return Some(exact);
     }
@@ -629,11 +628,7 @@ fn reset_value(value: &[u8], now: SystemTime) -> Option<Duration> {
 /// A remaining count: an integer, or (Reddit) a decimal such as `598.0`,
 /// rounded down: never more quota than the server said.
 fn parse_count(v: &[u8]) -> Option<u64> {
-    let v = trim(v);
-    parse_u64(v).or_else(|| {
-        parse_decimal_seconds(v)?;
-        v.split(|&b| b == b'.').next().and_then(parse_u64)
-    })
+    parse_decimal_seconds(trim(v)).map(|d| d.as_secs())
 }
 
 /// The leading integer of a `RateLimit-Limit` value. Early drafts allowed a
@@ -997,7 +992,8 @@ mod sf {
 mod tests {
     use super::*;
 
-    fn at(secs: u64) -> SystemTime {
+    /// `secs` after the epoch (shared with the vendor forms' tests).
+    pub(super) fn at(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs)
     }
 

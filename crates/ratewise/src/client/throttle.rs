@@ -980,13 +980,11 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 part.pacer.set_rate_at(r, now);
             }
             if began {
-                st.plan_rate = r;
-            }
-            if began {
                 // Credit saved while not pacing is no licence to burst: the
                 // response that started pacing says the server is at its limit
                 // (or states the limit), so pacing starts from an empty pacer.
                 part.pacer.drain_at(now);
+                st.plan_rate = r;
             }
             c.current_rate_bits
                 .store(part.pacer.rate().to_bits(), Ordering::Relaxed);

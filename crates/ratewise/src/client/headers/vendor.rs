@@ -263,10 +263,7 @@ pub fn parse_rfc3339(value: &[u8]) -> Option<SystemTime> {
 mod tests {
     use super::*;
     use crate::client::headers::parse_hints;
-
-    fn at(secs: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(secs)
-    }
+    use crate::client::headers::tests::at;
 
     #[test]
     fn unit_durations_as_go_prints_them() {
