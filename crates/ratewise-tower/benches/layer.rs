@@ -1,9 +1,10 @@
 //! The middleware's own cost, without sockets: one request through
 //! `ratewise-tower` and through `tower_governor` (same keyed GCRA quota,
 //! headers on, 10 000 keys from a header), around a service that answers at
-//! once; then both inside axum's `Router`, as a server runs them; then the
-//! same with every key spent, so that every request is
-//! refused (the cost under attack). The HTTP-level comparison is
+//! once (on one thread, then on two at once); then both inside axum's
+//! `Router`, as a server runs them; then the same with every key spent, so
+//! that every request is refused (the cost under attack; one thread, then
+//! two). The HTTP-level comparison is
 //! `examples/load.rs` (wrk).
 //!
 //! Interleaved trials timed by on-CPU time (robust on a busy machine):
@@ -105,6 +106,35 @@ where
     ns as f64 / n as f64
 }
 
+/// [`trial`] on two threads at once, each with its own clone of `svc` (all
+/// clones share one limiter, as a server's worker threads do): the mean of
+/// the two threads' on-CPU nanoseconds per request. What the limiter's
+/// shared state costs when two cores use it together (a cache line that
+/// every request writes moves between them) shows here and not above.
+fn trial_two_threads<S, RB>(svc: &S, reqs: &[Request<String>], n: usize, expect: StatusCode) -> f64
+where
+    S: Service<Request<String>, Response = Response<RB>> + Clone + Send,
+{
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let mut svc = svc.clone();
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    trial(&mut svc, reqs, n, expect)
+                })
+            })
+            .collect();
+        let ns: Vec<f64> = threads
+            .into_iter()
+            .map(|t| t.join().expect("a trial thread"))
+            .collect();
+        ns.iter().sum::<f64>() / ns.len() as f64
+    })
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -194,6 +224,21 @@ fn main() {
     }
     phase.report("admitted, around a bare service");
 
+    // The same, on two threads at once.
+    let mut phase = Phase::default();
+    for _ in 0..trials {
+        phase
+            .floor
+            .push(trial_two_threads(&none, &reqs, n, StatusCode::OK));
+        phase
+            .governor
+            .push(trial_two_threads(&governor, &reqs, n, StatusCode::OK));
+        phase
+            .ratewise
+            .push(trial_two_threads(&ratewise, &reqs, n, StatusCode::OK));
+    }
+    phase.report("admitted, around a bare service, two threads at once");
+
     // Through axum's `Router`, as a server runs the layer: axum turns
     // every response into its own body type, boxing any body it does not
     // know, so what the layer answers in costs here and not above.
@@ -243,4 +288,17 @@ fn main() {
         ));
     }
     phase.report("every request refused");
+
+    // The same flood on two threads at once.
+    let mut phase = Phase::default();
+    for _ in 0..trials {
+        let refused = StatusCode::TOO_MANY_REQUESTS;
+        phase
+            .governor
+            .push(trial_two_threads(&governor, &reqs, n, refused));
+        phase
+            .ratewise
+            .push(trial_two_threads(&ratewise, &reqs, n, refused));
+    }
+    phase.report("every request refused, two threads at once");
 }

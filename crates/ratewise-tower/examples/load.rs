@@ -13,11 +13,11 @@
 //! --rounds 15`) give steadier ratios than a few long ones.
 //!
 //! The servers run on one tokio worker thread and wrk on one thread, so on
-//! a 2-core machine each has a core. Rounds alternate the three servers;
-//! the table reports the median round of each and the ratios: requests per
-//! second and p99 as wrk sees them, and the server's on-CPU time per
-//! request as the scheduler accounts it, which a busy machine distorts far
-//! less than throughput. The last lines pair the servers round by round
+//! a 2-core machine each has a core. Rounds alternate the three servers, in
+//! an order that rotates from round to round; the table reports the median
+//! round of each and the ratios: requests per second and p99 as wrk sees
+//! them, and the server's on-CPU time per request as the scheduler accounts
+//! it, which a busy machine distorts far less than throughput. The last lines pair the servers round by round
 //! (they run back to back): the ratios least distorted when the machine's
 //! speed drifts.
 
@@ -179,7 +179,12 @@ fn main() -> Result<(), Infallible> {
     }
     let mut results: Vec<Vec<Run>> = servers.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
-        for (i, (name, addr)) in servers.iter().enumerate() {
+        // The order rotates from round to round, so that no server always
+        // follows the same one (a machine whose speed drifts within a round
+        // would otherwise favour one position).
+        for j in 0..servers.len() {
+            let i = (j + round as usize) % servers.len();
+            let (name, addr) = &servers[i];
             let r = wrk(*addr, &script, seconds, connections);
             eprintln!(
                 "round {round}: {name:<26} {:>10.0} req/s  p99 {:>7.2} ms  server {:>6.2} µs CPU/req  non-2xx {}",

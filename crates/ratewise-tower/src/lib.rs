@@ -131,6 +131,7 @@ mod body;
 pub mod client_concurrency;
 pub mod client_throttle;
 pub mod concurrency;
+mod interned;
 mod key;
 mod layer;
 pub mod observe;

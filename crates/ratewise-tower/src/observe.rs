@@ -32,6 +32,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
+use ratewise::striped::StripedCounter;
 use serde::Serialize;
 
 use crate::policy::Scope;
@@ -105,11 +106,14 @@ impl LayerMetrics {
 
 /// Lets one `warn!` through per interval; counts the ones held back, so a
 /// flood of refusals cannot flood the logs.
+///
+/// A held-back warning only reads `last` and adds to a striped counter:
+/// under a flood on many cores no line that every core writes is touched.
 pub(crate) struct WarnGate {
     interval_nanos: u64,
     /// The time of the last warning + 1 (0: never warned).
     last: AtomicU64,
-    suppressed: AtomicU64,
+    suppressed: StripedCounter,
 }
 
 impl WarnGate {
@@ -117,7 +121,7 @@ impl WarnGate {
         WarnGate {
             interval_nanos: u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX),
             last: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
+            suppressed: StripedCounter::new(),
         }
     }
 
@@ -127,15 +131,15 @@ impl WarnGate {
         let stamp = now_nanos.saturating_add(1);
         let last = self.last.load(Ordering::Relaxed);
         if last != 0 && stamp.saturating_sub(last) < self.interval_nanos {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            self.suppressed.add(1);
             return None;
         }
         self.last
             .compare_exchange(last, stamp, Ordering::Relaxed, Ordering::Relaxed)
             .ok()
-            .map(|_| self.suppressed.swap(0, Ordering::Relaxed))
+            .map(|_| self.suppressed.take())
             .or_else(|| {
-                self.suppressed.fetch_add(1, Ordering::Relaxed);
+                self.suppressed.add(1);
                 None
             })
     }
@@ -216,5 +220,27 @@ mod tests {
         assert_eq!(g.admit(1_000_000_000), Some(99));
         assert_eq!(g.admit(1_500_000_000), None);
         assert_eq!(g.admit(2_000_000_000), Some(1));
+    }
+
+    /// Four threads refusing at once: one warning in the interval, and the
+    /// next one counts every other refusal exactly once.
+    #[test]
+    fn warn_gate_counts_every_held_back_warning_across_threads() {
+        let g = WarnGate::new(Duration::from_secs(1));
+        let passed: u64 = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let g = &g;
+                    scope.spawn(move || {
+                        (0..10_000u64)
+                            .filter(|i| g.admit(t * 10_000 + i).is_some())
+                            .count() as u64
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        assert_eq!(passed, 1);
+        assert_eq!(g.admit(2_000_000_000), Some(39_999));
     }
 }

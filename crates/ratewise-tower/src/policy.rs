@@ -1,6 +1,7 @@
 //! Named limits ([`Policy`]) and the in-memory engine that checks a set of
 //! them at once through the core's [`Hierarchy`].
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use ratewise::limiter::Reservation;
 use ratewise::striped::StripedCounter;
 use ratewise::{CheckError, Decision, Gcra, Quota, RateLimiter, Timestamp};
 
+use crate::interned;
 use crate::key::{Key, KeyRef};
 use crate::verdict::{PolicyState, Verdict};
 
@@ -401,6 +403,19 @@ impl PolicyRuntime {
     }
 }
 
+/// A set's `RateLimit-Policy` value: interned while the interning bounds
+/// allow ([`crate::interned`]), else held behind a lock.
+struct PolicyHeader {
+    /// The value's interned slot, or [`NO_SLOT`].
+    slot: AtomicUsize,
+    /// The value itself, always current; read only when `slot` is
+    /// [`NO_SLOT`].
+    fallback: RwLock<HeaderValue>,
+}
+
+/// No interned slot: read the fallback.
+const NO_SLOT: usize = usize::MAX;
+
 /// The policies one request is checked against, with the `RateLimit-Policy`
 /// value they always produce.
 pub(crate) struct PolicySet {
@@ -411,8 +426,9 @@ pub(crate) struct PolicySet {
     pub(crate) shadows: Vec<Arc<PolicyRuntime>>,
     /// `None` for sets decided by an asynchronous backend.
     hierarchy: Option<Hierarchy<Key>>,
-    policy_header: RwLock<HeaderValue>,
-    /// The refusal body when policy `i` alone refused, rendered once.
+    policy_header: PolicyHeader,
+    /// The refusal body when policy `i` alone refused, rendered once
+    /// (interned: see [`crate::interned`]).
     refusal_bodies: Vec<Bytes>,
 }
 
@@ -450,14 +466,20 @@ impl PolicySet {
     ) -> Self {
         let refusal_bodies = policies
             .iter()
-            .map(|p| crate::problem::quota_exceeded_body(&[&p.name]))
+            .map(|p| {
+                let body = crate::problem::quota_exceeded_body(&[&p.name]);
+                interned::intern_bytes(&body).unwrap_or(body)
+            })
             .collect();
         let set = PolicySet {
             name,
             policies,
             shadows: Vec::new(),
             hierarchy,
-            policy_header: RwLock::new(HeaderValue::from_static("")),
+            policy_header: PolicyHeader {
+                slot: AtomicUsize::new(NO_SLOT),
+                fallback: RwLock::new(HeaderValue::from_static("")),
+            },
             refusal_bodies,
         };
         set.refresh_policy_header();
@@ -466,26 +488,38 @@ impl PolicySet {
 
     /// Re-renders `RateLimit-Policy` after a quota change.
     pub(crate) fn refresh_policy_header(&self) {
+        // Held while rendering: refreshes after concurrent quota changes
+        // publish in the order they read the quotas.
+        let mut fallback = self
+            .policy_header
+            .fallback
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut buf = ratewise::headers_out::HeaderBuf::<4096>::new();
         for p in &self.policies {
             let q = p.quota();
             // Names are validated when the layer is built.
             let _ = buf.push_policy(&ratewise::headers_out::PolicyInfo::from_quota(&p.name, &q));
         }
-        let value = HeaderValue::from_maybe_shared(bytes::Bytes::copy_from_slice(buf.as_bytes()))
+        *fallback = HeaderValue::from_maybe_shared(Bytes::copy_from_slice(buf.as_bytes()))
             .unwrap_or_else(|_| HeaderValue::from_static(""));
-        *self
-            .policy_header
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = value;
+        let slot = interned::intern_header(buf.as_bytes()).unwrap_or(NO_SLOT);
+        self.policy_header.slot.store(slot, Ordering::Release);
     }
 
-    /// `RateLimit-Policy` (a reference-counted copy; no allocation).
+    /// `RateLimit-Policy`: the interned value (no allocation, no atomic
+    /// read-modify-write), or past the interning bounds a reference-counted
+    /// copy.
+    #[inline]
     pub(crate) fn policy_header(&self) -> HeaderValue {
-        self.policy_header
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        let slot = self.policy_header.slot.load(Ordering::Acquire);
+        interned::header(slot).unwrap_or_else(|| {
+            self.policy_header
+                .fallback
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        })
     }
 
     /// The names of the policies that refused `v`.
@@ -669,6 +703,73 @@ mod tests {
                 .unwrap()
                 .allowed
         );
+    }
+
+    /// `RateLimit-Policy` follows a quota change, interned or not.
+    #[test]
+    fn the_policy_header_is_current_on_both_paths() {
+        for interning in [true, false] {
+            crate::interned::tests::OFF.with(|off| off.set(!interning));
+            let set = PolicySet::memory(
+                "default".into(),
+                vec![Policy::per_key("burst", Quota::per_second(7).unwrap())],
+            );
+            let interned = set.policy_header.slot.load(Ordering::Relaxed) != NO_SLOT;
+            assert_eq!(interned, interning);
+            assert_eq!(set.policy_header().as_bytes(), b"\"burst\";q=7;w=1");
+            *set.policies[0].quota.write().unwrap() = Quota::per_second(9).unwrap();
+            set.refresh_policy_header();
+            assert_eq!(set.policy_header().as_bytes(), b"\"burst\";q=9;w=1");
+            // The refusal body is the same either way.
+            let mut v = Verdict::empty();
+            v.allowed = false;
+            v.push(PolicyState {
+                violated: true,
+                ..PolicyState::default()
+            });
+            let body: serde_json::Value = serde_json::from_slice(&set.refusal_body(&v)).unwrap();
+            assert_eq!(body["violated-policies"][0], "burst");
+        }
+        crate::interned::tests::OFF.with(|off| off.set(false));
+    }
+
+    /// Readers on other threads see one whole value or the other while the
+    /// quota flips, never a torn or empty one.
+    #[test]
+    fn the_policy_header_is_whole_while_quotas_change() {
+        let set = PolicySet::memory(
+            "default".into(),
+            vec![Policy::per_key("burst", Quota::per_second(7).unwrap())],
+        );
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut reads = 0u64;
+                        while !done.load(Ordering::Relaxed) || reads == 0 {
+                            let v = set.policy_header();
+                            assert!(
+                                v == "\"burst\";q=7;w=1" || v == "\"burst\";q=9;w=1",
+                                "{v:?}"
+                            );
+                            reads += 1;
+                        }
+                        reads
+                    })
+                })
+                .collect();
+            for i in 0..2_000 {
+                let q = if i % 2 == 0 { 9 } else { 7 };
+                *set.policies[0].quota.write().unwrap() = Quota::per_second(q).unwrap();
+                set.refresh_policy_header();
+            }
+            done.store(true, Ordering::Relaxed);
+            for r in readers {
+                assert!(r.join().unwrap() > 0);
+            }
+        });
+        assert_eq!(set.policy_header(), "\"burst\";q=7;w=1");
     }
 
     #[test]
