@@ -199,32 +199,30 @@ impl<C: Clock> Gcra<C> {
     /// a re-configuration in progress.
     #[inline(always)]
     fn snapshot(&self) -> Snapshot {
-        // A re-configuration in progress is waited out on the word alone
-        // before the sequence-lock read, not by retrying that read.
-        if self.tat.load(Ordering::Relaxed) == RECONFIGURING {
-            return self.snapshot_after_reconfiguring();
+        loop {
+            // A re-configuration in progress is waited out on the word
+            // alone, not by retrying the sequence-lock read.
+            if self.tat.load(Ordering::Relaxed) != RECONFIGURING {
+                let snap = self.config.load_with(&self.tat);
+                if snap.word != RECONFIGURING {
+                    return snap;
+                }
+            }
+            // Returns nothing, so that no snapshot passes through memory
+            // on the hot path: one returned from a call would (it is six
+            // words), and the compiler would then keep every snapshot on the
+            // stack, reloading each word the check needs.
+            self.wait_out_reconfiguring();
         }
-        let snap = self.config.load_with(&self.tat);
-        if snap.word == RECONFIGURING {
-            return self.snapshot_after_reconfiguring();
-        }
-        snap
     }
 
-    /// [`Gcra::snapshot`] once the re-configuration in progress is over.
-    /// Cold: only a re-configuration in flight leads here.
+    /// Spins until no re-configuration is in progress. Cold: only a
+    /// re-configuration in flight leads here.
     #[cold]
     #[inline(never)]
-    fn snapshot_after_reconfiguring(&self) -> Snapshot {
-        loop {
-            // Spin on the word alone; the snapshot is taken once it is back.
-            while self.tat.load(Ordering::Relaxed) == RECONFIGURING {
-                spin_wait();
-            }
-            let snap = self.config.load_with(&self.tat);
-            if snap.word != RECONFIGURING {
-                return snap;
-            }
+    fn wait_out_reconfiguring(&self) {
+        while self.tat.load(Ordering::Relaxed) == RECONFIGURING {
+            spin_wait();
         }
     }
 
@@ -251,7 +249,10 @@ impl<C: Clock> Gcra<C> {
         loop {
             match math::relative(now_abs, snap.origin) {
                 Ok(now) => return Ok(now),
-                Err(math::Off::Ahead) => *snap = self.rebase(now_abs),
+                Err(math::Off::Ahead) => {
+                    self.rebase(now_abs);
+                    *snap = self.snapshot();
+                }
                 Err(math::Off::Behind) => return Err(snap.origin),
             }
         }
@@ -267,11 +268,11 @@ impl<C: Clock> Gcra<C> {
     }
 
     /// Moves the origin up behind `now` (a `now` more than [`REBASE_AT`] past
-    /// the origin) and returns the state after it. Cold: once per 36 years
-    /// of timeline, or when a caller's timestamps jump that far.
+    /// the origin); the caller takes a new snapshot after it. Cold: once per
+    /// 36 years of timeline, or when a caller's timestamps jump that far.
     #[cold]
     #[inline(never)]
-    fn rebase(&self, now: u64) -> Snapshot {
+    fn rebase(&self, now: u64) {
         let writer = self.config.lock_writer();
         let (quota, origin) = self.config.load();
         if matches!(math::relative(now, origin), Err(math::Off::Ahead)) {
@@ -283,8 +284,6 @@ impl<C: Clock> Gcra<C> {
                 Ordering::Release,
             );
         }
-        drop(writer);
-        self.snapshot()
     }
 }
 
