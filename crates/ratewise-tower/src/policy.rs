@@ -392,9 +392,12 @@ impl PolicyRuntime {
             scope,
             quota: RwLock::new(quota),
             store,
-            admitted: StripedCounter::with_stripes(8),
-            refused: StripedCounter::with_stripes(4),
-            shadow_refused: StripedCounter::with_stripes(4),
+            // A stripe per core: admissions, and under a flood refusals
+            // (or shadow refusals), are counted on every request, and a
+            // stripe shared by two busy cores is a line they take turns at.
+            admitted: StripedCounter::new(),
+            refused: StripedCounter::new(),
+            shadow_refused: StripedCounter::new(),
         }
     }
 
