@@ -251,7 +251,11 @@ impl RateLimitLayerBuilder {
     }
 
     /// The clock the in-memory policies are told (default: the production
-    /// [`MonotonicClock`]); tests pass a [`ratewise::ManualClock`].
+    /// [`MonotonicClock`]); tests pass a [`ratewise::ManualClock`]. A
+    /// [`ratewise::CoarseClock`] makes each read one atomic load at the
+    /// price of a lag of up to its resolution (stricter, never looser);
+    /// `ratewise_decision_seconds`, measured on this clock, then reads
+    /// mostly zero.
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Arc::new(clock);
         self

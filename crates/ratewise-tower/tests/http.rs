@@ -759,3 +759,30 @@ async fn a_bytes_keyed_backend_sees_display_keys() {
     assert!(inner.contains(&b"text:bob".to_vec()));
     assert_eq!(inner.len(), 2);
 }
+
+/// The production option of a coarse clock drives the layer like any other:
+/// a burst of two per hour admits two and refuses the third for the rest of
+/// the half hour its emission interval is (the lag of a millisecond clock
+/// cannot change a whole-second `Retry-After` here: it only ever adds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coarse_clock_drives_the_layer() {
+    let layer = RateLimitLayer::builder()
+        .key(KeySource::header(HeaderName::from_static("x-api-key")))
+        .policy(Policy::per_key(
+            "hourly",
+            Quota::per(2, Duration::from_secs(3600)).unwrap(),
+        ))
+        .clock(ratewise::CoarseClock::new(Duration::from_millis(1)).unwrap())
+        .build()
+        .unwrap();
+    let client = HttpClient::new(serve(app(layer)).await);
+    let key = [("x-api-key", "coarse")];
+    assert_eq!(client.get("/", &key).await.status, StatusCode::OK);
+    assert_eq!(client.get("/", &key).await.status, StatusCode::OK);
+    let refused = client.get("/", &key).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry = parse_retry_after(refused.header("retry-after").unwrap().as_bytes())
+        .and_then(|r| r.delay_from(SystemTime::now()))
+        .unwrap();
+    assert_eq!(retry, Duration::from_secs(1800));
+}

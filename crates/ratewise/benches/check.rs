@@ -1,6 +1,7 @@
 //! Cost of one `check` for every algorithm, next to `governor` on the same
 //! quota in the same run, plus the floor (one clock read + one uncontended
-//! CAS) and the two candidate production clocks.
+//! CAS) and the clocks; GCRA also on the coarse clock, next to governor on
+//! its own upkeep clock.
 //!
 //! `cargo bench -p ratewise --bench check`
 
@@ -13,8 +14,8 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use ratewise::{
-    Clock, FixedWindow, Gcra, LeakyMeter, LeakyQueue, MonotonicClock, Quota, RateLimiter,
-    SlidingWindowCounter, SlidingWindowLog, StdClock, TokenBucket,
+    Clock, CoarseClock, FixedWindow, Gcra, LeakyMeter, LeakyQueue, MonotonicClock, Quota,
+    RateLimiter, SlidingWindowCounter, SlidingWindowLog, StdClock, TokenBucket,
 };
 
 /// A quota that always admits: the cost measured is the admit path.
@@ -60,6 +61,10 @@ fn clocks(c: &mut Criterion) {
     g.bench_function("StdClock::now", |b| b.iter(|| black_box(std_clock.now())));
     g.bench_function("MonotonicClock::now (quanta)", |b| {
         b.iter(|| black_box(quanta.now()))
+    });
+    let coarse = CoarseClock::new(Duration::from_millis(1)).expect("a coarse clock");
+    g.bench_function("CoarseClock::now (1 ms)", |b| {
+        b.iter(|| black_box(coarse.now()))
     });
     g.finish();
 }
@@ -115,6 +120,46 @@ fn single_thread(c: &mut Criterion) {
             Err(_) => false,
         })
     });
+    // Both on a clock an upkeep thread refreshes every millisecond (one
+    // atomic load a read): ratewise's `CoarseClock` and governor's
+    // `QuantaUpkeepClock`, the same trade-off on each side.
+    let coarse = Gcra::with_clock(
+        open_quota(),
+        CoarseClock::new(Duration::from_millis(1)).expect("a coarse clock"),
+    );
+    g.bench_function("Gcra (coarse clock)", |b| {
+        b.iter(|| black_box(coarse.check(1).is_ok_and(|d| d.allowed)))
+    });
+    g.bench_function("Gcra (coarse clock, header values)", |b| {
+        b.iter(|| match coarse.check(1) {
+            Ok(d) => black_box((d.allowed, d.limit, d.remaining, d.reset_after)).0,
+            Err(_) => false,
+        })
+    });
+    // quanta runs one upkeep thread per process: one clock, cloned.
+    let upkeep_clock = governor::clock::QuantaUpkeepClock::from_interval(Duration::from_millis(1))
+        .expect("quanta's upkeep thread");
+    let gov_upkeep = governor::RateLimiter::direct_with_clock(
+        governor::Quota::per_second(NonZeroU32::new(1_000_000_000).expect("non-zero")),
+        upkeep_clock.clone(),
+    );
+    g.bench_function("governor (QuantaUpkeepClock)", |b| {
+        b.iter(|| black_box(gov_upkeep.check().is_ok()))
+    });
+    let gov_upkeep_info = governor::RateLimiter::direct_with_clock(
+        governor::Quota::per_second(NonZeroU32::new(1_000_000_000).expect("non-zero")),
+        upkeep_clock,
+    )
+    .with_middleware::<governor::middleware::StateInformationMiddleware>();
+    g.bench_function(
+        "governor (QuantaUpkeepClock, StateInformation, header values)",
+        |b| {
+            b.iter(|| match gov_upkeep_info.check() {
+                Ok(s) => black_box((true, s.quota().burst_size(), s.remaining_burst_capacity())).0,
+                Err(_) => false,
+            })
+        },
+    );
     // The whole return value moved as is (see `benches/check_ab.rs` for why
     // this row is not the header path's cost).
     g.bench_function("Gcra (full Decision)", |b| {

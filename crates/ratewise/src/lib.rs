@@ -122,7 +122,7 @@ pub use quota::Quota;
 pub use sharded::ShardedLimiter;
 pub use sliding_window_counter::SlidingWindowCounter;
 pub use sliding_window_log::SlidingWindowLog;
-pub use time::{Clock, ManualClock, MonotonicClock, StdClock, Timestamp};
+pub use time::{Clock, CoarseClock, ManualClock, MonotonicClock, StdClock, Timestamp};
 pub use token_bucket::TokenBucket;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]

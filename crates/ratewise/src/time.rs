@@ -10,6 +10,10 @@
 //!   counter through `quanta` (about 2–3× cheaper than `std::time::Instant` on
 //!   this project's benchmark, see `docs/ARCHITECTURE.md`), calibrated to
 //!   nanoseconds and never going backwards.
+//! * [`CoarseClock`] — the production clock read once per `resolution` by a
+//!   background thread and handed out as one atomic load: cheaper still, at
+//!   the price of a lag of up to `resolution` (which only makes a limiter
+//!   stricter).
 //! * [`ManualClock`] — a clock that only moves when told to. Clones share one
 //!   underlying time, so a test can hand one clone to a limiter and advance
 //!   another.
@@ -23,6 +27,10 @@
 //! clock.advance(Duration::from_millis(1500));
 //! assert_eq!(seen_by_limiter.now(), Timestamp::from_nanos(1_500_000_000));
 //! ```
+
+mod coarse;
+
+pub use coarse::{CoarseClock, CoarseClockError, MAX_COARSE_RESOLUTION, MIN_COARSE_RESOLUTION};
 
 use std::fmt;
 use std::ops::{Add, Sub};
