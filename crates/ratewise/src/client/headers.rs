@@ -12,6 +12,7 @@
 //! | `RateLimit-Limit` / `-Remaining` / `-Reset` (IETF drafts ≤ 06) | quota, what is left, time to reset | count, count, delta-seconds |
 //! | `X-RateLimit-Limit` / `-Remaining` / `-Reset` (GitHub and many others) | same | count, count, **epoch seconds** (GitHub) or delta-seconds |
 //! | `X-RateLimit-Reset-After` (Discord) | time to reset, preferred to `X-RateLimit-Reset` | delta-seconds with a fraction |
+//! | `x-rate-limit-limit` / `-remaining` / `-reset` (Twitter/X) | as `X-RateLimit-*`, read after it | same |
 //! | `RateLimit` (IETF drafts ≥ 07, structured field) | `"policy";r=<remaining>;t=<reset>` | count, delta-seconds |
 //! | `RateLimit-Policy` (IETF drafts ≥ 07, structured field) | `"policy";q=<quota>;w=<window>` | count, seconds |
 //!
@@ -22,8 +23,8 @@
 //! already past reads as zero. A remaining count written as a decimal
 //! (`598.0`) is rounded down.
 //!
-//! The forms of particular APIs (Twitter/X, OpenAI, Anthropic, Shopify,
-//! Reddit) are read as well, where no standard header says the same: see
+//! The forms of other particular APIs (OpenAI, Anthropic, Shopify, Reddit)
+//! are read as well, where no standard header says the same: see
 //! [`vendor`].
 //!
 //! [`parse_hints`] reads all of them from any [`HeaderSource`] and returns one
@@ -485,7 +486,8 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
     // Each generation: limit, remaining, reset, and a delta-seconds reset
     // preferred to the reset (Discord sends both; the delta does not depend
     // on the two clocks agreeing).
-    const GENERATIONS: [[&str; 4]; 2] = [
+    // Twitter/X's trio is the legacy one with one more hyphen.
+    const GENERATIONS: [[&str; 4]; 3] = [
         [
             "ratelimit-limit",
             "ratelimit-remaining",
@@ -497,6 +499,12 @@ pub fn parse_hints<H: HeaderSource + ?Sized>(headers: &H, now: SystemTime) -> Se
             "x-ratelimit-remaining",
             "x-ratelimit-reset",
             "x-ratelimit-reset-after",
+        ],
+        [
+            "x-rate-limit-limit",
+            "x-rate-limit-remaining",
+            "x-rate-limit-reset",
+            "",
         ],
     ];
     for [limit, remaining, reset, reset_after] in GENERATIONS {

@@ -3,11 +3,13 @@
 //!
 //! | API | headers | read as |
 //! |---|---|---|
-//! | Twitter/X | `x-rate-limit-limit`, `-remaining`, `-reset` (epoch seconds) | the `X-RateLimit-*` trio |
 //! | OpenAI (and Groq, Azure OpenAI) | `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` (a duration such as `6m0s`); the same with `-tokens` | the request counts; an exhausted token budget holds the rate |
 //! | Anthropic | `anthropic-ratelimit-requests-limit`, `-remaining`, `-reset` (an RFC 3339 instant); the same for `tokens`, `input-tokens`, `output-tokens` | as OpenAI's |
 //! | Shopify REST | `x-shopify-shop-api-call-limit: 32/40` (calls in the bucket / its size) | limit 40, remaining 8 |
 //! | Reddit | `x-ratelimit-used` beside `x-ratelimit-remaining` | the limit is their sum |
+//!
+//! (Twitter/X's `x-rate-limit-*` trio is read with the standard trios in
+//! the [parent module](super): it differs from `X-RateLimit-*` by a hyphen.)
 //!
 //! Every one is read only where no standard header (see the [parent
 //! module](super)) said the same, with one exception that only makes the
@@ -17,9 +19,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{
-    days_from_civil, days_in_month, parse_count, parse_u64, reset_value, trim, HeaderSource,
-};
+use super::{days_from_civil, days_in_month, parse_count, parse_u64, trim, HeaderSource};
 use crate::client::ServerHints;
 
 /// Fills what `hints` lacks from the vendor forms in `headers`.
@@ -33,16 +33,6 @@ pub(super) fn fill<H: HeaderSource + ?Sized>(
         hints.remaining = hints.remaining.or(remaining);
         hints.reset_after = hints.reset_after.or(reset);
     };
-    // Twitter/X: the legacy trio with one more hyphen.
-    fill_in(
-        headers.header("x-rate-limit-limit").and_then(parse_u64),
-        headers
-            .header("x-rate-limit-remaining")
-            .and_then(parse_count),
-        headers
-            .header("x-rate-limit-reset")
-            .and_then(|v| reset_value(v, now)),
-    );
     // OpenAI: requests, with the reset as a duration.
     fill_in(
         headers
