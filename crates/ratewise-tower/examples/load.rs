@@ -17,9 +17,9 @@
 //! an order that rotates from round to round; the table reports the median
 //! round of each and the ratios: requests per second and p99 as wrk sees
 //! them, and the server's on-CPU time per request as the scheduler accounts
-//! it, which a busy machine distorts far less than throughput. The last lines pair the servers round by round
-//! (they run back to back): the ratios least distorted when the machine's
-//! speed drifts.
+//! it, which a busy machine distorts far less than throughput. The last
+//! lines pair the servers round by round (they run back to back): the
+//! ratios least distorted when the machine's speed drifts.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
