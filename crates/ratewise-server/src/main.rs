@@ -1,0 +1,123 @@
+//! `ratewise-server`: the rate-limit service for Envoy. See the crate docs.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use ratewise_server::config::LoadOptions;
+use ratewise_server::serve::{install_prometheus, run, ServeOptions};
+use ratewise_server::{EngineOptions, HeaderMode};
+
+/// An Envoy-compatible rate-limit service (gRPC RLS v3 and HTTP /json).
+#[derive(Debug, Parser)]
+#[command(name = "ratewise-server", version)]
+struct Args {
+    /// The configuration: a YAML file, or a directory of them
+    /// (envoyproxy/ratelimit's format, with ratewise's extensions).
+    #[arg(long)]
+    config: PathBuf,
+    /// Where to serve gRPC (envoy.service.ratelimit.v3.RateLimitService).
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    grpc: SocketAddr,
+    /// Where to serve HTTP: /json, /healthcheck, /metrics, /status, /rules.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    http: SocketAddr,
+    /// Which rate-limit headers to ask Envoy to add: off, legacy
+    /// (RateLimit-Limit/-Remaining/-Reset) or ietf (RateLimit-Policy and
+    /// RateLimit); Retry-After is added when over the limit unless off.
+    #[arg(long, default_value = "ietf")]
+    headers: HeaderMode,
+    /// How often to look at the configuration's files for changes, e.g.
+    /// 1s or 500ms.
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    reload_interval: Duration,
+    /// The most descriptors one request may carry.
+    #[arg(long, default_value_t = 64)]
+    max_descriptors: usize,
+    /// The most distinct descriptor values one rule keeps counters for.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_keys_per_rule: usize,
+    /// Log filter (tracing's syntax), e.g. info or ratewise_server=debug.
+    #[arg(long, default_value = "info")]
+    log: String,
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    ratewise_server::config::parse_period(s)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log).unwrap_or_else(|e| {
+        eprintln!(
+            "ratewise-server: --log {:?} is not a valid filter ({e}); using info",
+            args.log
+        );
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ratewise-server: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = ServeOptions {
+        config: args.config,
+        grpc: args.grpc,
+        http: args.http,
+        reload_interval: args.reload_interval,
+        engine: EngineOptions {
+            headers: args.headers,
+            max_descriptors: args.max_descriptors,
+            max_keys_per_rule: args.max_keys_per_rule,
+            ..EngineOptions::default()
+        },
+        load: LoadOptions {
+            max_keys_per_rule: args.max_keys_per_rule,
+        },
+    };
+    let result = runtime.block_on(async {
+        let prometheus = install_prometheus();
+        run(options, prometheus, shutdown_signal(), |grpc, http| {
+            // One line a supervisor (or a test) can wait on.
+            println!("ready grpc={grpc} http={http}");
+        })
+        .await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ratewise-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

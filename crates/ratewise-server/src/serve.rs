@@ -1,0 +1,211 @@
+//! Running the service: both listeners, configuration reloads, metrics, and
+//! a graceful shutdown (in-flight calls finish, then [`run`] returns).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use ratewise::MonotonicClock;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::{config_files, load_path, ConfigError, LoadOptions};
+use crate::grpc::RateLimiter;
+use crate::http::{router, HttpState, ReloadStatus};
+use crate::telemetry::record_reload;
+use crate::{Engine, EngineOptions};
+
+/// What [`run`] serves, and where.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The configuration file or directory.
+    pub config: PathBuf,
+    /// The gRPC address.
+    pub grpc: SocketAddr,
+    /// The HTTP address.
+    pub http: SocketAddr,
+    /// How often the configuration's files are looked at for changes.
+    pub reload_interval: Duration,
+    /// Decision settings.
+    pub engine: EngineOptions,
+    /// Rule settings.
+    pub load: LoadOptions,
+}
+
+/// Why the service could not start or stopped on an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration could not be loaded at start.
+    #[error("configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// A listener could not be opened.
+    #[error("cannot listen for {what} on {addr}: {source}")]
+    Bind {
+        /// `gRPC` or `HTTP`.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// What went wrong (e.g. the address is in use).
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    /// The HTTP server failed.
+    #[error("HTTP server: {0}")]
+    Http(std::io::Error),
+}
+
+/// Installs the Prometheus recorder for the `metrics` facade; `None` if
+/// another recorder is already installed in this process.
+pub fn install_prometheus() -> Option<PrometheusHandle> {
+    PrometheusBuilder::new().install_recorder().ok()
+}
+
+/// Serves until `shutdown` completes, then lets in-flight calls finish and
+/// returns. `prometheus` renders `/metrics` (see [`install_prometheus`]).
+/// `on_ready` is called with the bound addresses (gRPC, HTTP) once both
+/// listen.
+///
+/// # Errors
+/// [`ServeError`] when the configuration cannot be loaded at start, a
+/// listener cannot be opened, or a server fails.
+pub async fn run(
+    options: ServeOptions,
+    prometheus: Option<PrometheusHandle>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_ready: impl FnOnce(SocketAddr, SocketAddr),
+) -> Result<(), ServeError> {
+    let reloads = Arc::new(ReloadStatus::default());
+    let rules = match load_path(&options.config, None, options.load) {
+        Ok(rules) => rules,
+        Err(e) => {
+            record_reload(false);
+            return Err(e.into());
+        }
+    };
+    record_reload(true);
+    reloads.record_ok();
+    let clock = MonotonicClock::new();
+    let mut engine_options = options.engine;
+    // Fixed windows align with the Unix epoch: the clock counts from now.
+    engine_options.epoch_offset = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let engine = Arc::new(Engine::new(rules, engine_options));
+    let limiter = RateLimiter::new(Arc::clone(&engine), clock);
+
+    let grpc_listener = bind("gRPC", options.grpc).await?;
+    let http_listener = bind("HTTP", options.http).await?;
+    let grpc_addr = grpc_listener.local_addr().unwrap_or(options.grpc);
+    let http_addr = http_listener.local_addr().unwrap_or(options.http);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let reload = tokio::spawn(watch_config(
+        options.config.clone(),
+        options.reload_interval,
+        options.load,
+        Arc::clone(&engine),
+        Arc::clone(&reloads),
+        stop_rx.clone(),
+    ));
+    let grpc = tonic::transport::Server::builder()
+        .add_service(limiter.clone().into_server())
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+            stopped(stop_rx.clone()),
+        );
+    let http = axum::serve(
+        http_listener,
+        router(HttpState {
+            limiter,
+            prometheus,
+            reloads,
+        }),
+    )
+    .with_graceful_shutdown(stopped(stop_rx));
+    tracing::info!(%grpc_addr, %http_addr, config = %options.config.display(), "serving");
+    on_ready(grpc_addr, http_addr);
+    tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down: finishing in-flight calls");
+        let _ = stop_tx.send(true);
+    });
+    let (grpc, http) = tokio::join!(grpc, async { http.await.map_err(ServeError::Http) });
+    reload.abort();
+    grpc?;
+    http?;
+    Ok(())
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { what, addr, source })
+}
+
+/// What identifies the configuration's content on disk: each file's path,
+/// length and modification time (a symlink swap changes them too).
+fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    config_files(path)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|f| {
+            let meta = std::fs::metadata(&f).ok();
+            let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
+            let modified = meta.and_then(|m| m.modified().ok());
+            (f, len, modified)
+        })
+        .collect()
+}
+
+/// Reloads the configuration when its files change. A bad configuration
+/// keeps the rules in force; its error is logged once and counted.
+async fn watch_config(
+    path: PathBuf,
+    every: Duration,
+    load: LoadOptions,
+    engine: Arc<Engine>,
+    reloads: Arc<ReloadStatus>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut seen = fingerprint(&path);
+    let mut last_error: Option<String> = None;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let now = fingerprint(&path);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        let current = engine.rules();
+        match load_path(&path, Some(&current), load) {
+            Ok(rules) => {
+                let domains = rules.domain_names().len();
+                engine.swap_rules(rules);
+                record_reload(true);
+                reloads.record_ok();
+                last_error = None;
+                tracing::info!(domains, "configuration reloaded");
+            }
+            Err(e) => {
+                let message = e.to_string();
+                record_reload(false);
+                reloads.record_failed(message.clone());
+                if last_error.as_deref() != Some(&message) {
+                    tracing::error!(error = %message, "configuration not reloaded; the previous rules stay in force");
+                }
+                last_error = Some(message);
+            }
+        }
+    }
+}
