@@ -13,20 +13,13 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // In production: `ClientConcurrencyLayer::new("payments")`, with Knee.
 //! let layer = ClientConcurrencyLayer::with_algorithm("payments", Fixed(1));
-//! // The inner service stands for the HTTP client calling the dependency.
-//! let mut client = ServiceBuilder::new()
-//!     .layer(layer.clone())
-//!     .service_fn(|_req: Request<String>| async {
-//!         Ok::<_, Infallible>(Response::new(String::from("paid")))
-//!     });
-//! // One call in flight (its response not yet polled): the next one fails
-//! // at once, locally, without touching the network.
+//! let mut client = ServiceBuilder::new().layer(layer.clone()).service_fn(|_req: Request<String>| async {
+//!     Ok::<_, Infallible>(Response::new(String::from("paid"))) // stands for the HTTP client
+//! });
+//! // One call in flight: the next one fails at once, locally.
 //! let first = client.ready().await?.call(Request::new(String::new()));
 //! let second = client.ready().await?.call(Request::new(String::new())).await;
-//! match second {
-//!     Err(ClientError::Refused(r)) => assert_eq!((r.limit, r.inflight), (1, 1)),
-//!     other => panic!("{other:?}"),
-//! }
+//! assert!(matches!(second, Err(ClientError::Refused(r)) if (r.limit, r.inflight) == (1, 1)));
 //! assert_eq!(first.await?.status(), StatusCode::OK);
 //! assert_eq!(layer.inflight(), 0);
 //! # Ok(())

@@ -1,7 +1,6 @@
 //! [`Adaptive`]: the rate controller of the default
 //! [`Throttle`](super::throttle::Throttle) — AIMD that reads what the server
-//! says about its remaining quota, with steps sized by the client's own rate
-//! rather than a constant in requests per second.
+//! says about its remaining quota, with steps sized by the client's rate.
 //!
 //! * **No pacing until there is a reason.** Until the first throttle the
 //!   controller only measures its send rate; pacing then starts at
@@ -13,9 +12,8 @@
 //! * **Without a remaining count the step probes**: a fraction of the rate
 //!   just before the latest cut, doubled every `probe_doubling` without a
 //!   cut, up to `probe_max_factor ×`.
-//! * **Until the second cut the rise is at least `start_growth` per
-//!   success**, since the first cut halved a rate measured on an unpaced
-//!   burst.
+//! * **Until the second cut** a success adds at least `start_growth` of the
+//!   rate (the first cut halved a rate measured on an unpaced burst).
 //! * **A cut** comes at most once per `decrease_cooldown` and per interval,
 //!   never below `admitted_floor` of the rate the server admitted over the
 //!   last one to two seconds; a shallower cut climbs back as gently.
