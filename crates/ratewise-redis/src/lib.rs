@@ -37,8 +37,7 @@
 //!   Redis; [`MultiLimiter`] checks several levels all-or-nothing.
 //! * Metrics go to the [`metrics`] facade under `ratewise_redis_*`.
 //!
-//! The [`_guide`] covers each algorithm's Redis state, batching, the failure
-//! policies, Redis Cluster and the metrics in detail.
+//! The [`_guide`] covers state, batching, failure, Cluster and metrics.
 
 pub mod _guide;
 mod batch;

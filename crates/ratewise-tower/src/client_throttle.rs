@@ -16,9 +16,8 @@
 //!     let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
 //!     async move { Response::builder().status(if first { 429 } else { 200 }).header("Retry-After", "2").body(()) }
 //! });
-//! let client = ServiceBuilder::new()
-//!     .layer(ThrottleLayer::per_authority(Throttle::new(ThrottleConfig::default())?))
-//!     .service(api);
+//! let throttle = Throttle::new(ThrottleConfig::default())?;
+//! let client = ServiceBuilder::new().layer(ThrottleLayer::per_authority(throttle)).service(api);
 //! let started = tokio::time::Instant::now();
 //! let response = client.oneshot(Request::get("http://api.example.com/").body(String::new())?).await?;
 //! assert_eq!(response.status(), 200);
@@ -37,10 +36,8 @@
 //! retry or stop. It returns the response that ended the call, or a
 //! [`ClientError`]: the inner error, or a [`Refused`] when the client
 //! declined ([`RefusalReason::NotReplayable`] for a request it could not
-//! copy). A tonic body is not `Clone`: buffer the unary message into a
-//! `Full<Bytes>` below the layer to retry (as `tests/client_throttle.rs`
-//! does). Clones share the one [`Throttle`]; metrics are the
-//! `ratewise_client_*` family, labelled by `partition`.
+//! copy). To retry tonic calls, buffer the unary message into a
+//! `Full<Bytes>` below the layer. Clones share the one [`Throttle`].
 
 use std::fmt;
 use std::future::Future;

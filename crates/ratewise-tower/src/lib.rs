@@ -17,9 +17,7 @@
 //! let svc = ServiceBuilder::new().layer(limits).service_fn(|_req: Request<String>| async {
 //!     Ok::<_, Infallible>(Response::new(String::from("hi")))
 //! });
-//! let call = |key: &str| {
-//!     svc.clone().oneshot(Request::builder().header("x-api-key", key).body(String::new()).unwrap())
-//! };
+//! let call = |key: &str| svc.clone().oneshot(Request::builder().header("x-api-key", key).body(String::new()).unwrap());
 //! assert_eq!(call("ada").await?.status(), StatusCode::OK);
 //! let refused = call("ada").await?;
 //! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -34,9 +32,8 @@
 //! of it at once as one core [`Hierarchy`](ratewise::Hierarchy), and answers
 //! a refusal with `429`, `Retry-After`, the IETF `RateLimit-Policy` and
 //! `RateLimit` headers and a problem+json body (a gRPC call gets
-//! `RESOURCE_EXHAUSTED`). Clones share one set of limiters; a policy may use
-//! any [`AsyncKeyedLimiter`](ratewise::backend::AsyncKeyedLimiter), such as
-//! Redis ([`RateLimitLayerBuilder::backend`]). [`RateLimitHandle`] changes
+//! `RESOURCE_EXHAUSTED`). Clones share one set of limiters; a policy may be
+//! decided by Redis ([`RateLimitLayerBuilder::backend`]). [`RateLimitHandle`] changes
 //! quotas, shadow mode and the kill switch at run time; [`observe`] lists
 //! the metrics. [`concurrency`] holds an adaptive concurrency limit; on the
 //! client side, [`ThrottleLayer`] paces and retries calls and

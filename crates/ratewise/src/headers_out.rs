@@ -5,8 +5,7 @@
 //! `"burst";q=100;w=10` and `"burst";r=41;t=6`); the older
 //! `RateLimit-Limit`/`-Remaining`/`-Reset` trio and its `X-RateLimit-*` twin;
 //! and `Retry-After` in whole seconds, rounded **up** and at least 1.
-//! Values are formatted into a [`HeaderBuf`] on the stack (with the `http`
-//! feature, `HeaderBuf::to_header_value` makes an `http::HeaderValue`).
+//! Values are formatted into a [`HeaderBuf`] on the stack.
 //! [`reset_param`] is the one rule for `t`: time to full capacity when
 //! admitted, the retry-after when refused, so `Retry-After` is never earlier
 //! than `t`.

@@ -15,10 +15,8 @@
 //! * **Until the second cut** a success adds at least `start_growth` of the
 //!   rate (the first cut halved a rate measured on an unpaced burst).
 //! * **A cut** comes at most once per `decrease_cooldown` and per interval,
-//!   never below `admitted_floor` of the rate the server admitted over the
-//!   last one to two seconds; a shallower cut climbs back as gently.
-//!
-//! Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
+//!   never below `admitted_floor` of the rate the server recently admitted.
+//! * Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
 //!
 //! ```
 //! use ratewise::client::adaptive::{Adaptive, AdaptiveConfig};

@@ -8,12 +8,10 @@
 //! request, classify the answer, record it ([`Throttle::record_at`]), and
 //! hand the answer back or go round again. A request that cannot be copied
 //! is sent once; if its answer asks for a retry the call ends with
-//! [`RefusalReason::NotReplayable`]. No lock is held across an `.await`, so
-//! dropping the future leaves the throttle consistent.
+//! [`RefusalReason::NotReplayable`]. Dropping the future is safe.
 //!
 //! With the `observe` feature each call reports `ratewise_client_*` metrics
-//! (names in [`names`], labelled by partition: attempts, throttled, retries,
-//! refusals by reason, wait seconds, pacing rate) and `tracing` events (a
+//! (names in [`names`], labelled by partition) and `tracing` events (a
 //! `debug` per retry, a `warn` per refusal).
 //!
 //! ```

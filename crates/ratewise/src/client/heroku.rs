@@ -1,10 +1,8 @@
 //! The client throttles Heroku compared when it added rate throttling to its
 //! Platform API gem: a null strategy, exponential backoff, and three
 //! "exponential increase" strategies that differ only in how they decrease
-//! (reference 002: the `rate_throttle_client` gem v0.1.2 and "A Fast Car
-//! Needs Good Brakes"). The winner,
-//! [`ExponentialIncreaseProportionalRemainingDecrease`], is the Platform API
-//! gem's default.
+//! (reference 002). The winner,
+//! [`ExponentialIncreaseProportionalRemainingDecrease`], is the gem's default.
 //!
 //! They exist so the simulator can replay Heroku's experiment, so each keeps
 //! the gem's arithmetic to the letter: sleeps are `f64` seconds, each
