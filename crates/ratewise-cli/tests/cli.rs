@@ -227,7 +227,7 @@ fn one_line_error(args: &[&str]) -> String {
     err
 }
 
-/// The bad inputs: each is refused before any simulation runs
+/// Bad inputs the CLI must refuse, each before any simulation runs
 /// (`--runs 10000` of every strategy would take minutes if it ran first).
 #[test]
 fn bad_inputs_fail_in_one_line_before_any_run() {

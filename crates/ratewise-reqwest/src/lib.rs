@@ -19,48 +19,18 @@
 //! # }
 //! ```
 //!
-//! # What it does with each request
-//!
-//! 0. The first call to a partition that has never been answered goes
-//!    alone; the others wait for its answer ([`Throttle::first_contact`]), so a
-//!    server that states its rate (`RateLimit-Policy: "p";q=100;w=1`) is
-//!    paced from the start instead of answering a burst with 429s. It costs
-//!    one round trip, once per partition.
-//! 1. Takes a slot in the request's partition (its host and port by default,
-//!    [`ThrottleMiddleware::with_key`] for any other key): waits out a pause
-//!    and the pacer ([`Throttle::acquire_at`]).
-//! 2. Sends a copy of the request ([`reqwest::Request::try_clone`]) so it can
-//!    be sent again; a request whose body cannot be copied (a stream) is sent
-//!    once and never retried: if it is throttled, the middleware returns
-//!    [`Refused`] with [`RefusalReason::NotReplayable`].
-//! 3. Classifies the response with ratewise's
-//!    [`ratewise::client::Classifier`] (status, then headers) and
-//!    reads its hints ([`ratewise::client::parse_hints`]); the throttle decides:
-//!    done, retry after a delay, or give up.
-//!
-//! It returns the response that ended the call — a success, or the last
-//! refusal when the server had the last word (an attempt limit you set, or
-//! the server forbade retries): you see the 429 as you would without the
-//! middleware. When the *client* declined to send (your deadline would pass,
-//! the retry budget is spent, the SRE throttle rejected it) or the body could
-//! not be replayed, it returns a [`reqwest_middleware::Error::Middleware`]
-//! holding a [`Refused`] (find it with [`Refused::from_error`]), whose
-//! [`is_client_side`](ratewise::client::exchange::Refused::is_client_side)
-//! says which side refused.
-//!
-//! # Metrics
-//!
-//! The loop is the core's [`ratewise::client::exchange::send`], shared with
-//! `ratewise-tower`'s client layer, so both report the same
-//! `ratewise_client_*` family (names in
-//! [`ratewise::client::exchange::names`]), labelled by `partition`: counters
-//! `ratewise_client_attempts_total`, `ratewise_client_throttled_total`,
-//! `ratewise_client_retries_total`, `ratewise_client_refused_total` (label
-//! `reason`), the histogram `ratewise_client_wait_seconds` (time waited before
-//! each attempt: retry delay, pause and pacing) and the gauge
-//! `ratewise_client_rate` (the partition's pacing rate, requests per second;
-//! 0 while not pacing). `tracing` events: `debug` for each retry, `warn` for
-//! each refusal.
+//! The first call to a partition goes alone ([`Throttle::first_contact`]), so
+//! a server that states its rate is paced from the start. Each request takes
+//! a slot in its partition (host and port, or [`ThrottleMiddleware::with_key`]),
+//! is sent as a copy ([`reqwest::Request::try_clone`]; a streamed body is sent
+//! once and, if throttled, ends in [`Refused`] with
+//! [`RefusalReason::NotReplayable`]), and its response is classified by the
+//! [`ratewise::client::Classifier`]. The middleware returns the response that
+//! ended the call — you see the last 429 as you would without it — or a
+//! [`reqwest_middleware::Error::Middleware`] holding a [`Refused`]
+//! ([`Refused::from_error`]) when the client declined to send. The loop is
+//! [`ratewise::client::exchange::send`], shared with `ratewise-tower`, so
+//! both report the same `ratewise_client_*` metrics and `tracing` events.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,11 +1,8 @@
-//! Score client throttling strategies in virtual time.
-//!
-//! Heroku could only tell which client throttle was better once it had a
-//! simulator and four numbers (average retry rate, max sleep, spread of
-//! request counts between clients, time to clear a workload). This crate is
-//! that simulator, rebuilt as a deterministic discrete-event simulation: the
-//! same 30-minute, 10-client experiment runs in milliseconds, with the same
-//! seed always giving the same output byte for byte.
+//! Score client throttling strategies in virtual time: a deterministic
+//! discrete-event simulator of clients calling a rate-limited API, in the
+//! manner of Heroku's experiment (retry rate, max sleep, fairness, time to
+//! clear) — thirty simulated minutes in milliseconds, byte-identical output
+//! for the same seed.
 //!
 //! ```
 //! use ratewise_sim::{Experiment, Scenario, strategies};
@@ -22,35 +19,12 @@
 //! # Ok::<(), ratewise_sim::SimError>(())
 //! ```
 //!
-//! # Structure
-//!
-//! * [`scenario`] — TOML scenario files (a shipped library plus user files).
-//! * [`server`] — simulated APIs: Heroku's token bucket, the decrease-only
-//!   server, any core `RateLimiter`, fixed windows, a capacity shared with
-//!   background tenants, an autoscaling capacity.
-//! * [`stack`] — an API as a stack of limits (core limiters and a
-//!   concurrency cap, each with its own refusal status) answering with real
-//!   header text in a chosen profile.
-//! * [`engine`] — the event loop that drives real `ratewise::client`
-//!   strategy objects through their sans-IO interface.
-//! * [`metrics`] — the published metrics, defined exactly, plus utilization,
-//!   waits, fairness and 429 totals.
-//! * [`strategies`] — the registry of strategy constructors.
-//! * [`rank`] — the decision: strategies ranked by a stated rule (Pareto
-//!   tiers of retry rate and time to clear, then max sleep and fairness),
-//!   flags, and every metric's definition and direction.
-//! * [`report`] — the text table, the JSON document and the HTML report.
-//!
-//! # Invariants
-//!
-//! * No real time: nothing sleeps or reads a clock; time is an event's
-//!   timestamp.
-//! * Determinism: all randomness derives from the run's seed through
-//!   fixed, portable algorithms (ChaCha8, SplitMix64), events are totally
-//!   ordered by `(time, insertion order)`, and no hash-ordered container
-//!   influences output.
-//! * No strategy logic lives here: the simulator only calls `before_call` /
-//!   `after_attempt` and records what the strategy asked for.
+//! [`scenario`] loads TOML scenarios; [`server`] and [`stack`] model the APIs
+//! (stacks of core limiters answering with real header text); [`engine`]
+//! drives real `ratewise::client` strategies through their sans-IO
+//! interface; [`metrics`], [`rank`] and [`report`] measure, rank by a stated
+//! rule and print; [`strategies`] is the registry. No real time, all
+//! randomness from the seed, no strategy logic of its own.
 
 #![warn(missing_docs)]
 

@@ -13,20 +13,13 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // In production: `ClientConcurrencyLayer::new("payments")`, with Knee.
 //! let layer = ClientConcurrencyLayer::with_algorithm("payments", Fixed(1));
-//! // The inner service stands for the HTTP client calling the dependency.
-//! let mut client = ServiceBuilder::new()
-//!     .layer(layer.clone())
-//!     .service_fn(|_req: Request<String>| async {
-//!         Ok::<_, Infallible>(Response::new(String::from("paid")))
-//!     });
-//! // One call in flight (its response not yet polled): the next one fails
-//! // at once, locally, without touching the network.
+//! let mut client = ServiceBuilder::new().layer(layer.clone()).service_fn(|_req: Request<String>| async {
+//!     Ok::<_, Infallible>(Response::new(String::from("paid"))) // stands for the HTTP client
+//! });
+//! // One call in flight: the next one fails at once, locally.
 //! let first = client.ready().await?.call(Request::new(String::new()));
 //! let second = client.ready().await?.call(Request::new(String::new())).await;
-//! match second {
-//!     Err(ClientError::Refused(r)) => assert_eq!((r.limit, r.inflight), (1, 1)),
-//!     other => panic!("{other:?}"),
-//! }
+//! assert!(matches!(second, Err(ClientError::Refused(r)) if (r.limit, r.inflight) == (1, 1)));
 //! assert_eq!(first.await?.status(), StatusCode::OK);
 //! assert_eq!(layer.inflight(), 0);
 //! # Ok(())
@@ -34,41 +27,16 @@
 //! ```
 //!
 //! Each call takes a permit from the layer's [`ConcurrencyLimiter`] (driven
-//! by [`Knee`] unless another [`LimitAlgorithm`] is given). Without one the
-//! call fails at once with [`ClientError::Refused`], which carries the
-//! limit and the in-flight count: the caller degrades, queues or retries
-//! later, and the struggling dependency sees no extra request. When the
-//! response arrives the permit is completed:
-//!
-//! * `5xx`, `429`, an error of the inner service (connection refused, a
-//!   timeout layer's `Elapsed`), or a response slower than
-//!   [`timeout`](ClientConcurrencyLayer::timeout) is a **drop**: an overload
-//!   signal the controller backs off on;
-//! * another `4xx` is **ignored** (the request was wrong; its latency says
-//!   nothing about the dependency's load);
-//! * anything else is a **success** with its latency;
-//! * a call whose future is dropped (the caller gave up) frees its slot and
-//!   teaches nothing.
-//!
-//! The layer does not enforce a deadline itself (it has no timer): put a
-//! timeout layer *inside* it, so the elapsed call reaches it as an error.
-//!
-//! # Observability
-//!
-//! Metrics, labelled with the dependency's name (the same `metrics` facade
-//! and naming as [`observe`](crate::observe)):
-//!
-//! | name | kind | meaning |
-//! |---|---|---|
-//! | `ratewise_client_admitted_total{dependency}` | counter | calls given a permit |
-//! | `ratewise_client_refused_total{dependency}` | counter | calls refused locally ([`ClientError::Refused`]) |
-//! | `ratewise_client_dropped_total{dependency}` | counter | calls completed as overload signals (5xx, 429, errors, too slow) |
-//! | `ratewise_client_limit{dependency}` | gauge | the concurrency limit after each completion |
-//!
-//! Refusals log one `warn` per second at most (with the number held back);
-//! each completion is a `debug` event.
-//!
-//! All clones of the layer and of its services share one limiter.
+//! by [`Knee`] unless another [`LimitAlgorithm`] is given); without one it
+//! fails at once with [`ClientError::Refused`] (limit and in-flight count),
+//! and the dependency sees no extra request. When the response arrives, a
+//! `5xx`, `429`, inner error or response slower than
+//! [`timeout`](ClientConcurrencyLayer::timeout) completes the permit as a
+//! **drop** (an overload signal), another `4xx` is **ignored**, anything else
+//! is a **success** with its latency; a dropped future frees its slot. Put a
+//! timeout layer *inside* this one. Clones share one limiter. Metrics
+//! `ratewise_client_{admitted,refused,dropped}_total{dependency}` and the
+//! gauge `ratewise_client_limit{dependency}`; one refusal warning per second.
 
 use std::future::Future;
 use std::pin::Pin;

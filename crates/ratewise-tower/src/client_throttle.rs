@@ -10,90 +10,34 @@
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! // Stands in for a hyper-util client: the first call is told to wait 2 s.
+//! // Stands in for an HTTP client: the first call is told to wait 2 s.
 //! let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
 //! let api = service_fn(move |_req: Request<String>| {
-//!     let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-//!     async move {
-//!         let status = if n == 0 { 429 } else { 200 };
-//!         Response::builder().status(status).header("Retry-After", "2").body(())
-//!     }
+//!     let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+//!     async move { Response::builder().status(if first { 429 } else { 200 }).header("Retry-After", "2").body(()) }
 //! });
 //! let throttle = Throttle::new(ThrottleConfig::default())?;
-//! let client = ServiceBuilder::new()
-//!     .layer(ThrottleLayer::per_authority(throttle))
-//!     .service(api);
-//!
+//! let client = ServiceBuilder::new().layer(ThrottleLayer::per_authority(throttle)).service(api);
 //! let started = tokio::time::Instant::now();
-//! let request = Request::get("http://api.example.com/items").body(String::new())?;
-//! let response = client.oneshot(request).await?;
+//! let response = client.oneshot(Request::get("http://api.example.com/").body(String::new())?).await?;
 //! assert_eq!(response.status(), 200);
 //! assert!(started.elapsed() >= Duration::from_secs(2)); // Retry-After honoured
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! # What it does with each request
-//!
-//! The loop is the core's [`ratewise::client::exchange::send`], the one the
-//! reqwest middleware (`ratewise-reqwest`) runs too:
-//!
-//! 1. Picks the request's partition: its authority, `host:port`
-//!    ([`authority_key`]), or any key ([`ThrottleLayer::with_key`]); waits
-//!    out the partition's pause and pacer.
-//! 2. Sends a copy of the request made by the layer's [`Replay`]: a clone
-//!    when the body is `Clone` ([`CloneBody`], the default), your function
-//!    ([`ThrottleLayer::replay_with`]), or none ([`NoReplay`]). A request
-//!    that cannot be copied is sent once; if its answer asks for a retry the
-//!    call ends with a [`Refused`] whose reason is
-//!    [`RefusalReason::NotReplayable`].
-//! 3. Classifies the response head with ratewise's [`Classifier`] — 429,
-//!    503 with `Retry-After`, the `RateLimit`/`RateLimit-Policy` fields, the
-//!    legacy `X-RateLimit-*` trio, and for gRPC a `grpc-status: 8`
-//!    (`RESOURCE_EXHAUSTED`) in the headers, which is where a trailers-only
-//!    response (every unary error) carries it, with `grpc-retry-pushback-ms`
-//!    as the retry delay (negative: the server forbids retrying, gRFC A6) —
-//!    and lets the throttle decide: done, retry after a delay, or stop.
-//!
-//! It returns the response that ended the call — a success, or the last
-//! refusal when the server had the last word (an attempt limit you set, a
-//! forbidden retry). A [`ClientError`] carries either the inner service's
-//! error or a [`Refused`] when the client itself declined
-//! ([`ClientError::is_client_side`]).
-//!
-//! A `grpc-status` sent only in the trailers after a streamed body is not
-//! seen: the layer does not hold a response back to read its end.
-//!
-//! # gRPC (tonic)
-//!
-//! A tonic request body is a stream, not `Clone`: with
-//! `.replay_by(NoReplay)` the layer paces and classifies every call but
-//! retries none (a throttled one returns [`Refused`] with
-//! [`RefusalReason::NotReplayable`]). To retry, buffer the unary message
-//! below the layer, as the gRPC retry design does (gRFC A6 buffers each
-//! call's messages for its retries): collect the body into a
-//! `Full<Bytes>` (`http-body-util`), put the layer over that, and give the
-//! channel a tonic body again — `tests/client_throttle.rs` does exactly
-//! this:
-//!
-//! ```text
-//! service_fn(collect body → Full<Bytes>)
-//!   → ThrottleLayer::per_authority(throttle)          // B = Full<Bytes>: Clone
-//!   → map_request(|r| r.map(tonic::body::Body::new))
-//!   → tonic::transport::Channel
-//! ```
-//!
-//! # Clones
-//!
-//! The layer and its services are `Clone` and cheap to clone (a few `Arc`s);
-//! every clone shares the one [`Throttle`], so every task calling through a
-//! clone shares its partitions' pace and pauses.
-//!
-//! # Metrics
-//!
-//! The `ratewise_client_*` family of [`ratewise::client::exchange`] (names
-//! in [`ratewise::client::exchange::names`]), labelled by `partition`, and
-//! its `tracing` events.
+//! Each request runs the core's [`ratewise::client::exchange::send`] loop in
+//! its partition ([`authority_key`], or any key with
+//! [`ThrottleLayer::with_key`]): wait out the pause and the pacer, send a copy
+//! made by the layer's [`Replay`] ([`CloneBody`] by default,
+//! [`ThrottleLayer::replay_with`], or [`NoReplay`]), classify the response
+//! head with the [`Classifier`] (429, 503 with `Retry-After`, `RateLimit`
+//! fields, gRPC `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms`), and
+//! retry or stop. It returns the response that ended the call, or a
+//! [`ClientError`]: the inner error, or a [`Refused`] when the client
+//! declined ([`RefusalReason::NotReplayable`] for a request it could not
+//! copy). To retry tonic calls, buffer the unary message into a
+//! `Full<Bytes>` below the layer. Clones share the one [`Throttle`].
 
 use std::fmt;
 use std::future::Future;

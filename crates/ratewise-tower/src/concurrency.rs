@@ -29,17 +29,10 @@
 //! # }
 //! ```
 //!
-//! Each request takes a permit from the layer's
-//! [`ConcurrencyLimiter`] at
-//! arrival; without one it is answered at once with `503 Service
-//! Unavailable` and `Retry-After` (a fast refusal instead of a queue that
-//! grows without bound). When the response is ready the permit is completed:
-//! a `5xx` or `429` from the inner service (or an error) is a *drop* — an
-//! overload signal the controller backs off on — anything else a success
-//! with its latency. A request whose future is dropped (the client went
-//! away) frees its slot without teaching the controller anything.
-//!
-//! All clones of the layer and of its services share one limiter.
+//! Each request takes a permit from the layer's [`ConcurrencyLimiter`];
+//! without one it gets `503` and `Retry-After` at once. A `5xx`, `429` or
+//! error completes the permit as a drop, anything else as a success with its
+//! latency; a dropped future frees its slot. Clones share one limiter.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,7 +1,10 @@
 //! [`AsyncKeyedLimiter`]: the one keyed, asynchronous decision interface that
 //! every backend implements — the in-memory [`KeyedLimiter`] here, the Redis
 //! limiters in `ratewise-redis` — and that drivers such as the tower
-//! middleware consume.
+//! middleware consume. It needs only `std::future::Future`, so backends and
+//! drivers both depend on the core and never on each other. A decision says
+//! where it came from ([`DecisionSource`]): a backend that could not reach
+//! its store answers with its failure policy's decision and says so.
 //!
 //! ```
 //! use ratewise::backend::{AsyncKeyedLimiter, DecisionSource};
@@ -31,20 +34,6 @@
 //! assert!(!DecisionSource::Backend.is_degraded());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-//!
-//! # Why it is here
-//!
-//! The trait needs nothing but `std::future::Future`, so it lives in the core
-//! without giving the core an async runtime or a Redis dependency. Backends
-//! depend on the core to implement it; drivers depend on the core to consume
-//! it; neither depends on the other. Switching a service from memory to Redis
-//! is a change of one constructor.
-//!
-//! A decision says where it came from ([`DecisionSource`]): a backend that
-//! could not reach its store and applied its failure policy (fail open, fail
-//! closed, a local fallback limiter) answers with the policy's decision and
-//! says so, rather than an error, so a caller can count degraded decisions
-//! without treating every outage as a 500.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};

@@ -1,7 +1,6 @@
 //! [`BorrowingBuckets`]: classes of traffic under one parent rate, each with
 //! an assured rate it always gets and a ceiling it may reach by borrowing the
-//! parent's idle capacity (the hierarchical token bucket of Linux's HTB
-//! qdisc: `rate` and `ceil`).
+//! parent's idle capacity (Linux HTB's `rate` and `ceil`).
 //!
 //! ```
 //! use std::time::Duration;
@@ -28,40 +27,14 @@
 //! # Ok::<(), ratewise::borrowing::BorrowingError>(())
 //! ```
 //!
-//! # How it holds its three promises
-//!
-//! Capacity is kept in three kinds of integer token buckets (tokens counted
-//! in units × 10⁹, refilled per nanosecond at a whole number of units per
-//! second, so the arithmetic is exact):
-//!
-//! * each class's **assured** bucket fills at its assured rate;
-//! * one **shared** bucket fills at the parent rate minus the sum of the
-//!   assured rates, *plus* whatever an assured bucket would gain while full —
-//!   a class that does not use its assured rate lends it out;
-//! * each class's **ceiling** bucket fills at its ceiling rate and is charged
-//!   for every unit the class gets, assured or borrowed; it may go into debt
-//!   for assured units, and only borrowing needs it in credit.
-//!
-//! A request takes from its class's assured bucket if it can, else from the
-//! shared bucket (borrowing) if the ceiling allows; either way the ceiling
-//! bucket is charged. So:
-//!
-//! 1. **The parent's total never exceeds the parent's quota**: every unit
-//!    comes from an assured or the shared bucket, whose inflows add up to at
-//!    most the parent rate (a spill is part of its assured rate), plus the
-//!    buckets' starting contents.
-//! 2. **No class exceeds its ceiling**: within any span `T` a class gets at
-//!    most `ceiling × T + 2 × burst` (its ceiling bucket is charged for every
-//!    unit; a borrow needs it in credit, and after the last borrow only the
-//!    assured rate, at most the ceiling, adds to it).
-//! 3. **A backlogged class gets at least its assured rate**: its assured
-//!    bucket is its own and nothing else can stop it. ("Backlogged" means it
-//!    asks before its assured bucket is full: whatever arrives while the
-//!    bucket is full is lent out, as the idle capacity it is.)
-//!
-//! The property tests check all three on random workloads. The cost of
-//! borrowing: the shared bucket is first come, first served among the
-//! classes that borrow — there is no weighting of who borrows idle capacity.
+//! Exact integer buckets: an **assured** bucket per class; one **shared**
+//! bucket filling at the parent rate minus the assured rates, plus what a
+//! full assured bucket would gain (unused assured rate is lent out); a
+//! **ceiling** bucket per class charged for every unit the class gets. Hence
+//! the parent's total never exceeds its quota, no class gets more than
+//! `ceiling × T + 2 × burst` in a span `T`, and a backlogged class gets at
+//! least its assured rate (property-tested). Borrowing is first come, first
+//! served among the borrowers.
 
 use crate::time::Timestamp;
 

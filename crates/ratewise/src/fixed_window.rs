@@ -1,44 +1,19 @@
 //! The fixed-window counter.
 //!
 //! Time is cut into windows of length `W = burst·interval`
-//! ([`Quota::window`]), aligned to the clock's origin: the window of `now` is
-//! `now / W`. Each window admits up to `burst` units; the count starts again
-//! from zero at every boundary. It is the cheapest algorithm (a window index
-//! and a count) and the easiest to explain in a `RateLimit-Reset` header —
-//! and the loosest: a client can spend one window's limit at the end of it
-//! and the next window's at the start, `2·burst` in a moment. Choose it when
-//! that is acceptable.
+//! ([`Quota::window`]) aligned to the clock's origin; each admits up to
+//! `burst` units. It is the cheapest algorithm (an index and a count) and the
+//! loosest: a client can spend one window's limit at its end and the next
+//! window's at its start, `2·burst` in a moment. Choose it when that is
+//! acceptable.
 //!
-//! # Invariants
-//!
-//! * The state is `(index, count)`: `count` units were admitted in window
-//!   `index`; every later window is empty.
-//! * A request of weight `n` at `now` is admitted iff the window of `now` is
-//!   not before `index` and its count plus `n` is at most `burst`.
-//! * A denied request changes nothing and is told `retry_after` = the true
-//!   earliest time it would pass: the start of the next window (which is
-//!   empty) — or, while the latest window is a future one booked by a
-//!   reservation, the earliest time in or after that window.
-//! * A `now` earlier than the latest time seen is treated as that latest time.
-//!
-//! # Reservations
-//!
-//! A reservation that does not fit in the current window is booked at the
-//! start of the next window that has room, which may be in the future. To
-//! keep the state two numbers, the latest window then *is* that future one:
-//! checks made before it starts are denied conservatively (the remainder of
-//! the current window is given up). Cancelling returns the reservation's
-//! weight while its window is still the latest one, and nothing once a later
-//! window has been opened (its count is no longer kept).
-//!
-//! # Re-configuration
-//!
-//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the latest window's *free room* (if
-//! that window is current or in the future), capped at the new burst, in the
-//! window of the new length that contains the old window's start — the rule
-//! every algorithm follows (the token bucket's tokens). Keeping the count
-//! instead would let a burst lowered and raised again hand out capacity.
-//! Counts of earlier windows are forgotten, as they are at every boundary.
+//! A denial changes nothing and reports the true earliest time it would
+//! pass; a `now` earlier than the latest seen is treated as the latest. A
+//! reservation that does not fit is booked at the start of the next window
+//! with room, which then becomes the latest window (checks before it are
+//! denied conservatively); a cancel returns its weight while that window is
+//! the latest. [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at)
+//! keeps the free room, capped at the new burst.
 
 use std::fmt::DebugStruct;
 use std::sync::Mutex;

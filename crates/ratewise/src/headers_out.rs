@@ -1,21 +1,14 @@
 //! Server-side rate-limit response headers, written without allocating.
 //!
-//! One writer for every form a server may need:
-//!
-//! * the IETF draft's current form (`draft-ietf-httpapi-ratelimit-headers`,
-//!   draft-08 onward): `RateLimit-Policy` and `RateLimit`, each a structured
-//!   field *list* of named policies — `"burst";q=100;w=10` and
-//!   `"burst";r=41;t=6`;
-//! * the older three-field form `RateLimit-Limit`, `RateLimit-Remaining`,
-//!   `RateLimit-Reset`, and its widespread `X-RateLimit-*` twin;
-//! * `Retry-After` in whole seconds, rounded **up** and at least 1, so a
-//!   client that waits the advertised time is never early (the truncation bug
-//!   of redis-cell #56).
-//!
-//! Values are formatted into a [`HeaderBuf`], a fixed buffer on the stack;
-//! nothing here touches the heap. A server turns the bytes into its own
-//! header type (with the `http` feature, `HeaderBuf::to_header_value` —
-//! `http::HeaderValue` itself copies the bytes once).
+//! One writer for every form a server may need: the IETF draft's
+//! `RateLimit-Policy` and `RateLimit` structured-field lists (draft-08 on,
+//! `"burst";q=100;w=10` and `"burst";r=41;t=6`); the older
+//! `RateLimit-Limit`/`-Remaining`/`-Reset` trio and its `X-RateLimit-*` twin;
+//! and `Retry-After` in whole seconds, rounded **up** and at least 1.
+//! Values are formatted into a [`HeaderBuf`] on the stack.
+//! [`reset_param`] is the one rule for `t`: time to full capacity when
+//! admitted, the retry-after when refused, so `Retry-After` is never earlier
+//! than `t`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -45,16 +38,6 @@
 //! assert_eq!(field.as_str(), r#""minute";r=0;t=60, "day";r=990;t=3600"#);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-//!
-//! # What `t` means here
-//!
-//! The draft's `t` is the number of seconds until the policy's quota is
-//! available again. For an admitted request that is the time until the
-//! limiter is back at full capacity ([`Decision::reset_after`], rounded up);
-//! for a refused one it is the time until the refused request would pass
-//! ([`Decision::retry_after`], rounded up, at least 1), so `Retry-After`
-//! never points earlier than `t`, as the draft requires.
-//! [`reset_param`] is that rule, shared by every writer.
 
 use std::time::Duration;
 

@@ -1,46 +1,15 @@
-//! [`Hierarchy`]: limits that compose — per user, per endpoint, global — with
-//! check-then-commit, so a level is never charged for a request another
-//! level refused.
+//! [`Hierarchy`]: limits that compose — per user, per endpoint, global — so a
+//! level is never charged for a request another level refused.
 //!
-//! # Why it is built this way
-//!
-//! Checking the levels one after another and stopping at the first refusal
-//! bills the levels already passed for a request that never ran: a user
-//! whose requests are refused by the global limit would still burn their own
-//! allowance. Here a request is admitted only if **every** level admits it,
-//! and when any level refuses, every level ends exactly as if the request
-//! had never been made. Two phases:
-//!
-//! 1. **Look.** Every level is asked with `peek` (no writes). If any refuses,
-//!    the request is denied here; nothing was written anywhere, so nothing
-//!    needs undoing. The denial names the refusing level whose retry-after
-//!    is largest and reports that largest retry-after: after waiting it,
-//!    every level that refused would admit the request.
-//! 2. **Commit.** Under one short commit lock, each level reserves the
-//!    request for *now* (`reserve_within_at(n, now, 0)`). If a level refuses
-//!    after all (another thread took its capacity since phase 1), the
-//!    reservations already made are cancelled in reverse order and the
-//!    request is denied.
-//!
-//! The commit lock is what makes the rollback exact under concurrency. A
-//! lock-free variant (reserve on each level, cancel on refusal) was rejected:
-//! when two requests interleave on one level, a cancellation may not return
-//! capacity that a later reservation has been promised (the `x/time/rate`
-//! rule that [`RateLimiter::cancel_at`] follows), so a refused request could
-//! stay charged. With commits serialised, the reservation being cancelled is
-//! always the most recent one on its level, and cancelling it restores the
-//! level to a state equivalent to the one before (checked by a property
-//! test against models that only ever see admitted requests, and by a
-//! multi-threaded test). Denials — the common case under attack — never take
-//! the lock. The lock is held for a few atomic operations per level.
-//!
-//! Invariants (for levels used only through the hierarchy):
-//! * a request is admitted only if every level admits it: no level ever
-//!   admits more than its own quota;
-//! * a denied request, or one that is an error at some level, leaves every
-//!   level as it found it;
-//! * a keyed level that is full (see [`KeyedError::Full`]) refuses like any
-//!   other level.
+//! A request is admitted only if **every** level admits it; when any level
+//! refuses, every level ends as if the request had never been made. First
+//! every level is asked with `peek` (no writes); a refusal stops there and
+//! names the level with the largest retry-after. Then, under one short commit
+//! lock, each level reserves the request for `now`; if one refuses after all
+//! (another thread took its capacity meanwhile), the reservations already
+//! made are cancelled in reverse order. Serialised commits make that
+//! rollback exact; denials never take the lock. A full keyed level
+//! ([`KeyedError::Full`]) refuses like any other.
 //!
 //! ```
 //! use std::time::Duration;

@@ -1,150 +1,39 @@
 //! [`KeyedLimiter`]: one limiter per key (user, API key, IP address), with
 //! memory that an attacker cannot exhaust.
 //!
-//! # Why it is built this way
-//!
-//! A per-key limiter that creates state on first use and never forgets it
-//! grows by one entry for every distinct key it has ever seen; ten million
-//! spoofed keys are ten million entries. This one bounds its size and still
-//! limits every key it tracks exactly:
-//!
-//! * **Sharded map.** Keys are spread by hash over N shards (by default
-//!   [`DEFAULT_SHARDS_PER_CPU`] per CPU), each a hash table
-//!   (`hashbrown::HashTable`, entries stored inline, one cache line per
-//!   entry) behind its own lock on its own cache line. What costs on two
-//!   cores is not the number of locks but two threads wanting the same one
-//!   at once, so shards are many and small: with 8 shards in all, two
-//!   threads ran at 0.6 times the rate they reach with 128.
-//! * **A lock that costs one atomic instruction.** A check holds its shard
-//!   for a few nanoseconds. The lock is a spin lock that yields after a
-//!   short spin (see `ShardLock` in the source): taking it is one
-//!   compare-exchange and releasing it a plain store, where a
-//!   `std::sync::Mutex` costs a second atomic read-modify-write to release
-//!   and two poison checks. And [`KeyedLimiter::check`] reads the clock
-//!   *after* taking the lock: an atomic read-modify-write waits for every
-//!   instruction before it, including a clock read that is slow but
-//!   independent of the lookup; read afterwards, it overlaps the lookup.
-//!   (A side effect: within a shard, `check` applies times in lock order.
-//!   The colder `peek` reads the clock first, as usual.)
-//!   Measured on two cores (`benches/keyed_ab.rs`): the std mutex ran at
-//!   1.3 times governor's `DashMap`-based store on one thread, this lock
-//!   at 2.0 times. A lock-free table (`papaya`, with a per-key atomic GCRA
-//!   state) was built and measured too: its epoch guard costs an atomic
-//!   instruction per check of its own, its boxed entries one more cache
-//!   miss, and a flood of new keys ran 4.5 times slower.
-//! * **A hard cap on keys.** Each shard holds at most `max_keys / shards`
-//!   keys, so the whole limiter holds at most `max_keys`. The hash is
-//!   randomly seeded, so an attacker cannot aim keys at one shard. Shards
-//!   fill unevenly, so one shard can be full while the table as a whole
-//!   still has room; the default shard count keeps at least
-//!   [`MIN_KEYS_PER_SHARD`] keys per shard to keep that spread small.
-//! * **A fast seeded hasher.** The default is `foldhash`'s fast hasher
-//!   ([`DefaultHashBuilder`]) with a random seed per limiter. On the small
-//!   keys limiters see (integers, addresses, short strings) it costs a
-//!   fraction of SipHash, which was about a third of a check; with its
-//!   per-limiter random seed an attacker still cannot predict which keys
-//!   collide or share a shard. It makes no cryptographic claim: pass
-//!   `std::collections::hash_map::RandomState` to [`KeyedBuilder::hasher`]
-//!   for SipHash.
-//! * **Only rested keys are evicted** (by default). A key may be dropped only when its
-//!   limiter is back at full capacity: `peek_at(1, now)` reports
-//!   `reset_after == 0`. A key created afresh later starts at full capacity
-//!   too, so forgetting it changes nothing: **eviction never lets a key
-//!   exceed its quota** (a property test checks this against a model that
-//!   never forgets). This holds for times that never run backwards; if a
-//!   caller later passes a `now` earlier than the eviction, a re-created
-//!   key may admit up to the units its old state still owed at that
-//!   earlier instant — at most one burst. Such a key is also exactly one
-//!   that has been idle
-//!   longer than its refill time, so this one rule is both the time-based
-//!   expiry and the capacity eviction.
-//! * **Bounded work, no pauses.** Every insert of a new key into a shard
-//!   at least half full first examines [`SWEEP_PER_INSERT`] entries from a
-//!   per-shard cursor and drops the rested ones (time-based expiry,
-//!   amortised over inserts); when the shard is full it examines up to
-//!   [`SCAN_WHEN_FULL`] more to make room. (Below half the cap, rested
-//!   keys stay: they cost only memory the cap allows, and dropping them
-//!   early only makes keys that rest between visits be dropped and
-//!   re-created over and over, each time paying for an insert.)
-//!   [`KeyedLimiter::maintain`] does the same sweep on demand with a budget
-//!   the caller chooses. No operation ever walks a whole shard.
-//! * **Full means "no", not "forget someone".** When a shard is full and
-//!   none of the examined keys is rested, the request of the *new* key is
-//!   refused with [`KeyedError::Full`] (carrying an estimate of when room
-//!   will appear); keys already tracked keep being limited exactly. This is
-//!   the strict choice: under a flood faster than keys refill, new keys are
-//!   refused rather than letting an attacker push a legitimate, partly used
-//!   key out of the table and reset its allowance. Size `max_keys` so that
-//!   `arrival rate of new keys × refill time` fits, with some headroom for
-//!   the uneven fill of shards.
-//! * **Or, if you choose, "forget someone who owes little".** With
-//!   [`KeyedBuilder::lenient_eviction`]`(max_debt)`, a full shard evicts
-//!   the examined key nearest to rested, if it owes at most `max_debt`;
-//!   each such eviction forgives at most `max_debt` of one key's debt
-//!   (a property test checks the bound against a model that forgets
-//!   exactly the keys the limiter dropped). Keys that use their quota owe
-//!   more than a small `max_debt` and are never pushed out; keys that came
-//!   once (a flood) or come back rarely are served instead of refused.
-//!
-//! # Quotas
-//!
-//! Every key uses the default quota unless it has an override
-//! ([`KeyedLimiter::set_key_quota_at`], e.g. a premium API key). Overrides
-//! are kept apart from the limiter table, so they survive eviction; they are
-//! meant for keys an operator names, not for every key seen. Changing the
-//! default quota ([`KeyedLimiter::set_default_quota`]) is O(1): each tracked
-//! key picks up the new quota at its next use (with the usual
-//! [`RateLimiter::set_quota_at`] rule that available units are preserved).
-//!
-//! # Memory
-//!
-//! Per tracked key a shard's table holds one entry (the key, the per-key
-//! limiter and the quota generation it has seen, padded to a 64-byte cache
-//! line for `u64` keys and [`GcraState`]) and one control byte.
-//! [`KeyedLimiter::estimated_bytes_per_key`] computes this for a given `K`
-//! and `L` with the table at its maximum load (7/8): 75 bytes for `u64`
-//! keys and the default [`GcraState`] (48 bytes). Evictions leave
-//! tombstones in the table, so a shard that has churned through many keys
-//! can hold up to twice the buckets its cap needs;
-//! [`KeyedLimiter::max_table_bytes`] is the bound on the whole limiter,
-//! whatever keys arrive, and [`KeyedBuilder::preallocate`] allocates
-//! exactly that up front. The `keyed_flood` example measures the resident
-//! memory of the whole process against it.
-//!
-//! # Per-key state
-//!
-//! Per-key limiters are built by a factory from a [`Quota`] and implement
-//! [`KeyState`]. Every [`RateLimiter`] is a `KeyState` (build them on
-//! [`NoClock`], a clock of size zero: the keyed limiter always tells them the
-//! time). The default is [`GcraState`]: the same GCRA as [`Gcra`](crate::Gcra),
-//! answer for answer (a property test compares them), but as plain fields
-//! mutated under the shard lock — no atomics inside a lock that already
-//! serialises access, and 48 bytes instead of the 384 of a `Gcra` (whose
-//! contended words have cache lines to themselves, right for one shared limiter
-//! and wasteful for a million per-key ones).
+//! * **Sharded.** Keys are hashed once (foldhash, seeded at random per limiter,
+//!   [`DefaultHashBuilder`]; pass `RandomState` to [`KeyedBuilder::hasher`] for
+//!   SipHash) onto many small shards ([`DEFAULT_SHARDS_PER_CPU`] per CPU), each
+//!   a hash table behind its own spin-then-yield lock.
+//! * **A hard cap.** At most `max_keys` keys; [`KeyedLimiter::max_table_bytes`]
+//!   bounds the memory, [`KeyedBuilder::preallocate`] allocates it up front.
+//! * **Only rested keys are evicted**: a key back at full capacity, so a
+//!   re-created key gets exactly what a never-forgotten one would. Inserts
+//!   sweep a few entries ([`SWEEP_PER_INSERT`], [`SCAN_WHEN_FULL`]);
+//!   [`KeyedLimiter::maintain`] sweeps on demand. No operation walks a shard.
+//! * **Full means "no".** A new key with no room is refused
+//!   ([`KeyedError::Full`]); [`KeyedBuilder::lenient_eviction`] instead
+//!   forgives at most a set debt of one key per eviction.
+//! * **Quotas** per key override the default ([`KeyedLimiter::set_key_quota_at`],
+//!   kept apart from the table, so they survive eviction).
+//! * **Per-key state** is any [`KeyState`]; every [`RateLimiter`] built on
+//!   [`NoClock`] is one. The default [`GcraState`] answers exactly as
+//!   [`Gcra`](crate::Gcra) in 48 bytes of plain fields.
 //!
 //! ```
-//! use std::time::Duration;
-//! use ratewise::keyed::{KeyedError, KeyedLimiter};
+//! use ratewise::keyed::KeyedLimiter;
 //! use ratewise::{Quota, Timestamp};
 //!
 //! let per_user = KeyedLimiter::<u64>::builder(Quota::per_second(2)?)
 //!     .max_keys(1000)
 //!     .build();
 //! let t0 = Timestamp::ZERO;
-//! assert!(per_user.check_at(&7, 1, t0)?.is_allowed());
-//! assert!(per_user.check_at(&7, 1, t0)?.is_allowed());
+//! assert!(per_user.check_at(&7, 2, t0)?.is_allowed());
 //! assert!(!per_user.check_at(&7, 1, t0)?.is_allowed()); // user 7 is out
 //! assert!(per_user.check_at(&8, 1, t0)?.is_allowed()); // user 8 is not
 //!
-//! // A premium user gets more.
-//! per_user.set_key_quota_at(&9, Quota::per_second(100)?, t0);
+//! per_user.set_key_quota_at(&9, Quota::per_second(100)?, t0); // a premium user
 //! assert_eq!(per_user.check_at(&9, 1, t0)?.limit, 100);
-//!
-//! // Once rested, keys are forgotten by later inserts or by `maintain`.
-//! let later = t0 + Duration::from_secs(1);
-//! per_user.maintain(later, usize::MAX);
-//! assert_eq!(per_user.len(), 0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -180,10 +69,8 @@ pub const SWEEP_PER_INSERT: usize = 2;
 pub const SCAN_WHEN_FULL: usize = 32;
 
 /// Shards per CPU in a [`KeyedLimiter`] built without
-/// [`KeyedBuilder::shards`]. Measured (`benches/keyed_ab.rs`, two threads
-/// over 10 000 hot keys): 8 shards in all ran at 0.6 times the rate of 128,
-/// because two threads wanting one shard at once is what costs, not the
-/// number of locks.
+/// [`KeyedBuilder::shards`]. Shards are many and small because two threads
+/// wanting one shard at once is what costs, not the number of locks.
 pub const DEFAULT_SHARDS_PER_CPU: usize = 64;
 
 /// The default shard count is lowered until each shard holds at least this

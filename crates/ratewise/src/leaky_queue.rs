@@ -1,65 +1,28 @@
 //! The leaky bucket as a queue: a scheduler that never lets output burst.
 //!
 //! Admitted requests join a bounded FIFO that drains at the quota's rate.
-//! Instead of holding the requests (this crate does no I/O), the queue hands
-//! each one its **departure time** — when it reaches the head of the queue —
-//! as [`Decision::delay`] (or [`Reservation::act_at`]); the caller waits that
-//! long and then acts. A request of weight `n` occupies the head for
-//! `n·interval`, so
-//!
-//! ```text
-//! departure(i) ≥ departure(i−1) + weight(i−1)·interval
-//! ```
-//!
-//! and the output never exceeds the rate, however bursty the input.
-//!
-//! # Model and invariants
-//!
-//! The whole queue is one number, `tail`: the time at which everything
-//! admitted so far has been served (the next free departure slot). At `now`
-//! the queue holds `tail − now` nanoseconds of work, i.e. `(tail − now) /
-//! interval` units, counting the unserved part of the request at the head.
-//! A request of weight `n` is admitted iff
+//! Instead of holding them (this crate does no I/O), the queue hands each its
+//! **departure time** as [`Decision::delay`] (or [`Reservation::act_at`]); the
+//! caller waits that long, then acts. The whole queue is one number, `tail`,
+//! the next free departure slot. A request of weight `n` is admitted iff
 //!
 //! ```text
 //! (max(tail, now) − now) + n·interval ≤ burst·interval
 //! ```
 //!
-//! departs at `max(tail, now)`, and moves `tail` to `departure + n·interval`.
-//! Hence every request admitted by a check waits at most
-//! `(burst − n)·interval` (a reservation may wait longer, see below). An
-//! overflowing request is denied, changes nothing, and is told
-//! `retry_after` = when enough work has drained for it to fit.
+//! — exactly [GCRA](crate::Gcra)'s test, but it departs at `max(tail, now)`
+//! rather than now, and moves `tail` on by `n·interval`. So departures are
+//! spaced one interval per unit and a checked request waits at most
+//! `(burst − n)·interval`. A denial changes nothing and reports the exact
+//! `retry_after`.
 //!
-//! The admission test is exactly [GCRA](crate::Gcra)'s (with `tail` as the
-//! theoretical arrival time); the difference is that GCRA lets an admitted
-//! request act *now* and this queue makes it act at its departure.
-//!
-//! # Reservations and cancellation
-//!
-//! [`RateLimiter::reserve_within_at`](crate::RateLimiter::reserve_within_at) books the next departure slot, and may
-//! book it beyond the queue's capacity (the request then waits outside the
-//! queue until room appears, then in it): `act_at` is the departure and the
-//! wait checked against `max_wait` is `act_at − now`. Later checks see an
-//! over-full queue and are denied until it drains below the brim.
-//!
-//! Cancellation follows Go's `x/time/rate` rule — capacity promised to later
-//! requests is not given back — as far as a FIFO allows. Every request
-//! admitted after a reservation was scheduled *behind* it and has been told
-//! its departure time; moving the tail back would let a new request depart
-//! in the middle of theirs and make the output burst. So a cancelled
-//! reservation gives back its whole weight if it is still the last one in
-//! the queue (the tail moves back to its departure; cancelling several in
-//! reverse order gives back each), and nothing otherwise: its slot becomes
-//! idle time in the output.
-//!
-//! # Re-configuration and time
-//!
-//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps `tail`: work already scheduled keeps
-//! its departure times, the backlog stays used, and new admissions are
-//! measured against the new capacity (`burst'·interval'`) and spaced by the
-//! new interval. A `now` earlier than the latest time seen is treated as
-//! that latest time, which is never more permissive.
+//! A reservation may book a slot beyond the queue's capacity (it waits
+//! outside the queue first). Cancelling follows Go's `x/time/rate` rule as far
+//! as a FIFO allows: the last reservation in the queue gives back its whole
+//! weight, any other nothing (its slot becomes idle output, so no later
+//! request departs early). [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at)
+//! keeps `tail`: scheduled departures stand. A `now` earlier than the latest
+//! seen is treated as the latest.
 
 use std::fmt::DebugStruct;
 use std::sync::Mutex;

@@ -1,34 +1,16 @@
 //! [`ShardedLimiter`]: one global limit split over N independent shards, for
 //! contention that even a lock-free limiter cannot absorb.
 //!
-//! # Why, and what it costs
-//!
-//! A single [`Gcra`] is one atomic word; when every core admits requests
-//! through it, that word's cache line moves between cores on every
-//! admission. Splitting the limit into N shards, each with 1/N of the rate
-//! and of the burst, lets each thread work on its own shard (chosen by
-//! [`striped::thread_slot`](crate::striped::thread_slot)), so admissions on different
-//! threads do not share a line. Each shard sits on its own cache line.
-//!
-//! The price is exactness. With a global quota of one unit per `T` and burst
-//! `b`, each shard gets one unit per `N·T` and burst `⌈b/N⌉`. Then:
-//!
-//! * **Upper bound.** In any interval of length `t`, the shards together
-//!   admit at most `N·⌈b/N⌉ + ⌊t/T⌋ ≤ b + (N − 1) + ⌊t/T⌋` units; the exact
-//!   limiter admits at most `b + ⌊t/T⌋`. So the sharded limiter
-//!   **over-admits by at most `N − 1` units in any window**, only from
-//!   rounding the burst up, and its long-run rate is exactly `1/T`.
-//!   [`ShardedLimiter::max_excess`] returns this bound; tests check it.
-//! * **No stranded capacity.** A request refused by its own shard tries
-//!   the other shards before being refused, so a request of weight `n` is
-//!   refused only when no shard holds `n` units. A busy thread therefore
-//!   cannot be refused while idle shards hold capacity, as happens with
-//!   plain hash-sharding. Trying every shard costs only on denial, and
-//!   denials write nothing.
-//! * A request may weigh at most `⌈b/N⌉` (one shard's burst).
-//!
-//! Use it for very hot *global* limits; per-key limits are already spread
-//! over many limiters by [`KeyedLimiter`](crate::KeyedLimiter).
+//! Each shard, on its own cache line, gets 1/N of the rate and `⌈b/N⌉` of the
+//! burst; a thread starts at its own shard
+//! ([`striped::thread_slot`](crate::striped::thread_slot)), so admissions on
+//! different threads do not share a line. The price is exactness: the shards
+//! over-admit by at most `N − 1` units in any window, from rounding the
+//! burst up ([`ShardedLimiter::max_excess`]); the long-run rate is exact. A
+//! request its shard refuses tries the others, so capacity is never
+//! stranded; a request may weigh at most `⌈b/N⌉`. Use it for very hot global
+//! limits; per-key limits are already spread by
+//! [`KeyedLimiter`](crate::KeyedLimiter).
 //!
 //! ```
 //! use ratewise::sharded::ShardedLimiter;

@@ -2,49 +2,22 @@
 //! sliding window's fairness.
 //!
 //! Windows of length `W = burst·interval` ([`Quota::window`]) are aligned to
-//! the clock's origin, as in [`FixedWindow`](crate::FixedWindow), but the
-//! limiter keeps the previous window's count too and estimates the number of
-//! units in the trailing window `(now − W, now]` by assuming the previous
-//! window's were spread evenly:
+//! the clock's origin, as in [`FixedWindow`](crate::FixedWindow); the limiter
+//! also keeps the previous window's count and estimates the trailing window
+//! by assuming those units were spread evenly:
 //!
 //! ```text
 //! estimate = prev·(1 − f) + cur,   f = (now − window start) / W
 //! ```
 //!
-//! A request of weight `n` is admitted iff `estimate + n ≤ burst`. The test
-//! is done in exact integers — `prev·(W − elapsed) + (cur + n)·W ≤ burst·W`
-//! in `u128` — so there is no float rounding at any boundary and
-//! `retry_after` can be computed exactly.
-//!
-//! # Invariants
-//!
-//! * The state is `(index, prev, cur)`: `cur` units admitted in window
-//!   `index`, `prev` in window `index − 1`. Windows after `index` are empty.
-//! * Within a window the estimate only falls as time passes, and at a
-//!   boundary it does not rise (`prev·(W − elapsed)/W + cur ≥ cur`, the new
-//!   estimate's starting value), so the earliest admission time of a denied
-//!   request is found in closed form and is exact.
-//! * A denied request changes nothing. A `now` earlier than the latest time
-//!   seen is treated as that latest time.
-//!
-//! # Reservations
-//!
-//! A reservation is booked at the earliest time the request passes — in the
-//! current window or a later one — and counted there. If that is in a future
-//! window, the latest window becomes that future one: checks made before it
-//! starts are denied conservatively. Cancelling (before the act time) gives
-//! back the reservation's weight while its window is the latest or the one
-//! before it (the two counts kept), and nothing once it has been forgotten.
-//! Giving it back is exact, not merely safe: the cancelled units never act.
-//!
-//! # Re-configuration
-//!
-//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the free room: `burst − ⌈estimate⌉`
-//! units, capped at the new burst, stay free in the current window of the
-//! new length (whose count is set accordingly, with an empty previous
-//! window). This is the rule every algorithm follows (the token bucket's
-//! tokens); keeping the count would let a burst lowered and raised again
-//! hand out capacity.
+//! `n` is admitted iff `estimate + n ≤ burst`, tested in exact `u128`
+//! integers, so `retry_after` is exact. The state is `(index, prev, cur)`; a
+//! denial changes nothing; a `now` earlier than the latest seen is treated as
+//! the latest. A reservation is counted in the window where it first passes
+//! (a future window becomes the latest, so earlier checks are denied
+//! conservatively) and a cancel returns its weight while that window's count
+//! is kept. [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at)
+//! keeps the free room, capped at the new burst.
 
 use std::fmt::DebugStruct;
 use std::sync::Mutex;

@@ -1,51 +1,19 @@
 //! The sliding-window log: exact, at the price of memory.
 //!
-//! The limiter remembers when each admitted unit was admitted, and admits a
-//! request of weight `n` at `now` iff the total weight admitted in the
-//! trailing window `(now − W, now]` plus `n` is at most `burst`, with
-//! `W = burst·interval` ([`Quota::window`]). There is no estimate and no
-//! boundary: *every* window of length `W` holds at most `burst` units.
+//! The limiter remembers when each admitted unit was admitted and admits `n`
+//! at `now` iff the weight admitted in `(now − W, now]` plus `n` is at most
+//! `burst`, with `W = burst·interval` ([`Quota::window`]): *every* window of
+//! length `W` holds at most `burst` units.
 //!
-//! # Memory
-//!
-//! The log is a ring buffer (`VecDeque`) of `(time, weight)` entries, 16
-//! bytes each; requests admitted at the same nanosecond share one entry.
-//! Entries leave as they slide out of the window, so the log's total weight
-//! never exceeds `burst` and it holds **at most `burst` entries** — at most
-//! `16·burst` bytes, plus the ring's rounding up to a power of two (so under
-//! `32·burst` bytes). It starts empty and grows only as traffic needs; once it
-//! has grown, checks reuse its storage and do not allocate. (After
-//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) lowers the burst, entries admitted under the
-//! old one stay until they expire.) A denial walks the log to compute the
-//! exact `retry_after`, which is `O(entries)`; an admission is `O(1)`
-//! amortised.
-//!
-//! # Invariants
-//!
-//! * Entries are in non-decreasing time order; the newest may lie in the
-//!   future (a reservation). Every decision is made at a time no earlier than
-//!   the latest time anything was logged at: a check made before it is denied
-//!   conservatively, with the exact time it would pass. Entries at or before
-//!   that time minus `W` can then never count again and are dropped.
-//! * A denied request changes nothing. A `now` earlier than the latest time
-//!   seen is treated as that latest time.
-//!
-//! # Reservations
-//!
-//! A reservation is logged at the earliest time it passes (when enough old
-//! entries have expired). Cancelling it before that time removes its weight
-//! from the log — safe, since the cancelled units never act; later
-//! reservations were admitted with it counted and keep their times. Nothing
-//! comes back once its act time has passed. One limit: checks made before a
-//! cancelled reservation's time stay denied until that time (older entries
-//! that would have counted then were already dropped, so reopening that
-//! stretch could over-admit).
-//!
-//! # Re-configuration
-//!
-//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the log: every unit admitted in the
-//! last window stays counted against the new burst, within the new window
-//! length. Entries older than the old window were already forgotten.
+//! The log is a ring buffer of `(time, weight)` entries, 16 bytes each
+//! (same-nanosecond admissions share one), at most `burst` entries; it grows
+//! only as traffic needs and then stops allocating. An admission is `O(1)`
+//! amortised, a denial `O(entries)` to compute the exact `retry_after`.
+//! A denial changes nothing; a `now` earlier than the latest seen is treated
+//! as the latest. A cancelled reservation's weight leaves the log before its
+//! act time; checks before that time stay denied (conservative).
+//! [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) keeps the
+//! log: units of the last window count against the new burst.
 
 use std::collections::VecDeque;
 use std::fmt::DebugStruct;

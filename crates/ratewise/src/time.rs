@@ -7,9 +7,8 @@
 //! clock, and they do it through the [`Clock`] trait:
 //!
 //! * [`MonotonicClock`] — the production clock. It reads the CPU's time-stamp
-//!   counter through `quanta` (about 2–3× cheaper than `std::time::Instant` on
-//!   this project's benchmark, see `docs/ARCHITECTURE.md`), calibrated to
-//!   nanoseconds and never going backwards.
+//!   counter through `quanta` (about half the cost of `std::time::Instant`),
+//!   calibrated to nanoseconds and never going backwards.
 //! * [`CoarseClock`] — the production clock read once per `resolution` by a
 //!   background thread and handed out as one atomic load: cheaper still, at
 //!   the price of a lag of up to `resolution` (which only makes a limiter

@@ -1,43 +1,18 @@
 //! Turning a response into a [`Signal`]: was this attempt throttled?
 //!
-//! "Slow down" arrives in many shapes, and a client that misses one retries
-//! at full speed into a server that is already refusing it:
-//!
-//! | shape | who | rule here |
-//! |---|---|---|
-//! | `429 Too Many Requests` | everyone | [`Signal::Throttled`] |
-//! | `503` **with** `Retry-After` / `x-amz-retry-after` | overloaded servers, S3 | `Throttled` (without one: [`Signal::ServerError`]) |
-//! | `403` + JSON error reason `rateLimitExceeded` / `userRateLimitExceeded` (or `RATE_LIMIT_EXCEEDED`, status `RESOURCE_EXHAUSTED`) | Google APIs | `Throttled` |
-//! | `403` + `retry-after`, or `x-ratelimit-remaining: 0` (or zero remaining in any rate-limit header), or a body about a secondary / exceeded rate limit | GitHub | `Throttled` |
-//! | `200` + a GraphQL error of type `RATE_LIMITED` | GitHub GraphQL | `Throttled` (can be switched off) |
-//! | `grpc-status: 8` / `RESOURCE_EXHAUSTED` | gRPC | `Throttled` |
-//! | error code `ThrottlingException`, `SlowDown`, … (from `x-amzn-ErrorType`, JSON `__type` / `code`, or XML `<Code>`) | AWS | `Throttled` |
-//! | anything your own predicate recognises | others | `Throttled` |
-//!
-//! Everything else follows the status class: other 5xx → `ServerError`,
-//! 2xx/3xx → `Success`, other 4xx (and impossible codes) → `Failure`.
-//!
-//! Rules are tried in this order: `429` and the user predicate; gRPC
-//! `RESOURCE_EXHAUSTED` (other non-`OK` gRPC codes decide only on an HTTP
-//! `2xx`: `DEADLINE_EXCEEDED` → `Timeout`, `UNKNOWN` / `INTERNAL` /
-//! `UNAVAILABLE` / `DATA_LOSS` → `ServerError`, the rest → `Failure`); AWS
-//! codes on statuses ≥ 400 (the transient `RequestTimeout` /
-//! `RequestTimeoutException` → `ServerError`); then the status rules above.
-//!
-//! The functions take a status code, a [`HeaderSource`] and an optional body,
-//! so they work with any HTTP stack; with the `http` feature there are
-//! shortcuts for `http::Response`. [`Classifier::outcome`] adds the parsed
-//! [`ServerHints`](super::ServerHints) to make the [`Outcome`] a strategy
-//! consumes.
-//!
-//! # Invariants
-//!
-//! * No input panics, however large or malformed the headers or body. Bodies
-//!   are scanned once per recogniser in linear time with a tolerant tokenizer
-//!   that never recurses, so truncated or non-JSON bodies are simply "no
-//!   match".
-//! * Bodies are only inspected where a rule needs them: error statuses, and
-//!   `2xx` for the GraphQL rule.
+//! [`Signal::Throttled`] for: `429`; `503` with `Retry-After` or
+//! `x-amz-retry-after`; Google's `403` with a `rateLimitExceeded`-style
+//! reason; GitHub's `403` with `retry-after`, zero remaining or a
+//! rate-limit message, and its GraphQL `RATE_LIMITED`; gRPC
+//! `RESOURCE_EXHAUSTED`; AWS throttling codes (`ThrottlingException`,
+//! `SlowDown`, …); anything your own predicate recognises. Everything else
+//! follows the status class: other 5xx → `ServerError`, 2xx/3xx → `Success`,
+//! other 4xx → `Failure`. The functions take a status, a [`HeaderSource`]
+//! and an optional body, so they work with any HTTP stack;
+//! [`Classifier::outcome`] adds the parsed
+//! [`ServerHints`](super::ServerHints) to make an [`Outcome`]. No input
+//! panics: bodies are scanned in linear time by a tolerant tokenizer, and
+//! only where a rule needs them.
 //!
 //! ```
 //! use ratewise::client::classify::classify;

@@ -1,19 +1,20 @@
 //! The request loop every HTTP client driver shares (features `tokio` and
-//! `http`): the reqwest middleware (`ratewise-reqwest`) and the tower client
-//! layer (`ratewise-tower`) are this loop with their own way of copying,
-//! sending and reading a request.
+//! `http`): the reqwest middleware and the tower client layer are this loop
+//! with their own way of copying, sending and reading a request.
 //!
 //! [`send`] drives one call through a [`Throttle`] partition: sleep out a
-//! retry's delay, take a slot ([`Throttle::acquire_at`]; after sleeping to
-//! it, [`Throttle::recheck_at`] in case a cut or a pause re-planned the
-//! partition meanwhile), send a copy of the
+//! retry's delay, take a slot ([`Throttle::acquire_at`], then
+//! [`Throttle::recheck_at`] after sleeping to it), send a copy of the
 //! request, classify the answer, record it ([`Throttle::record_at`]), and
-//! either hand the answer back or go round again. A request that cannot be
-//! copied is sent itself, once; if its answer asks for a retry the call ends
-//! with [`RefusalReason::NotReplayable`].
+//! hand the answer back or go round again. A request that cannot be copied
+//! is sent once; if its answer asks for a retry the call ends with
+//! [`RefusalReason::NotReplayable`]. Dropping the future is safe.
+//!
+//! With the `observe` feature each call reports `ratewise_client_*` metrics
+//! (names in [`names`], labelled by partition) and `tracing` events (a
+//! `debug` per retry, a `warn` per refusal).
 //!
 //! ```
-//! use std::time::Duration;
 //! use ratewise::client::exchange::{send, Answer};
 //! use ratewise::client::{Outcome, Throttle, ThrottleConfig};
 //!
@@ -26,12 +27,8 @@
 //!     &throttle,
 //!     &key,
 //!     "GET /items",
-//!     |request| Some(*request),   // a &str copies: every attempt can be replayed
-//!     |_request| {
-//!         sent += 1;
-//!         let status = if sent == 1 { 429 } else { 200 };
-//!         async move { status }
-//!     },
+//!     |request| Some(*request), // a &str copies: every attempt can be replayed
+//!     |_request| { sent += 1; let status: u16 = if sent == 1 { 429 } else { 200 }; async move { status } },
 //!     |status: &u16| Answer {
 //!         outcome: if *status == 429 { Outcome::throttled() } else { Outcome::success() },
 //!         status: http::StatusCode::from_u16(*status).ok(),
@@ -41,29 +38,6 @@
 //! assert_eq!(answer.unwrap(), 200); // the 429 was retried
 //! # }
 //! ```
-//!
-//! **Cancellation safety** is the async driver's (`Throttle::run`): no lock
-//! is held across an `.await`, so dropping the future while it sleeps or
-//! while an attempt is in flight leaves every counter consistent; a reserved
-//! slot is simply not used.
-//!
-//! # Metrics and events
-//!
-//! With the `observe` feature, each call reports to the [`metrics`] facade
-//! (whatever recorder the application installed) and to [`tracing`]; the
-//! names are in [`names`], labelled by partition (the key's `Display`):
-//!
-//! | name | kind | meaning |
-//! |---|---|---|
-//! | `ratewise_client_attempts_total{partition}` | counter | attempts sent, retries included |
-//! | `ratewise_client_throttled_total{partition}` | counter | answers classified as throttled (429, 503 + `Retry-After`, gRPC `RESOURCE_EXHAUSTED`, …) |
-//! | `ratewise_client_retries_total{partition}` | counter | attempts the throttle decided to send again |
-//! | `ratewise_client_refused_total{partition,reason}` | counter | calls ended without an answer to return ([`Refused::label`]) |
-//! | `ratewise_client_wait_seconds{partition}` | histogram | time from "ready to send" (the call's start, or the previous answer) to the attempt: retry delay, pause and pacing together |
-//! | `ratewise_client_rate{partition}` | gauge | the partition's pacing rate after the last answer, requests per second (0 while not pacing) |
-//!
-//! `tracing`: a `debug` event per retry (partition, attempt, delay, signal)
-//! and a `warn` event per refusal (partition, attempts, reason, side).
 
 use std::fmt;
 use std::future::Future;

@@ -1,61 +1,25 @@
 //! Reading a server's rate-limit headers into [`ServerHints`].
 //!
-//! Servers announce their limits in several generations of headers, and a
-//! client that talks to more than one API meets all of them:
-//!
 //! | header | meaning | unit |
 //! |---|---|---|
 //! | `Retry-After` (RFC 9110) | wait before retrying | delta-seconds **or** an HTTP-date |
-//! | `x-amz-retry-after` (AWS) | wait before retrying | milliseconds |
-//! | `retry-after-ms` (OpenAI, Azure) | wait before retrying | milliseconds |
-//! | `grpc-retry-pushback-ms` (gRPC) | wait before retrying | milliseconds; negative or unparseable = "don't retry" ([`ServerHints::no_retry`]) |
+//! | `x-amz-retry-after`, `retry-after-ms` | wait before retrying | milliseconds |
+//! | `grpc-retry-pushback-ms` | wait before retrying | milliseconds; negative or unparseable: [`ServerHints::no_retry`] |
 //! | `RateLimit-Limit` / `-Remaining` / `-Reset` (IETF drafts ≤ 06) | quota, what is left, time to reset | count, count, delta-seconds |
-//! | `X-RateLimit-Limit` / `-Remaining` / `-Reset` (GitHub and many others) | same | count, count, **epoch seconds** (GitHub) or delta-seconds |
-//! | `X-RateLimit-Reset-After` (Discord) | time to reset, preferred to `X-RateLimit-Reset` | delta-seconds with a fraction |
-//! | `x-rate-limit-limit` / `-remaining` / `-reset` (Twitter/X) | as `X-RateLimit-*`, read after it | same |
-//! | `RateLimit` (IETF drafts ≥ 07, structured field) | `"policy";r=<remaining>;t=<reset>` | count, delta-seconds |
-//! | `RateLimit-Policy` (IETF drafts ≥ 07, structured field) | `"policy";q=<quota>;w=<window>` | count, seconds |
+//! | `X-RateLimit-*` (GitHub, Discord's `-Reset-After`, Twitter/X's `x-rate-limit-*`) | same | epoch or delta-seconds, told apart by magnitude |
+//! | `RateLimit`, `RateLimit-Policy` (IETF drafts ≥ 07) | `"p";r=..;t=..`, `"p";q=..;w=..` | count, seconds |
 //!
-//! Both `*-Reset` headers are told apart by magnitude: a value of at least
-//! 10⁹ (September 2001 as epoch seconds; no window is 31 years long) is an
-//! epoch instant, in milliseconds from 10¹² on; anything smaller is
-//! delta-seconds. Either may carry a decimal fraction. A reset instant
-//! already past reads as zero. A remaining count written as a decimal
-//! (`598.0`) is rounded down.
-//!
-//! The forms of other particular APIs (OpenAI, Anthropic, Shopify, Reddit)
-//! are read as well, where no standard header says the same: see
-//! [`vendor`].
-//!
-//! [`parse_hints`] reads all of them from any [`HeaderSource`] and returns one
-//! [`ServerHints`]. The single-header parsers ([`parse_retry_after`],
+//! [`vendor`] reads the forms of OpenAI, Anthropic, Shopify and Reddit where
+//! no standard header says the same. [`parse_hints`] reads everything from
+//! any [`HeaderSource`]; the single-header parsers ([`parse_retry_after`],
 //! [`parse_http_date`], [`parse_delta_seconds`], [`parse_rate_limit_field`],
-//! [`parse_rate_limit_policy_field`]) are public for callers with other needs.
+//! [`parse_rate_limit_policy_field`]) are public too. Instants (an HTTP-date,
+//! an epoch reset) are turned into waits against the wall-clock `now` the
+//! caller passes; nothing here reads a clock.
 //!
-//! # Sans-IO wall-clock time
-//!
-//! Two formats name an *instant* rather than a wait: a `Retry-After`
-//! HTTP-date and GitHub's epoch-seconds `X-RateLimit-Reset`. Turning them into
-//! a wait needs the current wall-clock time, which the caller passes in as a
-//! [`SystemTime`]; nothing here reads a clock. A `Retry-After` date that is
-//! already past yields **no** server wait (`retry_after: None`), so the
-//! caller's own backoff applies instead of an immediate retry storm.
-//!
-//! # Invariants
-//!
-//! * No input panics: every index is checked, every sum saturates; a value
-//!   that does not parse is ignored (as AWS does with an invalid
-//!   `x-amz-retry-after`), never guessed.
-//! * Nothing is invented: a field of [`ServerHints`] is `Some` only when a
-//!   header carried it.
-//! * `remaining <= limit` whenever both are known. A server that says
-//!   otherwise (usually because the two numbers come from different
-//!   policies) gets the conservative reading: `remaining` is lowered to
-//!   `limit`.
-//! * When several headers give a wait, the **longest** wins: a client that
-//!   shares a quota with others should not retry earlier than any signal
-//!   allows. For remaining/limit/reset the newest generation present wins
-//!   (structured `RateLimit` over `RateLimit-*` over `X-RateLimit-*`).
+//! Rules: no input panics and nothing is invented (a field is `Some` only
+//! when a header carried it); `remaining ≤ limit`; the **longest** wait wins;
+//! for remaining/limit/reset the newest header generation wins.
 //!
 //! ```
 //! use std::time::{Duration, SystemTime};
@@ -68,10 +32,7 @@
 //! ];
 //! let hints = parse_hints(&headers[..], SystemTime::now());
 //! assert_eq!(hints.retry_after, Some(Duration::from_secs(30)));
-//! assert_eq!(hints.remaining, Some(0));
-//! assert_eq!(hints.limit, Some(100));
-//! assert_eq!(hints.reset_after, Some(Duration::from_secs(30)));
-//! // The policy's quota and window: the server's rate is 100 per 60 s.
+//! assert_eq!((hints.remaining, hints.limit), (Some(0), Some(100)));
 //! assert_eq!(hints.policy, Some((100, Duration::from_secs(60))));
 //! ```
 

@@ -1,47 +1,18 @@
 //! The client throttles Heroku compared when it added rate throttling to its
 //! Platform API gem: a null strategy, exponential backoff, and three
-//! "exponential increase" strategies that differ only in how they decrease.
+//! "exponential increase" strategies that differ only in how they decrease
+//! (reference 002). The winner,
+//! [`ExponentialIncreaseProportionalRemainingDecrease`], is the gem's default.
 //!
-//! Source: the `rate_throttle_client` Ruby gem (v0.1.2) and the Heroku
-//! Engineering blog post "A Fast Car Needs Good Brakes" (2020). The winner,
-//! [`ExponentialIncreaseProportionalRemainingDecrease`], is the Platform API
-//! gem's default since its 3.0.0 release.
-//!
-//! # Why these are reproduced to the letter
-//!
-//! The point of these types is to let the simulator replay Heroku's published
-//! experiment, so each keeps the gem's arithmetic exactly, quirks included:
-//!
-//! * Sleep values are seconds as `f64`, like the gem's floats.
-//! * Every sleep is `v · (1 + U)` with a fresh `U ~ Uniform[0, 0.1)` drawn from
-//!   a ChaCha8 generator seeded at construction, so a simulation replays exactly.
-//!   There are no minimum or maximum caps.
-//! * [`ExponentialBackoff`] starts every call at `min_sleep` and keeps nothing
-//!   between calls; it does not sleep before the first attempt.
-//! * The three "exponential increase" strategies sleep their stored value
-//!   *before every call* (even when it is zero, which sleeps zero) and, on each
-//!   throttled response, add `min_sleep`, sleep, then multiply. After the call
-//!   they apply their decrease rule and store the result.
-//! * The gem's loop retries only while the status is 429. Any other result
-//!   (success, server error, …) ends the call, and the decrease is applied to
-//!   it too, exactly as the gem does.
-//!
-//! # State between calls
-//!
-//! A strategy holds the stored value (the gem's `@sleep_for`) plus the working
-//! copy of the call in progress. One object therefore serves one caller at a
-//! time, which is the gem's behaviour in practice ("each thread keeps its own
-//! value", see the simulator spec). To model the gem's process-wide slot,
-//! read [`stored_sleep`](ExponentialIncreaseGradualDecrease::stored_sleep) at
-//! the end of a call and write it into the next caller's strategy with
-//! [`set_stored_sleep`](ExponentialIncreaseGradualDecrease::set_stored_sleep)
-//! before its `before_call` ("write then read").
-//!
-//! # Invariants
-//!
-//! * Every returned duration is finite, non-negative and equals
-//!   `base · (1 + U)` with `0 ≤ U < jitter` (`jitter` 0.1 by default).
-//! * The stored value is never negative: each decrease rule floors it at zero.
+//! They exist so the simulator can replay Heroku's experiment, so each keeps
+//! the gem's arithmetic to the letter: sleeps are `f64` seconds, each
+//! `v · (1 + U)` with `U ~ Uniform[0, jitter)` from a seeded ChaCha8, no caps;
+//! the increase strategies sleep their stored value before every call and
+//! retry only on 429. One object serves one caller at a time; to model the
+//! gem's process-wide value, carry
+//! [`stored_sleep`](ExponentialIncreaseGradualDecrease::stored_sleep) into
+//! the next caller with
+//! [`set_stored_sleep`](ExponentialIncreaseGradualDecrease::set_stored_sleep).
 //!
 //! ```
 //! use ratewise::client::heroku::{HerokuConfig, ExponentialIncreaseGradualDecrease};

@@ -1,51 +1,29 @@
 //! Pacing from server hints: when a response says how much quota is left
-//! (`RateLimit-Remaining`) and when it comes back (`RateLimit-Reset`), spread
-//! what is left over the time left — *before* any 429.
+//! (`RateLimit-Remaining`) and when it comes back (`RateLimit-Reset`), slow
+//! down *before* any 429.
 //!
-//! The rule is deliberately one-sided: a header can only **lower** the pace.
-//! Other clients share the same quota, so "remaining 4000" is not an
-//! invitation to send 4000 now; raising the rate is the controller's job
-//! (AIMD or CUBIC), which feels its way up. Concretely, a cap in force is
-//! never raised or removed by a later header; it only lapses at its own
-//! reset. Then the pace returns to the owner's: a
-//! [`Throttle`](super::throttle::Throttle) goes back to its controller's rate
-//! at once (a window's quota is back whole; a bucket's cap, `limit / reset`,
-//! is only a lower bound of its refill rate, often far below it because
-//! headers round the reset up to whole seconds, so the controller is not
-//! dragged down to it), and without a controller to the configured base
-//! pace (unpaced for none), never above.
+//! A header can only **lower** the pace: other clients share the quota, so
+//! "remaining 4000" is no invitation to send 4000 now; raising the rate is the
+//! controller's job. A cap in force is never raised by a later header and
+//! lapses only at its own reset; then the pace returns to the owner's
+//! controller (or base pace), never above. Servers mean two things by
+//! "reset", chosen with [`ResetMeaning`]:
 //!
-//! Servers mean two different things by "reset", and the safe pace differs,
-//! so the reading is chosen with [`ResetMeaning`]:
-//!
-//! * [`ResetMeaning::WindowEnd`] (default; GitHub, the IETF drafts): the
-//!   quota comes back whole at the reset. `remaining > 0` caps the rate at
-//!   `remaining / reset` until then (unless
-//!   [`HintCap::spreading_windows`] turns that off, as the default
-//!   [`Throttle`](super::throttle::Throttle) does); `remaining = 0` pauses
-//!   until the reset.
-//! * [`ResetMeaning::Refill`] (token buckets, including ratewise's own
+//! * [`ResetMeaning::WindowEnd`] (GitHub, the IETF drafts): the quota comes
+//!   back whole at the reset. `remaining > 0` caps the rate at
+//!   `remaining / reset` (unless [`HintCap::spreading_windows`] turns that
+//!   off, as the default [`Throttle`](super::throttle::Throttle) does);
+//!   `remaining = 0` pauses until the reset.
+//! * [`ResetMeaning::Refill`] (token buckets, ratewise's own
 //!   [`Decision::headers`](crate::Decision::headers)): the reset is the time
-//!   until the bucket is full again, which needs the limit `L` too. Over the
-//!   next `reset` seconds the bucket can serve exactly its `remaining` plus
-//!   what refills, `L − remaining`, so an *empty* bucket is paced at
-//!   `L / reset` — the refill rate, or below it when the header rounds the
-//!   reset up — not paused; a bucket with tokens left sets no cap (the next
-//!   request is admitted whatever the pace; pacing is the controller's job),
-//!   nor does a reset of two seconds or less: whole-second headers round a
-//!   fast bucket's 0.1 s up to 1 s (an epoch reset read against another
-//!   clock up to 2 s), so `L / reset` could be ten or twenty times too
-//!   slow.
+//!   to full, so an *empty* bucket is paced at `limit / reset`, not paused; a
+//!   bucket with tokens left, or a reset of two seconds or less (rounded up
+//!   by whole-second headers), sets no cap.
+//! * [`ResetMeaning::Auto`] (the default) tells them apart by evidence.
 //!
-//! Reading a token bucket's reset as a window end is safe but far too slow
-//! (an empty 4500/hour bucket would pause for an hour instead of 0.8 s), so
-//! pick the meaning that matches the server. A remaining count without a
-//! reset says nothing about time and is ignored (Heroku's
-//! proportional-remaining decrease uses it instead, see
-//! [`heroku`](super::heroku)).
-//!
-//! [`HintCap`] is the bookkeeping; [`WithHints`] applies it to any strategy
-//! through a core [`Pacer`].
+//! A remaining count without a reset is ignored. [`HintCap`] is the
+//! bookkeeping; [`WithHints`] applies it to any strategy through a core
+//! [`Pacer`].
 
 use std::time::Duration;
 

@@ -1,77 +1,34 @@
 //! [`Throttle`]: the client strategies composed for real use, shared by many
 //! tasks.
 //!
-//! A throttle is, per partition (per host, credential, DynamoDB table, …):
+//! Per partition (per host, credential, table, …) a throttle holds:
 //!
-//! 1. a **pacer** — a core [`Gcra`](crate::Gcra) whose rate an adaptive
-//!    controller ([`Adaptation`]: fixed, AIMD or CUBIC) moves, lowered further
-//!    by server hints (`RateLimit-Remaining` over the time to reset). Every
-//!    attempt, retries included, takes a slot, so a cut is felt at once;
-//! 2. a **pause** — a throttled response stops the *whole partition* until the
-//!    server's `Retry-After` (capped) or the backoff delay has passed, with a
-//!    little jitter so a fleet does not resume on the same instant. A
-//!    `Retry-After` of a second or less may be a few milliseconds rounded up
-//!    to whole seconds; when the partition's successes came back fast lately
-//!    (at least 5 in the last one to two seconds), the partition pauses only
-//!    two intervals at that admitted rate, while the refused call itself
-//!    still waits the whole `Retry-After`. If an attempt sent after such a
-//!    short pause is refused before one succeeds, the next pause is the
-//!    whole `Retry-After`;
-//! 3. a per-call **backoff** policy and attempt limit, an optional per-call
-//!    deadline, an optional **retry budget** (AWS standard mode) and an
-//!    optional **SRE adaptive throttle** that rejects calls locally while the
-//!    backend keeps refusing.
+//! 1. a **pacer** — a core [`Gcra`](crate::Gcra) whose rate is
+//!    `min(controller, policy rate, hint cap)`: the controller is
+//!    [`Adaptation`] (fixed, AIMD, CUBIC or the default adaptive one), the
+//!    policy rate is [`POLICY_HEADROOM`] × an IETF `RateLimit-Policy`'s
+//!    `q / w`, and the hint cap ([`HintCap`]) comes from `RateLimit-*`
+//!    headers. Every attempt, retries included, takes a slot;
+//! 2. a **pause** — a throttled response stops the whole partition until the
+//!    server's `Retry-After` (capped, jittered) or the backoff delay; a
+//!    whole-second `Retry-After` pauses a fast partition only two intervals
+//!    at its admitted rate;
+//! 3. a per-call **backoff** and attempt limit, an optional deadline, an
+//!    optional **retry budget** and an optional **SRE adaptive throttle**.
 //!
-//! The core is sans-IO like everything else: [`Throttle::acquire_at`],
-//! [`Throttle::try_acquire_at`] and [`Throttle::record_at`] take `now`. The
-//! async driver (`Throttle::run`, feature `tokio`) is a loop around them.
+//! It is sans-IO: [`Throttle::acquire_at`], [`Throttle::try_acquire_at`],
+//! [`Throttle::recheck_at`] and [`Throttle::record_at`] take `now`;
+//! `Throttle::run` (feature `tokio`) is a loop around them. A cut or a pause
+//! while calls hold future slots re-plans the partition, and each waiting
+//! call takes a new slot ([`Throttle::recheck_at`]). `Throttle` is a cheap
+//! `Clone`; no lock is held across an `.await`, so a cancelled caller leaves
+//! the state consistent.
 //!
-//! # Sharing and consistency
-//!
-//! `Throttle` is a cheap `Clone` (an `Arc`). Each partition's pacer is
-//! lock-free; the rest of its state sits behind a mutex that is held only for
-//! a few arithmetic steps, never across an `.await`. Because a slot is
-//! reserved before waiting, a caller that is cancelled while waiting leaves
-//! the state consistent: its slot simply goes unused (conservative), a budget
-//! token it paid stays paid, and no counter is left half-updated.
-//!
-//! # What the server's headers do
-//!
-//! * An IETF `RateLimit-Policy` (`"p";q=100;w=1`) states the sustained rate:
-//!   from the first answer that carries one the partition paces at
-//!   [`POLICY_HEADROOM`] × `q / w`, before any 429, and never faster; the
-//!   controller only moves below it (a shared quota).
-//! * A reset read as a bucket's refill paces an *empty* bucket at
-//!   `limit / reset`; a reset read as a window's end pauses until then when
-//!   nothing is left. Quota that is left sets no cap: it admits the next
-//!   request whatever the pace, and spreading a window's rest over the time
-//!   left only delays a job that needs more than one window
-//!   ([`HintCap::spreading_windows`]).
-//! * A throttle answering an attempt sent before the rate was last cut (or
-//!   before pacing began, once a policy states the rate) was sent at the old
-//!   pace and cuts nothing; a partition starts pacing from an empty pacer
-//!   and resumes evenly after a pause (no burst of credit saved meanwhile).
-//! * A cut or a new pause while calls hold slots still to come (many tasks
-//!   waiting on one partition) **re-plans** the partition: the pacer starts
-//!   over at the pause's end, and each waiting call takes a new slot before
-//!   it sends ([`Throttle::recheck_at`], which the async drivers call after
-//!   sleeping to a slot). Without it, slots handed out at the old pace, or
-//!   inside the pause, would still be used at the old pace. A rise to twice
-//!   the pace the held slots were handed out at re-plans them too: calls
-//!   arriving after it are not queued behind slots handed out at a pace the
-//!   partition has left.
-//!
-//! # Invariants
-//! * The pacer's rate is `min(controller, policy rate, hint cap)`, where the
-//!   controller is the fixed base rate for [`Adaptation::Fixed`] and absent
-//!   (no pacing) for [`Adaptation::None`] and CUBIC before its first
-//!   throttle.
+//! Invariants:
 //! * A header never raises the rate above the controller's: a hint cap in
-//!   force is only ever lowered ([`HintCap::observe`]), and when it lapses
-//!   the rate returns to the controller's (a window's quota is back whole;
-//!   a bucket's `limit / reset` is only a lower bound of its refill rate).
-//! * A Retry-After never pauses a partition longer than `max_retry_after`,
-//!   and never grants a retry the backoff's `max_retries` refuses.
+//!   force is only ever lowered ([`HintCap::observe`]).
+//! * A `Retry-After` never pauses longer than `max_retry_after` and never
+//!   grants a retry the backoff's `max_retries` refuses.
 //! * `attempts ≥ successes + throttled`; every counter only grows.
 
 use std::collections::HashMap;

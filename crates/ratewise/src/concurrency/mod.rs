@@ -1,12 +1,7 @@
 //! Adaptive concurrency limits: how many requests may be *in flight* at once,
 //! adjusted from the latency and the losses each completed request reports.
-//!
-//! A rate limit caps requests per second; a concurrency limit caps work in
-//! progress, which is what a server under load actually runs out of. When a
-//! dependency slows down, requests pile up, latency grows, and a fixed rate
-//! limit keeps admitting at the old pace; a concurrency limit that follows
-//! latency shrinks instead, so queues stay short and latency bounded (Little's
-//! law: in flight = throughput × latency).
+//! A concurrency limit that follows latency shrinks when a dependency slows,
+//! so queues stay short (Little's law: in flight = throughput × latency).
 //!
 //! ```
 //! use std::time::Duration;
@@ -26,26 +21,13 @@
 //! # drop(permits);
 //! ```
 //!
-//! # Shape
-//!
-//! Like every algorithm in ratewise, these are state machines told the time:
 //! [`ConcurrencyLimiter::try_acquire`] takes `now` and returns a [`Permit`];
-//! the caller completes it with [`ConcurrencyLimiter::complete`] at the time
-//! the request ended, saying whether it succeeded, was dropped (overload:
-//! a 429/503, a timeout, a shed) or should be ignored (a client error, a
-//! cancellation: no sample). A permit dropped without being completed frees
-//! its slot and counts as ignored, so a cancelled future never leaks a slot.
-//!
-//! [`ConcurrencyLimiter::try_acquire_as`] sheds load by [`Priority`]: each
-//! class may fill only its share of the limit, so the lowest classes absorb
-//! the refusals of an overload and critical traffic keeps its room.
-//!
-//! The controllers ([`Aimd`], [`Vegas`], [`Gradient2`], [`EnvoyGradient`],
-//! [`Fixed`]) implement [`LimitAlgorithm`] and see one [`Sample`] per
-//! completed request. Their defaults are the published ones (Netflix
-//! `concurrency-limits`, Envoy's adaptive-concurrency filter), and each
-//! module documents where it departs from its reference to avoid a known
-//! bug of it.
+//! [`ConcurrencyLimiter::complete`] ends it as a success, a drop (overload: a
+//! 429/503, a timeout) or ignored; a permit dropped uncompleted frees its slot.
+//! [`ConcurrencyLimiter::try_acquire_as`] sheds by [`Priority`]. The
+//! controllers ([`Aimd`], [`Vegas`], [`Gradient2`], [`EnvoyGradient`],
+//! [`Fixed`], and `Knee`, ours) implement [`LimitAlgorithm`] with their
+//! published defaults; each documents where it departs from its reference.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;

@@ -3,110 +3,34 @@
 //!
 //! | primitive | fires | sans-IO core |
 //! |---|---|---|
-//! | `Debouncer` | the **last** value, once `wait` of silence follows a burst (trailing, default), and/or the first value at once (leading); `max_wait` caps the delay | [`DebounceCore`] |
+//! | `Debouncer` | the **last** value once `wait` of silence follows a burst (trailing, default), and/or the first at once (leading); `max_wait` caps the delay | [`DebounceCore`] |
 //! | `EventThrottle` | at most one value per `wait`, first and/or latest; **never two fires closer than `wait`** | [`EventThrottleCore`] |
-//! | `Coalescer` | every value, batched per key: a batch closes `max_wait` after its first item (or after a quiet period, as an option), or at once at `max_batch` | [`CoalesceCore`] |
+//! | `Coalescer` | every value, batched per key: a batch closes `max_wait` after its first item (or after a quiet period), or at once at `max_batch` | [`CoalesceCore`] |
 //!
-//! # Why it is built this way
-//!
-//! Each primitive is a **state machine that is told the time** (the
-//! `*Core` types, always compiled): inputs are "a call with a value at
-//! `now`" and "the timer fired at `now`", outputs are "fire this value" and
-//! "arm the timer for `deadline()`". The async handles (feature `tokio`) are
-//! a thin driver that owns the one timer and runs the actions; stream
-//! adapters (feature `stream`) reuse the same cores. So the semantics can be
-//! table-tested and property-tested without a runtime, and the drivers can
-//! be tested on tokio's paused clock to the exact virtual nanosecond.
-//!
-//! Semantics follow what users already know, with three decisions made
-//! explicit:
-//! * **leading debounce is silence-based** (lodash): calls during the quiet
-//!   period are dropped and extend it. A minimum-interval gate is an
-//!   `EventThrottle` with the trailing edge off.
-//! * **the event throttle guarantees spacing** (RxJS 7): a trailing fire
-//!   opens a new window, so a call just after it waits; lodash's throttle
-//!   can fire twice in quick succession and this one cannot.
-//! * **stop drains by default**: the pending value is delivered at once (it
-//!   does not wait out the window); [`StopMode::Abort`] drops it. Stop takes a
-//!   timeout, past which undelivered fires are handed back.
-//!
-//! Invariants the drivers keep:
-//! * a value is taken out of the state machine *before* its action runs,
-//!   so a panicking action loses nothing else and is never retried; panics
-//!   are caught, counted, reported to an optional hook, and the primitive
-//!   keeps working;
-//! * actions of one primitive run one at a time, in decision order, on a
-//!   worker task that exists only while something is pending (no task or
-//!   timer is held by an idle primitive);
-//! * no lock is held while an action runs, so the action may call, flush,
-//!   cancel or stop its own primitive; `flush`/`stop` from inside the
-//!   action do not wait (they would wait for themselves);
-//! * only `tokio::time` is read, so paused-clock tests are exact.
-//!
-//! # Debounce, then throttle
-//!
-//! Wait for a burst to end, then send its last value — but never more than
-//! one send per second, however often bursts end. Here the second burst's
-//! value is superseded by the third while the throttle holds it back:
+//! Each core is a state machine told the time: inputs are "a call at `now`"
+//! and "the timer fired at `now`", outputs are "fire this" and `deadline()`.
+//! The async handles (feature `tokio`) own the one timer and run the actions
+//! one at a time; the stream adapters (feature `stream`) reuse the cores.
+//! Semantics follow lodash (leading debounce is silence-based) and RxJS 7
+//! (the throttle guarantees spacing). `stop` delivers the pending value at
+//! once by default ([`StopMode::Abort`] drops it). A value leaves the state
+//! machine before its action runs, so a panicking action (caught, counted,
+//! reported to a hook) loses nothing else; no lock is held while an action
+//! runs, so it may call, flush or stop its own primitive — but a `flush` or
+//! `stop` it awaits through another task waits for itself.
 //!
 //! ```
-//! # #[cfg(feature = "tokio")]
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::sync::{Arc, Mutex, PoisonError};
 //! use std::time::Duration;
-//! use ratewise::debounce::{DebounceConfig, Debouncer, EventThrottle, EventThrottleConfig};
-//! use tokio::time::{sleep, Instant};
+//! use ratewise::debounce::{DebounceConfig, DebounceCore};
+//! use ratewise::Timestamp;
 //!
-//! let rt = tokio::runtime::Builder::new_current_thread()
-//!     .enable_time()
-//!     .start_paused(true)
-//!     .build()?;
-//! rt.block_on(async {
-//!     let start = Instant::now();
-//!     let sent = Arc::new(Mutex::new(Vec::new()));
-//!     let log = Arc::clone(&sent);
-//!     // Stage 2: at most one send per second.
-//!     let throttle = EventThrottle::new(
-//!         EventThrottleConfig::new(Duration::from_secs(1)),
-//!         move |v: u32| {
-//!             let log = Arc::clone(&log);
-//!             async move {
-//!                 let at = start.elapsed().as_millis();
-//!                 log.lock().unwrap_or_else(PoisonError::into_inner).push((v, at));
-//!             }
-//!         },
-//!     )?;
-//!     // Stage 1: 100 ms of quiet ends a burst; pass its last value on.
-//!     let next = throttle.clone();
-//!     let debouncer = Debouncer::new(
-//!         DebounceConfig::new(Duration::from_millis(100)),
-//!         move |v: u32| {
-//!             let _ = next.call(v); // only fails once the throttle is stopped
-//!             async {}
-//!         },
-//!     )?;
-//!     for burst in 0..3 {
-//!         for i in 0..5 {
-//!             debouncer.call(burst * 10 + i)?;
-//!             sleep(Duration::from_millis(10)).await;
-//!         }
-//!         sleep(Duration::from_millis(200)).await;
-//!     }
-//!     sleep(Duration::from_secs(2)).await;
-//!     // Burst ends at 40, 290, 540 ms; debounced at 140, 390, 640 ms.
-//!     let sent = sent.lock().unwrap_or_else(PoisonError::into_inner).clone();
-//!     assert_eq!(sent, vec![(4, 140), (24, 1140)]);
-//!     Ok::<_, Box<dyn std::error::Error>>(())
-//! })
-//! # }
-//! # #[cfg(not(feature = "tokio"))]
-//! # fn main() {}
+//! let at = |ms| Timestamp::ZERO + Duration::from_millis(ms);
+//! let mut d = DebounceCore::new(DebounceConfig::new(Duration::from_millis(100)));
+//! assert_eq!(d.call(at(0), "a"), None);
+//! assert_eq!(d.call(at(50), "b"), None); // the burst goes on
+//! assert_eq!(d.deadline(), Some(at(150))); // a driver arms its timer here
+//! assert_eq!(d.on_timer(at(150)), Some("b")); // the last value fires
 //! ```
-//!
-//! A `flush` or `stop` that the action reaches *through another task* it
-//! awaits cannot be told apart from an outside caller and will wait for the
-//! action that awaits it: call them from the action itself, or do not await
-//! that task.
 
 mod core;
 #[cfg(feature = "tokio")]

@@ -24,10 +24,9 @@ pub const MAX_COARSE_RESOLUTION: Duration = Duration::from_secs(1);
 /// the latest store.
 ///
 /// Why: reading the time-stamp counter and scaling it is most of what an
-/// uncontended check costs (11.5 ns alone, against 12 ns for a whole GCRA
-/// check on this project's benchmark machine); a load of a line that
-/// changes once per `resolution` costs under one. A caller making millions
-/// of checks a second may want that back.
+/// uncontended check costs, while a load of a line that changes once per
+/// `resolution` costs under a nanosecond. A caller making millions of
+/// checks a second may want that back.
 ///
 /// What it costs:
 /// * **Staleness.** `now` lags real time by up to `resolution`, more while
