@@ -28,7 +28,10 @@ fn statuses_carry_limit_remaining_and_exact_reset() {
         let answer = decide(&e, &r, at(0));
         remaining.push(answer.statuses[0].limit_remaining);
         let limit = answer.statuses[0].current_limit.clone().expect("a limit");
-        assert_eq!((limit.requests_per_unit, limit.unit(), limit.name.as_str()), (3, Unit::Second, "per_user"));
+        assert_eq!(
+            (limit.requests_per_unit, limit.unit(), limit.name.as_str()),
+            (3, Unit::Second, "per_user")
+        );
     }
     assert_eq!(remaining, vec![2, 1, 0]);
     let refused = decide(&e, &r, at(100_000_000));
@@ -38,7 +41,10 @@ fn statuses_carry_limit_remaining_and_exact_reset() {
     let reset = refused.statuses[0].duration_until_reset.expect("a reset");
     assert_eq!((reset.seconds, reset.nanos), (0, 900_000_002));
     assert_eq!(header(&refused, "retry-after"), Some("1"));
-    assert_eq!(header(&refused, "ratelimit-policy"), Some("\"per_user\";q=3;w=1"));
+    assert_eq!(
+        header(&refused, "ratelimit-policy"),
+        Some("\"per_user\";q=3;w=1")
+    );
     assert_eq!(header(&refused, "ratelimit"), Some("\"per_user\";r=0;t=1"));
     // One unit back after a third of a second.
     assert_eq!(code(&decide(&e, &r, at(333_333_334))), Code::Ok);
@@ -54,7 +60,10 @@ fn a_request_refused_by_one_descriptor_charges_none() {
     // The seven refused requests did not charge the route.
     let route_only = req("d", vec![route]);
     let answer = decide(&e, &route_only, at(0));
-    assert_eq!(answer.statuses[0].limit_remaining, 96, "100 - 3 admitted - this one");
+    assert_eq!(
+        answer.statuses[0].limit_remaining, 96,
+        "100 - 3 admitted - this one"
+    );
     // Statuses are index-aligned: the refusing one is the second.
     let refused = decide(&e, &both, at(0));
     assert_eq!(codes(&refused), vec![Code::Ok, Code::OverLimit]);
@@ -66,7 +75,11 @@ fn hits_addend_charges_units_and_zero_looks_without_charging() {
     let mut r = req("d", vec![desc(&[("user", "a")])]);
     r.hits_addend = 2;
     assert_eq!(decide(&e, &r, at(0)).statuses[0].limit_remaining, 1);
-    assert_eq!(code(&decide(&e, &r, at(0))), Code::OverLimit, "2 more do not fit in 1");
+    assert_eq!(
+        code(&decide(&e, &r, at(0))),
+        Code::OverLimit,
+        "2 more do not fit in 1"
+    );
     // Per-descriptor hits override the request's; 0 looks.
     let look = req("d", vec![desc_hits(&[("user", "a")], 0)]);
     for _ in 0..5 {
@@ -76,7 +89,11 @@ fn hits_addend_charges_units_and_zero_looks_without_charging() {
     }
     let one = req("d", vec![desc_hits(&[("user", "a")], 1)]);
     assert_eq!(code(&decide(&e, &one, at(0))), Code::Ok);
-    assert_eq!(code(&decide(&e, &look, at(0))), Code::OverLimit, "nothing left to look at");
+    assert_eq!(
+        code(&decide(&e, &look, at(0))),
+        Code::OverLimit,
+        "nothing left to look at"
+    );
 }
 
 #[test]
@@ -102,10 +119,16 @@ fn a_limit_override_replaces_the_configured_limit_per_descriptor() {
     };
     let r = req("d", vec![overridden]);
     assert_eq!(admitted(&e, &r, 8, at(0)), 5);
-    let limit = decide(&e, &r, at(0)).statuses[0].current_limit.clone().expect("a limit");
+    let limit = decide(&e, &r, at(0)).statuses[0]
+        .current_limit
+        .clone()
+        .expect("a limit");
     assert_eq!((limit.requests_per_unit, limit.unit()), (5, Unit::Minute));
     // The configured per-user counter was not touched.
-    assert_eq!(admitted(&e, &req("d", vec![desc(&[("user", "a")])]), 5, at(0)), 3);
+    assert_eq!(
+        admitted(&e, &req("d", vec![desc(&[("user", "a")])]), 5, at(0)),
+        3
+    );
     // An override without a unit is refused with a message.
     let bad = RateLimitDescriptor {
         limit: Some(RateLimitOverride {
@@ -142,7 +165,10 @@ descriptors:
     let refused = decide(&e, &route("/c"), at(0));
     assert_eq!(code(&refused), Code::OverLimit);
     assert_eq!(
-        refused.statuses[0].current_limit.as_ref().map(|l| l.name.as_str()),
+        refused.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.name.as_str()),
         Some("client"),
         "the status names the level that refused"
     );
@@ -152,7 +178,14 @@ descriptors:
 
 #[test]
 fn every_algorithm_decides_and_reports() {
-    for algorithm in ["gcra", "token_bucket", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log"] {
+    for algorithm in [
+        "gcra",
+        "token_bucket",
+        "leaky_bucket",
+        "fixed_window",
+        "sliding_window",
+        "sliding_log",
+    ] {
         let e = engine(&format!(
             "domain: d
 descriptors:
@@ -182,7 +215,11 @@ descriptors:
     assert_eq!(admitted(&e, &r, 5, at(3_000_000_000)), 1);
     let status = decide(&e, &r, at(3_000_000_000)).statuses[0].clone();
     let limit = status.current_limit.expect("a limit");
-    assert_eq!((limit.requests_per_unit, limit.unit()), (20, Unit::Minute), "the nearest unit");
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit()),
+        (20, Unit::Minute),
+        "the nearest unit"
+    );
 }
 
 #[test]
@@ -192,7 +229,11 @@ fn unknown_domains_and_unmatched_descriptors_answer_ok_without_a_limit() {
     assert_eq!(code(&r), Code::Ok);
     assert_eq!(r.statuses.len(), 1);
     assert!(r.statuses[0].current_limit.is_none());
-    let r = decide(&e, &req("d", vec![desc(&[("other", "x")]), desc(&[])]), at(0));
+    let r = decide(
+        &e,
+        &req("d", vec![desc(&[("other", "x")]), desc(&[])]),
+        at(0),
+    );
     assert_eq!(codes(&r), vec![Code::Ok, Code::Ok]);
     assert!(r.dynamic_metadata.is_none());
 }
@@ -201,24 +242,54 @@ fn unknown_domains_and_unmatched_descriptors_answer_ok_without_a_limit() {
 fn bad_requests_are_refused_with_a_message_and_charge_nothing() {
     let e = engine(USERS);
     let ok = desc(&[("user", "a")]);
-    assert_eq!(e.decide_at(&req("", vec![ok.clone()]), at(0)).unwrap_err(), RequestError::EmptyDomain);
-    assert_eq!(e.decide_at(&req("d", vec![]), at(0)).unwrap_err(), RequestError::NoDescriptors);
+    assert_eq!(
+        e.decide_at(&req("", vec![ok.clone()]), at(0)).unwrap_err(),
+        RequestError::EmptyDomain
+    );
+    assert_eq!(
+        e.decide_at(&req("d", vec![]), at(0)).unwrap_err(),
+        RequestError::NoDescriptors
+    );
     let many = req("d", vec![ok.clone(); 10_000]);
     let err = e.decide_at(&many, at(0)).unwrap_err();
-    assert_eq!(err, RequestError::TooManyDescriptors { count: 10_000, max: 64 });
+    assert_eq!(
+        err,
+        RequestError::TooManyDescriptors {
+            count: 10_000,
+            max: 64
+        }
+    );
     assert!(err.to_string().contains("at most 64"));
     let deep: Vec<(&str, &str)> = vec![("user", "a"); 100];
-    let err = e.decide_at(&req("d", vec![desc(&deep)]), at(0)).unwrap_err();
-    assert!(matches!(err, RequestError::TooManyEntries { index: 0, count: 100, .. }));
+    let err = e
+        .decide_at(&req("d", vec![desc(&deep)]), at(0))
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        RequestError::TooManyEntries {
+            index: 0,
+            count: 100,
+            ..
+        }
+    ));
     // Nothing was charged by any of them.
-    assert_eq!(decide(&e, &req("d", vec![ok]), at(0)).statuses[0].limit_remaining, 2);
+    assert_eq!(
+        decide(&e, &req("d", vec![ok]), at(0)).statuses[0].limit_remaining,
+        2
+    );
 }
 
 #[test]
 fn header_modes() {
     let r = req("d", vec![desc(&[("user", "a")]), desc(&[("route", "/x")])]);
     let with = |headers| {
-        let e = engine_with(USERS, EngineOptions { headers, ..Default::default() });
+        let e = engine_with(
+            USERS,
+            EngineOptions {
+                headers,
+                ..Default::default()
+            },
+        );
         for _ in 0..3 {
             decide(&e, &r, at(0));
         }
@@ -229,7 +300,10 @@ fn header_modes() {
         header(&ietf, "ratelimit-policy"),
         Some("\"per_user\";q=3;w=1, \"per_route\";q=100;w=1")
     );
-    assert_eq!(header(&ietf, "ratelimit"), Some("\"per_user\";r=0;t=1, \"per_route\";r=97;t=1"));
+    assert_eq!(
+        header(&ietf, "ratelimit"),
+        Some("\"per_user\";r=0;t=1, \"per_route\";r=97;t=1")
+    );
     let legacy = with(HeaderMode::Legacy);
     assert_eq!(header(&legacy, "ratelimit-limit"), Some("3"));
     assert_eq!(header(&legacy, "ratelimit-remaining"), Some("0"));
@@ -277,24 +351,43 @@ fn a_clock_that_jumps_back_never_admits_more() {
 #[test]
 fn config_errors_name_the_file_the_line_and_the_key() {
     let load = |yaml: &str| {
-        compile_sources(&[("limits/edge.yaml".into(), yaml.into())], None, LoadOptions::default())
-            .map(|_| ())
-            .unwrap_err()
+        compile_sources(
+            &[("limits/edge.yaml".into(), yaml.into())],
+            None,
+            LoadOptions::default(),
+        )
+        .map(|_| ())
+        .unwrap_err()
     };
     let unknown = load("domain: d\ndescriptors:\n  - key: k\n    rate_limt: { unit: second, requests_per_unit: 1 }\n");
     let text = unknown.to_string();
     assert!(text.starts_with("limits/edge.yaml: "), "{text}");
-    assert!(text.contains("rate_limt") && text.contains("line 4"), "{text}");
+    assert!(
+        text.contains("rate_limt") && text.contains("line 4"),
+        "{text}"
+    );
     let bad_unit = load("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n");
     let text = bad_unit.to_string();
-    assert!(text.contains("fortnight") && text.contains("line "), "{text}");
+    assert!(
+        text.contains("fortnight") && text.contains("line "),
+        "{text}"
+    );
     let both = load("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, period: 5m, requests_per_unit: 1 }\n");
-    assert!(both.to_string().contains("either `unit` or `period`"), "{both}");
+    assert!(
+        both.to_string().contains("either `unit` or `period`"),
+        "{both}"
+    );
     let dup = load("domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n");
     let text = dup.to_string();
-    assert!(text.contains("descriptors[1]") && text.contains("appears twice"), "{text}");
+    assert!(
+        text.contains("descriptors[1]") && text.contains("appears twice"),
+        "{text}"
+    );
     let domain_twice = compile_sources(
-        &[("a.yaml".into(), "domain: d\n".into()), ("b.yaml".into(), "domain: d\n".into())],
+        &[
+            ("a.yaml".into(), "domain: d\n".into()),
+            ("b.yaml".into(), "domain: d\n".into()),
+        ],
         None,
         LoadOptions::default(),
     )
@@ -307,7 +400,12 @@ fn config_errors_name_the_file_the_line_and_the_key() {
 
 #[test]
 fn a_reload_keeps_the_state_of_unchanged_rules_and_resets_changed_ones() {
-    let first = compile_sources(&[("c.yaml".into(), USERS.into())], None, LoadOptions::default()).unwrap();
+    let first = compile_sources(
+        &[("c.yaml".into(), USERS.into())],
+        None,
+        LoadOptions::default(),
+    )
+    .unwrap();
     let e = Engine::new(first, EngineOptions::default());
     let user = req("d", vec![desc(&[("user", "a")])]);
     let route = req("d", vec![desc(&[("route", "/x")])]);
@@ -315,10 +413,23 @@ fn a_reload_keeps_the_state_of_unchanged_rules_and_resets_changed_ones() {
     assert_eq!(admitted(&e, &route, 10, at(0)), 10);
     let changed = USERS.replace("requests_per_unit: 100", "requests_per_unit: 50");
     let old = e.rules();
-    let second = compile_sources(&[("c.yaml".into(), changed)], Some(&old), LoadOptions::default()).unwrap();
+    let second = compile_sources(
+        &[("c.yaml".into(), changed)],
+        Some(&old),
+        LoadOptions::default(),
+    )
+    .unwrap();
     e.swap_rules(second);
-    assert_eq!(admitted(&e, &user, 3, at(0)), 0, "per_user kept its spent counter");
-    assert_eq!(admitted(&e, &route, 60, at(0)), 50, "per_route changed, so it starts afresh");
+    assert_eq!(
+        admitted(&e, &user, 3, at(0)),
+        0,
+        "per_user kept its spent counter"
+    );
+    assert_eq!(
+        admitted(&e, &route, 60, at(0)),
+        50,
+        "per_route changed, so it starts afresh"
+    );
 }
 
 #[test]

