@@ -135,18 +135,25 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// A request matched to its rules, ready to be decided by a store.
+pub(crate) struct Plan {
+    pub(crate) charges: Vec<Charge>,
+    /// The domain's failure policy, if it sets one.
+    pub(crate) failure: Option<crate::config::FailureMode>,
+}
+
 /// An override's identity: domain, requests per unit, unit.
 type OverrideKey = (Box<str>, u32, Unit);
 
 /// One rule a descriptor charges.
-struct Charge {
-    descriptor: usize,
-    rule: Arc<Rule>,
-    key: Box<str>,
+pub(crate) struct Charge {
+    pub(crate) descriptor: usize,
+    pub(crate) rule: Arc<Rule>,
+    pub(crate) key: Box<str>,
     /// Units to charge; 0 only looks.
-    hits: u64,
+    pub(crate) hits: u64,
     now: Timestamp,
-    verdict: Option<Verdict>,
+    pub(crate) verdict: Option<Verdict>,
     reservation: Option<Reservation>,
 }
 
@@ -155,7 +162,7 @@ impl Charge {
         self.rule.counters.as_deref()
     }
     /// Whether this charge can refuse the request.
-    fn enforcing(&self) -> bool {
+    pub(crate) fn enforcing(&self) -> bool {
         !self.rule.shadow && self.hits > 0
     }
 }
@@ -189,7 +196,7 @@ impl Engine {
     }
 
     /// Decides `request` at `now` (nanoseconds on the caller's monotonic
-    /// clock).
+    /// clock) with the in-memory counters.
     ///
     /// # Errors
     /// [`RequestError`] for a request that cannot be decided; nothing is
@@ -200,39 +207,39 @@ impl Engine {
         now: Timestamp,
     ) -> Result<RateLimitResponse, RequestError> {
         let started = std::time::Instant::now();
-        let answer = self.decide_inner(request, now);
-        self.metrics
-            .decision_seconds
-            .record(started.elapsed().as_secs_f64());
-        match &answer {
-            Ok(r) if r.overall_code == crate::rls::Code::OverLimit as i32 => {
-                self.metrics.requests_over.increment(1)
-            }
-            Ok(_) => self.metrics.requests_ok.increment(1),
-            Err(_) => self.metrics.requests_invalid.increment(1),
-        }
-        answer
+        let mut plan = self.plan(request, now)?;
+        self.decide_charges(&mut plan.charges);
+        Ok(self.finish(request, &plan, started))
     }
 
-    fn decide_inner(
+    /// Matches `request` to the rules: the charges to decide. Charges that
+    /// need no counter (unlimited, blocked) are decided already.
+    pub(crate) fn plan(
         &self,
         request: &RateLimitRequest,
         now: Timestamp,
-    ) -> Result<RateLimitResponse, RequestError> {
-        self.validate(request)?;
+    ) -> Result<Plan, RequestError> {
+        if let Err(e) = self.validate(request) {
+            self.metrics.requests_invalid.increment(1);
+            return Err(e);
+        }
         let rules = self.rules.load();
         let Some(domain) = rules.domain(&request.domain) else {
             self.metrics.unknown_domain.increment(1);
             tracing::debug!(domain = %request.domain, "unknown domain: every descriptor is unmatched");
-            return Ok(response::build(request, &[], self.options.headers));
+            return Ok(Plan {
+                charges: Vec::new(),
+                failure: None,
+            });
         };
         let mut charges = Vec::new();
         let mut matched = Vec::new();
         for (i, descriptor) in request.descriptors.iter().enumerate() {
             let hits = hits_of(request, descriptor);
             if let Some(limit) = &descriptor.limit {
-                let rule =
-                    self.override_rule(&request.domain, i, limit.requests_per_unit, limit.unit)?;
+                let rule = self
+                    .override_rule(&request.domain, i, limit.requests_per_unit, limit.unit)
+                    .inspect_err(|_| self.metrics.requests_invalid.increment(1))?;
                 let key = override_key(&descriptor.entries);
                 charges.push(self.charge(i, rule, key, hits, now));
                 continue;
@@ -244,12 +251,47 @@ impl Engine {
             }
         }
         apply_replaces(&mut charges);
-        self.decide_charges(&mut charges);
-        Ok(response::build(
+        for c in charges.iter_mut() {
+            c.verdict = match &c.rule.limit {
+                Limit::Unlimited => Some(Verdict::unlimited(c.descriptor)),
+                Limit::Blocked { reported } => {
+                    Some(Verdict::blocked(c.descriptor, &c.rule, *reported))
+                }
+                Limit::Limited { .. } => None,
+            };
+        }
+        Ok(Plan {
+            charges,
+            failure: domain.failure,
+        })
+    }
+
+    /// Records the plan's outcome and builds the response.
+    pub(crate) fn finish(
+        &self,
+        request: &RateLimitRequest,
+        plan: &Plan,
+        started: std::time::Instant,
+    ) -> RateLimitResponse {
+        for c in &plan.charges {
+            if let Some(v) = &c.verdict {
+                v.record(&c.rule.metrics, c.rule.shadow);
+            }
+        }
+        let answer = response::build(
             request,
-            &charges_verdicts(&charges),
+            &charges_verdicts(&plan.charges),
             self.options.headers,
-        ))
+        );
+        self.metrics
+            .decision_seconds
+            .record(started.elapsed().as_secs_f64());
+        if answer.overall_code == crate::rls::Code::OverLimit as i32 {
+            self.metrics.requests_over.increment(1);
+        } else {
+            self.metrics.requests_ok.increment(1);
+        }
+        answer
     }
 
     fn charge(
@@ -382,16 +424,6 @@ impl Engine {
 
     /// Decides every charge: all enforcing charges pass or none is made.
     fn decide_charges(&self, charges: &mut [Charge]) {
-        // Charges that need no counter.
-        for c in charges.iter_mut() {
-            c.verdict = match &c.rule.limit {
-                Limit::Unlimited => Some(Verdict::unlimited(c.descriptor)),
-                Limit::Blocked { reported } => {
-                    Some(Verdict::blocked(c.descriptor, &c.rule, *reported))
-                }
-                Limit::Limited { .. } => None,
-            };
-        }
         let counted = charges.iter().filter(|c| c.verdict.is_none()).count();
         let blocked = charges
             .iter()
@@ -419,11 +451,6 @@ impl Engine {
             ));
         } else {
             self.decide_together(charges, blocked);
-        }
-        for c in charges.iter() {
-            if let Some(v) = &c.verdict {
-                v.record(&c.rule.metrics, c.rule.shadow);
-            }
         }
     }
 

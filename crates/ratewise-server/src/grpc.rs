@@ -1,24 +1,56 @@
 //! The gRPC face: [`RateLimiter`] answers `ShouldRateLimit` from an
-//! [`Engine`] on the process's monotonic clock.
+//! [`Engine`] on the process's monotonic clock, with its counters in memory
+//! or on Redis.
 
 use std::sync::Arc;
 
 use ratewise::{Clock, MonotonicClock};
+use tracing::Instrument;
 
+use crate::redis_store::{RedisStore, StoreUnavailable};
 use crate::rls::{RateLimitRequest, RateLimitResponse, RateLimitService, RateLimitServiceServer};
 use crate::{Engine, RequestError};
+
+/// Why a call was not decided.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    /// The request itself is wrong (gRPC `INVALID_ARGUMENT`, HTTP 400).
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// The shared store cannot answer and the domain's failure policy is
+    /// `error` (gRPC `UNAVAILABLE`, HTTP 503).
+    #[error(transparent)]
+    Unavailable(#[from] StoreUnavailable),
+}
 
 /// Serves an [`Engine`] over RLS v3.
 #[derive(Clone, Debug)]
 pub struct RateLimiter {
     engine: Arc<Engine>,
     clock: MonotonicClock,
+    redis: Option<Arc<RedisStore>>,
 }
 
 impl RateLimiter {
-    /// A service answering from `engine`, timed by `clock`.
+    /// A service answering from `engine` with in-memory counters, timed by
+    /// `clock`.
     pub fn new(engine: Arc<Engine>, clock: MonotonicClock) -> RateLimiter {
-        RateLimiter { engine, clock }
+        RateLimiter {
+            engine,
+            clock,
+            redis: None,
+        }
+    }
+
+    /// The same service with its counters on Redis.
+    pub fn with_redis(mut self, store: Arc<RedisStore>) -> RateLimiter {
+        self.redis = Some(store);
+        self
+    }
+
+    /// Whether the counters are on Redis.
+    pub fn is_shared(&self) -> bool {
+        self.redis.is_some()
     }
 
     /// The engine it answers from.
@@ -34,9 +66,19 @@ impl RateLimiter {
     /// Decides `request` now.
     ///
     /// # Errors
-    /// The request's [`RequestError`].
-    pub fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, RequestError> {
-        self.engine.decide_at(request, self.clock.now())
+    /// [`DecideError`].
+    pub async fn decide(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, DecideError> {
+        let now = self.clock.now();
+        let Some(store) = &self.redis else {
+            return Ok(self.engine.decide_at(request, now)?);
+        };
+        let started = std::time::Instant::now();
+        let mut plan = self.engine.plan(request, now)?;
+        store.decide(&mut plan).await?;
+        Ok(self.engine.finish(request, &plan, started))
     }
 }
 
@@ -47,16 +89,16 @@ impl RateLimitService for RateLimiter {
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let request = request.into_inner();
         let span = tracing::debug_span!("should_rate_limit", domain = %request.domain, descriptors = request.descriptors.len());
-        let _enter = span.enter();
-        match self.decide(&request) {
+        match self.decide(&request).instrument(span).await {
             Ok(answer) => {
                 tracing::debug!(code = answer.overall_code, "decided");
                 Ok(tonic::Response::new(answer))
             }
-            Err(e) => {
+            Err(DecideError::Request(e)) => {
                 tracing::debug!(error = %e, "refused to decide");
                 Err(tonic::Status::invalid_argument(e.to_string()))
             }
+            Err(DecideError::Unavailable(e)) => Err(tonic::Status::unavailable(e.to_string())),
         }
     }
 }

@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 
-use crate::grpc::RateLimiter;
+use crate::grpc::{DecideError, RateLimiter};
 use crate::rls::{self, Code, RateLimitResponse, Unit};
 
 /// What the HTTP routes read.
@@ -247,7 +247,7 @@ async fn json(State(state): State<HttpState>, body: axum::body::Bytes) -> Respon
         descriptors,
         hits_addend: parsed.hits_addend,
     };
-    match state.limiter.decide(&request) {
+    match state.limiter.decide(&request).await {
         Ok(answer) => {
             let status = if answer.overall_code == Code::OverLimit as i32 {
                 StatusCode::TOO_MANY_REQUESTS
@@ -256,7 +256,10 @@ async fn json(State(state): State<HttpState>, body: axum::body::Bytes) -> Respon
             };
             (status, Json(to_json(&answer))).into_response()
         }
-        Err(e) => bad_request(format!("invalid request: {e}\n")),
+        Err(DecideError::Request(e)) => bad_request(format!("invalid request: {e}\n")),
+        Err(DecideError::Unavailable(e)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response()
+        }
     }
 }
 
@@ -342,7 +345,11 @@ async fn status(State(state): State<HttpState>) -> Json<StatusReport> {
                 .clone(),
         },
         store: StoreReport {
-            kind: "memory",
+            kind: if state.limiter.is_shared() {
+                "redis"
+            } else {
+                "memory"
+            },
             healthy: true,
         },
         rules,

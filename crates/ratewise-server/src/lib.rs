@@ -58,6 +58,7 @@ mod counters;
 mod engine;
 pub mod grpc;
 pub mod http;
+pub mod redis_store;
 mod response;
 pub mod rls;
 pub mod serve;

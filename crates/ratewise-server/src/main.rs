@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use ratewise_server::config::LoadOptions;
-use ratewise_server::serve::{install_prometheus, run, ServeOptions};
+use ratewise_server::config::{FailureMode, LoadOptions};
+use ratewise_server::redis_store::RedisSettings;
+use ratewise_server::serve::{install_prometheus, run, RedisTarget, ServeOptions};
 use ratewise_server::{EngineOptions, HeaderMode};
 
 /// An Envoy-compatible rate-limit service (gRPC RLS v3 and HTTP /json).
@@ -39,6 +40,28 @@ struct Args {
     /// The most distinct descriptor values one rule keeps counters for.
     #[arg(long, default_value_t = 1_000_000)]
     max_keys_per_rule: usize,
+    /// Keep the counters on Redis, shared by every instance pointed at it,
+    /// e.g. redis://127.0.0.1:6379. Without it they are in memory.
+    #[arg(long, conflicts_with = "redis_cluster")]
+    redis: Option<String>,
+    /// Keep the counters on a Redis Cluster, given some nodes' URLs,
+    /// comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    redis_cluster: Option<Vec<String>>,
+    /// The longest a decision waits on Redis before the failure policy
+    /// answers (keep it under Envoy's 20 ms timeout).
+    #[arg(long, default_value = "10ms", value_parser = parse_interval)]
+    store_deadline: Duration,
+    /// What a decision does when Redis cannot answer in time, for domains
+    /// that do not say (`failure_policy:` in their file): open (admit),
+    /// closed (refuse), local (this instance's share of each limit, see
+    /// --instances) or error (answer UNAVAILABLE; Envoy's failure_mode_deny
+    /// decides). Every such decision is counted.
+    #[arg(long, default_value = "open")]
+    store_failure: FailureMode,
+    /// How many instances share the quotas (sizes the local fallback).
+    #[arg(long, default_value_t = 1)]
+    instances: u32,
     /// Log filter (tracing's syntax), e.g. info or ratewise_server=debug.
     #[arg(long, default_value = "info")]
     log: String,
@@ -81,6 +104,16 @@ fn main() -> ExitCode {
         },
         load: LoadOptions {
             max_keys_per_rule: args.max_keys_per_rule,
+        },
+        redis: match (args.redis, args.redis_cluster) {
+            (Some(url), _) => Some(RedisTarget::Single(url)),
+            (None, Some(nodes)) => Some(RedisTarget::Cluster(nodes)),
+            (None, None) => None,
+        },
+        redis_settings: RedisSettings {
+            deadline: args.store_deadline,
+            failure: args.store_failure,
+            instances: args.instances.max(1),
         },
     };
     let result = runtime.block_on(async {

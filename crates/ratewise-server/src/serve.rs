@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use crate::config::{config_files, load_path, ConfigError, LoadOptions};
 use crate::grpc::RateLimiter;
 use crate::http::{router, HttpState, ReloadStatus};
+use crate::redis_store::{RedisSettings, RedisStore};
 use crate::telemetry::record_reload;
 use crate::{Engine, EngineOptions};
 
@@ -33,6 +34,21 @@ pub struct ServeOptions {
     pub engine: EngineOptions,
     /// Rule settings.
     pub load: LoadOptions,
+    /// Where the shared counters live; `None` keeps them in memory.
+    pub redis: Option<RedisTarget>,
+    /// Deadline and failure policy for the shared store.
+    pub redis_settings: RedisSettings,
+}
+
+/// A Redis deployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server (or a proxy), e.g. `redis://127.0.0.1:6379`. The service
+    /// starts without it and connects as soon as it answers.
+    Single(String),
+    /// A Redis Cluster, by the URLs of some of its nodes (reachable at
+    /// start).
+    Cluster(Vec<String>),
 }
 
 /// Why the service could not start or stopped on an error.
@@ -51,6 +67,9 @@ pub enum ServeError {
         /// What went wrong (e.g. the address is in use).
         source: std::io::Error,
     },
+    /// The Redis address is not usable.
+    #[error("redis: {0}")]
+    Redis(#[from] ratewise_redis::Error),
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Grpc(#[from] tonic::transport::Error),
@@ -96,7 +115,17 @@ pub async fn run(
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
     let engine = Arc::new(Engine::new(rules, engine_options));
-    let limiter = RateLimiter::new(Arc::clone(&engine), clock);
+    let mut limiter = RateLimiter::new(Arc::clone(&engine), clock);
+    if let Some(target) = &options.redis {
+        let conn: ratewise_redis::Connection = match target {
+            RedisTarget::Single(url) => ratewise_redis::connect_lazy(url)?.into(),
+            RedisTarget::Cluster(nodes) => {
+                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+                ratewise_redis::connect_cluster(&nodes).await?.into()
+            }
+        };
+        limiter = limiter.with_redis(Arc::new(RedisStore::new(conn, options.redis_settings)));
+    }
 
     let grpc_listener = bind("gRPC", options.grpc).await?;
     let http_listener = bind("HTTP", options.http).await?;

@@ -183,8 +183,15 @@ pub fn compile_sources(
         };
         let root = compiler.level(&schema.descriptors, "descriptors", &schema.domain, false)?;
         let rules = compiler.rules;
-        set.domains
-            .insert(schema.domain.into_boxed_str(), Domain { root, rules });
+        let failure = schema.failure_policy;
+        set.domains.insert(
+            schema.domain.into_boxed_str(),
+            Domain {
+                root,
+                rules,
+                failure,
+            },
+        );
         set.sources.push(file.clone());
     }
     Ok(set)

@@ -25,4 +25,4 @@ mod schema;
 
 pub use load::{compile_sources, config_files, load_path, ConfigError, LoadOptions};
 pub use rules::{Domain, Limit, Matched, Pattern, ReportedLimit, Rule, RuleSet};
-pub use schema::{parse_period, AlgorithmName};
+pub use schema::{parse_period, AlgorithmName, FailureMode};

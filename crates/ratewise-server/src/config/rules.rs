@@ -44,6 +44,7 @@ impl RuleSet {
 pub struct Domain {
     pub(crate) root: Level,
     pub(crate) rules: Vec<Arc<Rule>>,
+    pub(crate) failure: Option<super::FailureMode>,
 }
 
 /// The children of one node: looked up by exact `key`/`value`, then by a

@@ -17,6 +17,39 @@ pub struct FileSchema {
     /// The top level of the descriptor tree.
     #[serde(default)]
     pub descriptors: Vec<DescriptorSchema>,
+    /// ratewise: what this domain's decisions do when the shared store
+    /// (Redis) cannot answer; the server's `--store-failure` when absent.
+    pub failure_policy: Option<FailureMode>,
+}
+
+/// What decisions do when the shared store cannot answer in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// Admit (and count the degraded decision).
+    Open,
+    /// Refuse (and count it).
+    Closed,
+    /// Decide in memory with this instance's share of each limit.
+    Local,
+    /// Answer the call with gRPC `UNAVAILABLE`, so Envoy's
+    /// `failure_mode_deny` decides.
+    Error,
+}
+
+impl std::str::FromStr for FailureMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "open" => Ok(FailureMode::Open),
+            "closed" => Ok(FailureMode::Closed),
+            "local" => Ok(FailureMode::Local),
+            "error" => Ok(FailureMode::Error),
+            other => Err(format!(
+                "unknown failure policy `{other}`: expected open, closed, local or error"
+            )),
+        }
+    }
 }
 
 /// One node of the descriptor tree.
