@@ -66,7 +66,7 @@ impl Drop for Envoy {
 fn envoy(
     binary: &PathBuf,
     upstream: SocketAddr,
-    rls: SocketAddr,
+    rls: &[SocketAddr],
     failure_mode_deny: bool,
 ) -> Envoy {
     let dir = tempdir("envoy");
@@ -128,10 +128,17 @@ static_resources:
         explicit_http_config: {{ http2_protocol_options: {{}} }}
     load_assignment:
       cluster_name: ratelimit
-      endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rls_port} }} }} }} }}] }}]
+      endpoints: [{{ lb_endpoints: [{rls_endpoints}] }}]
 "#,
         up = upstream.port(),
-        rls_port = rls.port(),
+        rls_endpoints = rls
+            .iter()
+            .map(|a| format!(
+                "{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }} }}",
+                a.port()
+            ))
+            .collect::<Vec<_>>()
+            .join(", "),
     );
     let path = dir.join("envoy.yaml");
     std::fs::write(&path, config).unwrap();
@@ -193,7 +200,7 @@ fn envoy_enforces_the_limit_and_forwards_the_evidence() {
     let dir = tempdir("config");
     std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
     let server = Server::start(&dir, &[]);
-    let proxy = envoy(&binary, upstream(), server.grpc, false);
+    let proxy = envoy(&binary, upstream(), &[server.grpc], false);
     let calls: Vec<_> = (0..5)
         .map(|_| http_get(proxy.listen, "/", &[("x-user", "alice")]))
         .collect();
@@ -235,7 +242,7 @@ fn envoy_sees_a_reload_mid_traffic() {
     let dir = tempdir("config");
     std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
     let server = Server::start(&dir, &[]);
-    let proxy = envoy(&binary, upstream(), server.grpc, false);
+    let proxy = envoy(&binary, upstream(), &[server.grpc], false);
     let get = || http_get(proxy.listen, "/", &[("x-user", "carol")]).0;
     let first: Vec<u16> = (0..4).map(|_| get()).collect();
     assert_eq!(first, vec![200, 200, 200, 429]);
@@ -257,16 +264,51 @@ fn with_the_service_down_envoy_follows_its_failure_mode() {
     };
     let nowhere = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let up = upstream();
-    let open = envoy(&binary, up, nowhere, false);
+    let open = envoy(&binary, up, &[nowhere], false);
     assert_eq!(
         http_get(open.listen, "/", &[("x-user", "a")]).0,
         200,
         "fail open"
     );
-    let closed = envoy(&binary, up, nowhere, true);
+    let closed = envoy(&binary, up, &[nowhere], true);
     assert_eq!(
         http_get(closed.listen, "/", &[("x-user", "a")]).0,
         500,
         "fail closed"
+    );
+}
+
+#[test]
+fn two_instances_on_one_redis_behind_one_envoy_keep_the_global_bound() {
+    let Some(binary) = envoy_or_skip() else {
+        return;
+    };
+    let Some(redis) = Redis::start() else { return };
+    let dir = tempdir("config");
+    std::fs::write(
+        dir.join("edge.yaml"),
+        CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 20"),
+    )
+    .unwrap();
+    let a = Server::start(&dir, &["--redis", &redis.url()]);
+    let b = Server::start(&dir, &["--redis", &redis.url()]);
+    let proxy = envoy(&binary, upstream(), &[a.grpc, b.grpc], false);
+    let ok = (0..40)
+        .filter(|_| http_get(proxy.listen, "/", &[("x-user", "dave")]).0 == 200)
+        .count();
+    assert_eq!(ok, 20, "the global bound, across both instances");
+    // Both instances answered some of the calls.
+    let answered = |s: &Server| {
+        let (_, _, m) = http_get(s.http, "/metrics", &[]);
+        m.lines()
+            .filter(|l| l.starts_with("ratewise_server_requests_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    assert!(
+        answered(&a) > 0.0 && answered(&b) > 0.0,
+        "{} / {}",
+        answered(&a),
+        answered(&b)
     );
 }

@@ -206,3 +206,85 @@ pub fn http_post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
         .to_string();
     (status, body)
 }
+
+/// A `redis-server` on a free port, with nothing saved to disk; killed when
+/// dropped.
+pub struct Redis {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Redis {
+    /// Starts one on a free port (`None`, after saying so, when
+    /// `redis-server` is not installed outside CI).
+    pub fn start() -> Option<Redis> {
+        Redis::start_on(free_port())
+    }
+
+    /// Starts one on `port` and waits (at most 10 s) until it answers PING.
+    pub fn start_on(port: u16) -> Option<Redis> {
+        let spawned = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(c) => c,
+            Err(_) => {
+                missing("redis-server", "apt-get install redis-server redis-tools");
+                return None;
+            }
+        };
+        let redis = Redis { child, port };
+        wait_until(
+            Duration::from_secs(10),
+            "redis-server to answer PING",
+            || redis.command(&["PING"]).is_some_and(|r| r.contains("PONG")),
+        );
+        Some(redis)
+    }
+
+    /// The URL to give the service.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Sends one command in RESP and returns the raw reply, or `None` if
+    /// the server does not answer within a second.
+    pub fn command(&self, args: &[&str]) -> Option<String> {
+        use std::io::{Read, Write};
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        s.write_all(req.as_bytes()).ok()?;
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).to_string())
+    }
+
+    /// Kills the server with SIGKILL (no shutdown, no save).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,254 @@
+//! Quotas on a real `redis-server` shared by two service instances, and the
+//! faults: Redis absent at start, killed mid-load, paused. Each test starts
+//! its own Redis on a free port.
+
+mod common;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use common::{desc, req};
+use ratewise_server::rls::{Code, RateLimitClient, RateLimitRequest};
+use support::*;
+
+const CONFIG: &str = "domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 10, name: per_user }
+  - key: route
+    rate_limit: { unit: minute, requests_per_unit: 1000, name: per_route }
+  - key: window
+    rate_limit: { unit: minute, requests_per_unit: 1000, algorithm: fixed_window }
+";
+
+fn config() -> std::path::PathBuf {
+    let dir = tempdir("config");
+    std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
+    dir
+}
+
+async fn client(server: &Server) -> RateLimitClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    RateLimitClient::new(channel)
+}
+
+async fn ok(c: &mut RateLimitClient<tonic::transport::Channel>, r: &RateLimitRequest) -> bool {
+    c.should_rate_limit(r.clone()).await.unwrap().overall_code() == Code::Ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_quota() {
+    let Some(redis) = Redis::start() else { return };
+    let dir = config();
+    let a = Server::start(&dir, &["--redis", &redis.url()]);
+    let b = Server::start(&dir, &["--redis", &redis.url()]);
+    let (mut ca, mut cb) = (client(&a).await, client(&b).await);
+    let r = req("edge", vec![desc(&[("user", "shared")])]);
+    let mut admitted = 0;
+    for _ in 0..10 {
+        admitted += usize::from(ok(&mut ca, &r).await);
+        admitted += usize::from(ok(&mut cb, &r).await);
+    }
+    assert_eq!(admitted, 10, "one quota across both instances");
+    let status = cb.should_rate_limit(r).await.unwrap().statuses[0].clone();
+    assert_eq!(status.limit_remaining, 0);
+    assert!(
+        status.duration_until_reset.is_some_and(|d| d.seconds > 50),
+        "{status:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_a_refused_request_charges_no_other_descriptor() {
+    let Some(redis) = Redis::start() else { return };
+    let server = Server::start(&config(), &["--redis", &redis.url()]);
+    let mut c = client(&server).await;
+    let both = req(
+        "edge",
+        vec![desc(&[("route", "/x")]), desc(&[("user", "u")])],
+    );
+    let mut admitted = 0;
+    for _ in 0..15 {
+        admitted += usize::from(ok(&mut c, &both).await);
+    }
+    assert_eq!(admitted, 10);
+    let route = req("edge", vec![desc(&[("route", "/x")])]);
+    let left = c.should_rate_limit(route).await.unwrap().statuses[0].limit_remaining;
+    assert_eq!(
+        left,
+        1000 - 10 - 1,
+        "the five refusals did not charge the route"
+    );
+    // Mixed algorithms take the look-then-charge path; still no charge on
+    // a refusal.
+    let mixed = req(
+        "edge",
+        vec![desc(&[("window", "w")]), desc(&[("user", "u")])],
+    );
+    assert!(!ok(&mut c, &mixed).await);
+    let window = req("edge", vec![desc(&[("window", "w")])]);
+    let left = c.should_rate_limit(window).await.unwrap().statuses[0].limit_remaining;
+    assert_eq!(left, 999);
+}
+
+/// Calls `r` every few milliseconds on one connection until `until`, and
+/// returns each call's latency with whether it was admitted.
+async fn drive(
+    grpc: std::net::SocketAddr,
+    r: RateLimitRequest,
+    until: Instant,
+) -> Vec<(Duration, bool)> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = RateLimitClient::new(channel);
+    let mut out = Vec::new();
+    while Instant::now() < until {
+        let start = Instant::now();
+        let answer = c.should_rate_limit(r.clone()).await.unwrap();
+        out.push((start.elapsed(), answer.overall_code() == Code::Ok));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    out
+}
+
+fn degraded(server: &Server) -> u64 {
+    let (_, _, metrics) = http_get(server.http, "/metrics", &[]);
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("ratewise_server_degraded_decisions_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// The deadline given to the service, and the margin a call may take
+/// beyond it on a busy two-core machine.
+const DEADLINE: Duration = Duration::from_millis(10);
+const MARGIN: Duration = Duration::from_millis(90);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_starts_before_redis_and_uses_it_within_a_second() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let server = Server::start(&config(), &["--redis", &url, "--store-deadline", "10ms"]);
+    let mut c = client(&server).await;
+    let r = req("edge", vec![desc(&[("user", "early")])]);
+    // No Redis: the default policy (open) admits, and says so.
+    for _ in 0..12 {
+        assert!(ok(&mut c, &r).await);
+    }
+    assert!(
+        degraded(&server) >= 12,
+        "every degraded decision is counted"
+    );
+    let Some(_redis) = Redis::start_on(port) else {
+        return;
+    };
+    let back = Instant::now();
+    // Redis answers: the eleventh call on one key is refused once Redis
+    // decides. Each probe uses a fresh key and spends its quota.
+    let mut n = 0;
+    loop {
+        n += 1;
+        let probe = req("edge", vec![desc(&[("user", &format!("probe-{n}"))])]);
+        let mut admitted = 0;
+        for _ in 0..11 {
+            admitted += usize::from(ok(&mut c, &probe).await);
+        }
+        if admitted == 10 {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "Redis not used 5 s after it came up"
+        );
+    }
+    let took = back.elapsed();
+    eprintln!("Redis used again {took:?} after it answered PING");
+    assert!(took <= Duration::from_secs(1), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_load_the_policy_holds_within_the_deadline_and_redis_comes_back() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let port = redis.port;
+    let server = Server::start(
+        &config(),
+        &[
+            "--redis",
+            &redis.url(),
+            "--store-deadline",
+            "10ms",
+            "--store-failure",
+            "closed",
+        ],
+    );
+    let before = degraded(&server);
+    let r = req("edge", vec![desc(&[("route", "/load")])]);
+    let until = Instant::now() + Duration::from_millis(1_500);
+    let load = tokio::spawn(drive(server.grpc, r.clone(), until));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.kill();
+    let calls = load.await.unwrap();
+    let after_kill: Vec<_> = calls.iter().skip(5).collect();
+    let slowest = after_kill.iter().map(|c| c.0).max().unwrap_or_default();
+    eprintln!("{} calls; slowest {slowest:?}", calls.len());
+    assert!(slowest <= DEADLINE + MARGIN, "a call waited {slowest:?}");
+    let refused = calls.iter().filter(|c| !c.1).count();
+    assert!(refused > 0, "fail closed refused while Redis was down");
+    assert!(degraded(&server) > before, "and counted it");
+    // Redis back on the same port: used again within a second.
+    let Some(_again) = Redis::start_on(port) else {
+        return;
+    };
+    let back = Instant::now();
+    let mut c = client(&server).await;
+    while !ok(&mut c, &r).await {
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "Redis not used 5 s after it came back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = back.elapsed();
+    eprintln!("Redis used again {took:?} after restart");
+    assert!(took <= Duration::from_secs(1), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_costs_no_call_more_than_the_deadline() {
+    let Some(redis) = Redis::start() else { return };
+    let server = Server::start(
+        &config(),
+        &["--redis", &redis.url(), "--store-deadline", "10ms"],
+    );
+    let r = req("edge", vec![desc(&[("route", "/paused")])]);
+    let mut c = client(&server).await;
+    assert!(ok(&mut c, &r).await);
+    let before = degraded(&server);
+    assert!(redis
+        .command(&["CLIENT", "PAUSE", "800", "ALL"])
+        .is_some_and(|s| s.contains("OK")));
+    let calls = drive(
+        server.grpc,
+        r.clone(),
+        Instant::now() + Duration::from_millis(600),
+    )
+    .await;
+    let slowest = calls.iter().map(|c| c.0).max().unwrap_or_default();
+    eprintln!(
+        "{} calls during the pause; slowest {slowest:?}",
+        calls.len()
+    );
+    assert!(slowest <= DEADLINE + MARGIN, "a call waited {slowest:?}");
+    assert!(calls.iter().all(|c| c.1), "fail open admitted");
+    assert!(degraded(&server) > before, "and counted it");
+}
