@@ -1,7 +1,7 @@
 //! The HTTP face: `POST /json` (the RLS request and response in protobuf's
 //! JSON mapping, as envoyproxy/ratelimit serves them: 200 when OK, 429 when
-//! over the limit), `/healthcheck`, `/metrics` (Prometheus), `/status` and
-//! `/rules`.
+//! over the limit), `/healthcheck`, `/metrics` (Prometheus), `/status`,
+//! `/rules`, `/history`, and `/`, a live page of decisions per rule.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,6 +15,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 
 use crate::grpc::{DecideError, RateLimiter};
+use crate::history::{History, Sample};
 use crate::rls::{self, Code, RateLimitResponse, Unit};
 
 /// What the HTTP routes read.
@@ -26,6 +27,8 @@ pub struct HttpState {
     pub prometheus: Option<PrometheusHandle>,
     /// The configuration's reload history.
     pub reloads: Arc<ReloadStatus>,
+    /// Decisions per rule over the last minutes.
+    pub history: Arc<History>,
 }
 
 impl std::fmt::Debug for HttpState {
@@ -79,6 +82,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route("/status", get(status))
         .route("/rules", get(rules))
+        .route("/history", get(history))
+        .route("/", get(page))
         .with_state(state)
 }
 
@@ -374,4 +379,15 @@ async fn rules(State(state): State<HttpState>) -> String {
     let mut out = lines.join("\n");
     out.push('\n');
     out
+}
+
+/// The live page: self-contained (no external scripts, styles or fonts).
+pub const PAGE: &str = include_str!("page.html");
+
+async fn page() -> axum::response::Html<&'static str> {
+    axum::response::Html(PAGE)
+}
+
+async fn history(State(state): State<HttpState>) -> Json<Vec<Sample>> {
+    Json(state.history.samples())
 }

@@ -43,8 +43,8 @@
 //!
 //! The binary (`ratewise-server --config DIR`) serves gRPC on
 //! `127.0.0.1:8081` and HTTP (`/json`, `/healthcheck`, `/metrics`,
-//! `/status`, `/rules`) on `127.0.0.1:8080`, reloading the configuration
-//! when its files change. See the README's "Rate-limit at the edge".
+//! `/status`, `/rules`, and a live page at `/`) on `127.0.0.1:8080`,
+//! reloading the configuration when its files change. See the README's "Rate-limit at the edge".
 //!
 //! Map: [`config`] parses and compiles the rules; [`Engine`] decides
 //! (sans-IO, told `now`); [`rls`] is the wire protocol; [`grpc`] and
@@ -57,6 +57,7 @@ pub mod config;
 mod counters;
 mod engine;
 pub mod grpc;
+pub mod history;
 pub mod http;
 pub mod redis_store;
 mod response;

@@ -34,6 +34,9 @@ struct Args {
     /// 1s or 500ms.
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     reload_interval: Duration,
+    /// How often the live page (`/`) samples decisions per rule.
+    #[arg(long, default_value = "5s", value_parser = parse_interval)]
+    sample_interval: Duration,
     /// The most descriptors one request may carry.
     #[arg(long, default_value_t = 64)]
     max_descriptors: usize,
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         grpc: args.grpc,
         http: args.http,
         reload_interval: args.reload_interval,
+        sample_interval: args.sample_interval,
         engine: EngineOptions {
             headers: args.headers,
             max_descriptors: args.max_descriptors,

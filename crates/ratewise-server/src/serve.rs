@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::config::{config_files, load_path, ConfigError, LoadOptions};
 use crate::grpc::RateLimiter;
+use crate::history::History;
 use crate::http::{router, HttpState, ReloadStatus};
 use crate::redis_store::{RedisSettings, RedisStore};
 use crate::telemetry::record_reload;
@@ -30,6 +31,8 @@ pub struct ServeOptions {
     pub http: SocketAddr,
     /// How often the configuration's files are looked at for changes.
     pub reload_interval: Duration,
+    /// How often the live page's decisions per rule are sampled.
+    pub sample_interval: Duration,
     /// Decision settings.
     pub engine: EngineOptions,
     /// Rule settings.
@@ -150,12 +153,19 @@ pub async fn run(
             tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
             stopped(stop_rx.clone()),
         );
+    let history = Arc::new(History::default());
+    let sampler = tokio::spawn(sample(
+        Arc::clone(&engine),
+        Arc::clone(&history),
+        options.sample_interval,
+    ));
     let http = axum::serve(
         http_listener,
         router(HttpState {
             limiter,
             prometheus,
             reloads,
+            history,
         }),
     )
     .with_graceful_shutdown(stopped(stop_rx));
@@ -168,6 +178,7 @@ pub async fn run(
     });
     let (grpc, http) = tokio::join!(grpc, async { http.await.map_err(ServeError::Http) });
     reload.abort();
+    sampler.abort();
     grpc?;
     http?;
     Ok(())
@@ -236,5 +247,18 @@ async fn watch_config(
                 last_error = Some(message);
             }
         }
+    }
+}
+
+/// Samples every rule's totals for the live page.
+async fn sample(engine: Arc<Engine>, history: Arc<History>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let unix_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        history.record(&engine.rules(), unix_ms);
     }
 }
