@@ -287,7 +287,9 @@ fn two_instances_on_one_redis_behind_one_envoy_keep_the_global_bound() {
     let dir = tempdir("config");
     std::fs::write(
         dir.join("edge.yaml"),
-        CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 20"),
+        CONFIG
+            .replace("unit: minute", "unit: hour")
+            .replace("requests_per_unit: 3", "requests_per_unit: 20"),
     )
     .unwrap();
     let a = Server::start(&dir, &["--redis", &redis.url()]);

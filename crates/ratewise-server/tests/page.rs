@@ -69,7 +69,7 @@ fn the_live_page_draws_decisions_per_rule_in_chromium() {
     assert!(dom.contains("1 ok, 0 failed"), "the last reload");
     // The table's totals are the service's own.
     assert!(
-        dom.contains("<tr data-rule=\"edge/per_user\"><td>edge/per_user</td><td>0.050000/s, burst 3 (gcra)</td><td>3</td><td>2</td>"),
+        dom.contains("<tr data-rule=\"edge/per_user\"><td>edge/per_user</td><td>0.05/s, burst 3 (gcra)</td><td>3</td><td>2</td>"),
         "{dom}"
     );
 }

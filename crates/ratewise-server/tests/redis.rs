@@ -16,7 +16,7 @@ descriptors:
   - key: user
     rate_limit: { unit: minute, requests_per_unit: 10, name: per_user }
   - key: route
-    rate_limit: { unit: minute, requests_per_unit: 1000, name: per_route }
+    rate_limit: { unit: hour, requests_per_unit: 1000, name: per_route }
   - key: window
     rate_limit: { unit: minute, requests_per_unit: 1000, algorithm: fixed_window }
 ";

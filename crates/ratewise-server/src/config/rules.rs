@@ -219,12 +219,11 @@ impl Rule {
             Limit::Blocked { .. } => "blocked (0 per unit)".into(),
             Limit::Limited {
                 quota, algorithm, ..
-            } => format!(
-                "{:.6}/s, burst {} ({})",
-                quota.rate_per_second(),
-                quota.burst(),
-                algorithm.as_str()
-            ),
+            } => {
+                let rate = format!("{:.6}", quota.rate_per_second());
+                let rate = rate.trim_end_matches('0').trim_end_matches('.');
+                format!("{rate}/s, burst {} ({})", quota.burst(), algorithm.as_str())
+            }
         }
     }
 
