@@ -122,7 +122,8 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         let prometheus = install_prometheus();
-        run(options, prometheus, shutdown_signal(), |grpc, http| {
+        let shutdown = shutdown_signal();
+        run(options, prometheus, shutdown, |grpc, http| {
             // One line a supervisor (or a test) can wait on.
             println!("ready grpc={grpc} http={http}");
         })
@@ -137,24 +138,29 @@ fn main() -> ExitCode {
     }
 }
 
-/// SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGTERM or Ctrl-C. The handlers are installed before this returns, so a
+/// signal sent as soon as the service says it is ready is not lost.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        let ctrl_c = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        #[cfg(unix)]
+        let term = async move {
+            match term {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            () = ctrl_c => {}
+            () = term => {}
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
     }
 }

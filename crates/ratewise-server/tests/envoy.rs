@@ -246,11 +246,10 @@ fn envoy_sees_a_reload_mid_traffic() {
     let get = || http_get(proxy.listen, "/", &[("x-user", "carol")]).0;
     let first: Vec<u16> = (0..4).map(|_| get()).collect();
     assert_eq!(first, vec![200, 200, 200, 429]);
-    std::fs::write(
-        dir.join("edge.yaml"),
-        CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 5"),
-    )
-    .unwrap();
+    replace_file(
+        &dir.join("edge.yaml"),
+        &CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 5"),
+    );
     // The changed rule starts afresh once the reload lands.
     wait_until(Duration::from_secs(10), "the reload", || get() == 200);
     let after: Vec<u16> = (0..5).map(|_| get()).collect();
@@ -292,8 +291,8 @@ fn two_instances_on_one_redis_behind_one_envoy_keep_the_global_bound() {
             .replace("requests_per_unit: 3", "requests_per_unit: 20"),
     )
     .unwrap();
-    let a = Server::start(&dir, &["--redis", &redis.url()]);
-    let b = Server::start(&dir, &["--redis", &redis.url()]);
+    let a = Server::start(&dir, &["--redis", &redis.url(), "--store-deadline", "1s"]);
+    let b = Server::start(&dir, &["--redis", &redis.url(), "--store-deadline", "1s"]);
     let proxy = envoy(&binary, upstream(), &[a.grpc, b.grpc], false);
     let ok = (0..40)
         .filter(|_| http_get(proxy.listen, "/", &[("x-user", "dave")]).0 == 200)

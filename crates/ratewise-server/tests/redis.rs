@@ -44,8 +44,10 @@ async fn ok(c: &mut RateLimitClient<tonic::transport::Channel>, r: &RateLimitReq
 async fn two_instances_share_one_quota() {
     let Some(redis) = Redis::start() else { return };
     let dir = config();
-    let a = Server::start(&dir, &["--redis", &redis.url()]);
-    let b = Server::start(&dir, &["--redis", &redis.url()]);
+    // A generous deadline: this test is about sharing, not about a slow
+    // Redis (which the default policy would answer by admitting).
+    let a = Server::start(&dir, &["--redis", &redis.url(), "--store-deadline", "2s"]);
+    let b = Server::start(&dir, &["--redis", &redis.url(), "--store-deadline", "2s"]);
     let (mut ca, mut cb) = (client(&a).await, client(&b).await);
     let r = req("edge", vec![desc(&[("user", "shared")])]);
     let mut admitted = 0;
@@ -54,6 +56,7 @@ async fn two_instances_share_one_quota() {
         admitted += usize::from(ok(&mut cb, &r).await);
     }
     assert_eq!(admitted, 10, "one quota across both instances");
+    assert_eq!(degraded(&a) + degraded(&b), 0, "Redis decided every call");
     let status = cb.should_rate_limit(r).await.unwrap().statuses[0].clone();
     assert_eq!(status.limit_remaining, 0);
     assert!(
@@ -65,7 +68,10 @@ async fn two_instances_share_one_quota() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_a_refused_request_charges_no_other_descriptor() {
     let Some(redis) = Redis::start() else { return };
-    let server = Server::start(&config(), &["--redis", &redis.url()]);
+    let server = Server::start(
+        &config(),
+        &["--redis", &redis.url(), "--store-deadline", "2s"],
+    );
     let mut c = client(&server).await;
     let both = req(
         "edge",

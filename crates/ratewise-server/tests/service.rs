@@ -172,15 +172,14 @@ fn hot_reload_swaps_rules_and_a_bad_file_keeps_the_old_ones() {
     let next = format!(
         "{CONFIG}  - key: team\n    rate_limit: {{ unit: second, requests_per_unit: 1 }}\n"
     );
-    std::fs::write(dir.join("edge.yaml"), next).unwrap();
+    replace_file(&dir.join("edge.yaml"), &next);
     wait_until(Duration::from_secs(10), "the reload", || loads().0 == 2);
     assert_eq!(admitted(2), 0, "the unchanged rule kept its state");
     // A bad file: logged once, counted, the rules in force stay.
-    std::fs::write(
-        dir.join("edge.yaml"),
+    replace_file(
+        &dir.join("edge.yaml"),
         "domain: edge\ndescriptors:\n  - key: user\n    rate_limt: {}\n",
-    )
-    .unwrap();
+    );
     wait_until(Duration::from_secs(10), "the failed reload", || {
         loads().1 >= 1
     });

@@ -288,3 +288,12 @@ impl Redis {
         let _ = self.child.wait();
     }
 }
+
+/// Replaces `path`'s content in one step (a write to a temporary file and a
+/// rename), as a deployment swaps a configuration, so that a reload never
+/// sees a half-written file.
+pub fn replace_file(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write the new content");
+    std::fs::rename(&tmp, path).expect("swap it in");
+}
