@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ratewise::backend::{BackendDecision, DecisionSource};
-use ratewise::{Decision, Quota};
+use ratewise::Quota;
 use ratewise_redis::{
     Algorithm, Connection, Error, FailurePolicy, MultiLimiter, Options, RedisLimiter,
     ResilienceConfig,
@@ -18,7 +18,7 @@ use ratewise_redis::{
 
 use crate::config::{AlgorithmName, FailureMode, Limit};
 use crate::engine::{Charge, Plan};
-use crate::response::Verdict;
+use crate::response::{never_admitted, Verdict};
 
 /// Settings of the Redis store.
 #[derive(Clone, Copy, Debug)]
@@ -322,21 +322,7 @@ fn answer_or_policy(
             count_degraded(a.source);
             Ok(a)
         }
-        Err(Error::Check(e)) => {
-            // Heavier than the burst: never admitted, nothing charged.
-            let burst = match e {
-                ratewise::CheckError::ExceedsBurst { burst, .. } => burst,
-                _ => 0,
-            };
-            Ok(BackendDecision::from_backend(Decision {
-                allowed: false,
-                limit: burst,
-                remaining: 0,
-                reset_after: Duration::ZERO,
-                retry_after: None,
-                delay: Duration::ZERO,
-            }))
-        }
+        Err(Error::Check(e)) => Ok(BackendDecision::from_backend(never_admitted(&e))),
         Err(e) => {
             metrics::counter!("ratewise_server_store_errors_total").increment(1);
             tracing::debug!(rule = %c.rule.name, error = %e, "the store could not decide");

@@ -107,21 +107,7 @@ impl Verdict {
             Limit::Limited { quota, .. } => Some(*quota),
             _ => None,
         };
-        let d = decision.unwrap_or_else(|e| {
-            // A request heavier than the burst can never pass.
-            let burst = match e {
-                CheckError::ExceedsBurst { burst, .. } => burst,
-                _ => 0,
-            };
-            Decision {
-                allowed: false,
-                limit: burst,
-                remaining: 0,
-                reset_after: Duration::ZERO,
-                retry_after: None,
-                delay: Duration::ZERO,
-            }
-        });
+        let d = decision.unwrap_or_else(|e| never_admitted(&e));
         let refused = !d.allowed;
         Verdict {
             descriptor,
@@ -175,6 +161,23 @@ impl Verdict {
                     > (other.reported.is_some(), std::cmp::Reverse(other.remaining))
             }
         }
+    }
+}
+
+/// The decision for a request its limit can never admit (heavier than the
+/// burst): refused, nothing charged, and no wait that would help.
+pub(crate) fn never_admitted(e: &CheckError) -> Decision {
+    let burst = match e {
+        CheckError::ExceedsBurst { burst, .. } => *burst,
+        _ => 0,
+    };
+    Decision {
+        allowed: false,
+        limit: burst,
+        remaining: 0,
+        reset_after: Duration::ZERO,
+        retry_after: None,
+        delay: Duration::ZERO,
     }
 }
 

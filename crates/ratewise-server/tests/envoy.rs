@@ -197,8 +197,7 @@ fn envoy_enforces_the_limit_and_forwards_the_evidence() {
     let Some(binary) = envoy_or_skip() else {
         return;
     };
-    let dir = tempdir("config");
-    std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
+    let dir = config_dir(CONFIG);
     let server = Server::start(&dir, &[]);
     let proxy = envoy(&binary, upstream(), &[server.grpc], false);
     let calls: Vec<_> = (0..5)
@@ -239,8 +238,7 @@ fn envoy_sees_a_reload_mid_traffic() {
     let Some(binary) = envoy_or_skip() else {
         return;
     };
-    let dir = tempdir("config");
-    std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
+    let dir = config_dir(CONFIG);
     let server = Server::start(&dir, &[]);
     let proxy = envoy(&binary, upstream(), &[server.grpc], false);
     let get = || http_get(proxy.listen, "/", &[("x-user", "carol")]).0;

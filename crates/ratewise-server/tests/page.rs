@@ -27,8 +27,7 @@ fn the_live_page_draws_decisions_per_rule_in_chromium() {
             "external reference: {external}"
         );
     }
-    let dir = tempdir("config");
-    std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
+    let dir = config_dir(CONFIG);
     let server = Server::start(&dir, &["--sample-interval", "100ms"]);
     let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"eve"}]}]}"#;
     let codes: Vec<u16> = (0..5)

@@ -22,9 +22,7 @@ descriptors:
 ";
 
 fn config() -> std::path::PathBuf {
-    let dir = tempdir("config");
-    std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
-    dir
+    config_dir(CONFIG)
 }
 
 async fn client(server: &Server) -> RateLimitClient<tonic::transport::Channel> {

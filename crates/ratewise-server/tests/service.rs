@@ -17,12 +17,6 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 3, name: per_user }
 ";
 
-fn config_dir(yaml: &str) -> std::path::PathBuf {
-    let dir = tempdir("config");
-    std::fs::write(dir.join("edge.yaml"), yaml).unwrap();
-    dir
-}
-
 async fn client(server: &Server) -> RateLimitClient<tonic::transport::Channel> {
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
         .unwrap()

@@ -297,3 +297,10 @@ pub fn replace_file(path: &Path, text: &str) {
     std::fs::write(&tmp, text).expect("write the new content");
     std::fs::rename(&tmp, path).expect("swap it in");
 }
+
+/// A fresh directory holding `edge.yaml` with `yaml` in it.
+pub fn config_dir(yaml: &str) -> PathBuf {
+    let dir = tempdir("config");
+    std::fs::write(dir.join("edge.yaml"), yaml).expect("write the configuration");
+    dir
+}
