@@ -128,6 +128,14 @@ impl Counters {
         };
     }
 
+    /// Whether `key` holds a counter now.
+    pub(crate) fn contains(&self, key: &Box<str>) -> bool {
+        match self {
+            Counters::Gcra(k) => k.contains(key),
+            Counters::Other(k) => k.contains(key),
+        }
+    }
+
     /// The number of keys held.
     pub(crate) fn len(&self) -> usize {
         match self {

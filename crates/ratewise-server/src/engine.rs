@@ -309,6 +309,7 @@ impl Engine {
             } => now.saturating_add(self.options.epoch_offset),
             _ => now,
         };
+        rule.metrics.sample.offer(&key);
         Charge {
             descriptor,
             rule,

@@ -366,13 +366,19 @@ async fn rules(State(state): State<HttpState>) -> String {
     let mut lines: Vec<String> = set
         .rules()
         .map(|r| {
-            format!(
-                "{path}: {limit}{shadow} (name `{name}`)",
+            let mut line = format!(
+                "{path}: {limit}{shadow} (name `{name}`, {keys} keys)",
                 path = r.path,
                 limit = r.describe_limit(),
                 shadow = if r.shadow { ", shadow mode" } else { "" },
                 name = r.name,
-            )
+                keys = r.keys(),
+            );
+            for (key, live) in r.sample_keys() {
+                let state = if live { "live" } else { "expired" };
+                line.push_str(&format!("\n    {key} ({state})"));
+            }
+            line
         })
         .collect();
     lines.sort();

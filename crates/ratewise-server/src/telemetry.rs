@@ -26,6 +26,7 @@ pub(crate) struct RuleMetrics {
     pub(crate) shadow: Counter,
     pub(crate) near_limit: Counter,
     pub(crate) totals: RuleTotals,
+    pub(crate) sample: KeySample,
 }
 
 /// Counts kept by the service itself, for the status page.
@@ -66,6 +67,7 @@ impl RuleMetrics {
             near_limit: metrics::counter!("ratewise_server_near_limit_total",
                 "domain" => d, "rule" => r),
             totals: RuleTotals::default(),
+            sample: KeySample::default(),
         }
     }
 
@@ -112,4 +114,43 @@ impl ServiceMetrics {
 pub(crate) fn record_reload(ok: bool) {
     let result = if ok { "ok" } else { "failed" };
     metrics::counter!("ratewise_server_config_reloads_total", "result" => result).increment(1);
+}
+
+/// A bounded sample of the descriptor values a rule has seen recently, for
+/// the debug view: one call in [`KeySample::EVERY`] offers its key, and at
+/// most [`KeySample::MAX`] are kept (the oldest go first).
+#[derive(Debug, Default)]
+pub(crate) struct KeySample {
+    calls: AtomicU64,
+    keys: std::sync::Mutex<std::collections::VecDeque<Box<str>>>,
+}
+
+impl KeySample {
+    pub(crate) const EVERY: u64 = 64;
+    pub(crate) const MAX: usize = 16;
+
+    pub(crate) fn offer(&self, key: &str) {
+        if self.calls.fetch_add(1, Ordering::Relaxed) % Self::EVERY != 0 {
+            return;
+        }
+        let mut keys = self
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if keys.iter().any(|k| &**k == key) {
+            return;
+        }
+        if keys.len() == Self::MAX {
+            keys.pop_front();
+        }
+        keys.push_back(key.into());
+    }
+
+    pub(crate) fn keys(&self) -> Vec<Box<str>> {
+        let keys = self
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        keys.iter().cloned().collect()
+    }
 }

@@ -256,3 +256,47 @@ async fn a_paused_redis_costs_no_call_more_than_the_deadline() {
     assert!(calls.iter().all(|c| c.1), "fail open admitted");
     assert!(degraded(&server) > before, "and counted it");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_the_error_policy_answers_unavailable_and_local_holds_a_share() {
+    let nowhere = format!("redis://127.0.0.1:{}", free_port());
+    // `error`: a gRPC UNAVAILABLE, so Envoy's failure_mode_deny decides.
+    let error = Server::start(
+        &config(),
+        &["--redis", &nowhere, "--store-failure", "error"],
+    );
+    let mut c = client(&error).await;
+    let r = req("edge", vec![desc(&[("user", "x")])]);
+    let status = c.should_rate_limit(r.clone()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("shared store"),
+        "{}",
+        status.message()
+    );
+    let (code, body) = http_post(
+        error.http,
+        "/json",
+        r#"{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"x"}]}]}"#,
+    );
+    assert_eq!(code, 503, "{body}");
+    // `local`: each of 2 instances holds half of the 10 per minute.
+    let local = Server::start(
+        &config(),
+        &[
+            "--redis",
+            &nowhere,
+            "--store-failure",
+            "local",
+            "--instances",
+            "2",
+        ],
+    );
+    let mut c = client(&local).await;
+    let mut admitted = 0;
+    for _ in 0..10 {
+        admitted += usize::from(ok(&mut c, &r).await);
+    }
+    assert_eq!(admitted, 5, "this instance's share");
+    assert!(degraded(&local) >= 10, "every decision counted as degraded");
+}

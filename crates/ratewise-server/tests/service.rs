@@ -134,6 +134,8 @@ fn http_serves_json_health_metrics_status_and_rules() {
     );
     let (_, _, rules) = http_get(server.http, "/rules", &[]);
     assert!(rules.contains("edge.user"), "{rules}");
+    // A bounded sample of live keys: the first call of a rule is sampled.
+    assert!(rules.contains("    user=bob (live)"), "{rules}");
 }
 
 #[test]

@@ -207,6 +207,21 @@ impl Rule {
         }
     }
 
+    /// A bounded sample of the descriptor values seen recently (one call in
+    /// 64 is sampled, at most 16 kept), each with whether it still holds a
+    /// counter.
+    pub fn sample_keys(&self) -> Vec<(String, bool)> {
+        self.metrics
+            .sample
+            .keys()
+            .into_iter()
+            .map(|k| {
+                let live = self.counters.as_ref().is_some_and(|c| c.contains(&k));
+                (k.replace('\u{1f}', ", "), live)
+            })
+            .collect()
+    }
+
     /// How many distinct descriptor values hold counters now.
     pub fn keys(&self) -> usize {
         self.counters.as_ref().map_or(0, |c| c.len())
