@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use ratewise::keyed::KeyedError;
-use ratewise::{CheckError, Decision, Quota, Reservation, Timestamp};
+use ratewise::{CheckError, Decision, Quota, Timestamp};
 
+use crate::charge::{Charge, RuleRef, Verdict};
 use crate::config::{AlgorithmName, Limit, Matched, ReportedLimit, Rule, RuleSet};
 use crate::counters::Counters;
-use crate::response::{self, HeaderMode, Verdict};
+use crate::response::{self, HeaderMode};
 use crate::rls::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, Unit};
 use crate::telemetry::{RuleMetrics, ServiceMetrics};
 
@@ -64,6 +65,10 @@ pub enum RequestError {
 pub struct EngineOptions {
     /// Which rate-limit headers to ask Envoy to add.
     pub headers: HeaderMode,
+    /// Whether responses name the matched and refusing rules in
+    /// `dynamic_metadata` (for Envoy's access logs; off by default, as in
+    /// envoyproxy/ratelimit, since it costs a few allocations per call).
+    pub dynamic_metadata: bool,
     /// The most descriptors one request may carry.
     pub max_descriptors: usize,
     /// The most entries one descriptor may carry.
@@ -82,6 +87,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             headers: HeaderMode::Ietf,
+            dynamic_metadata: false,
             max_descriptors: 64,
             max_entries: 32,
             max_overrides: 1_024,
@@ -136,36 +142,14 @@ impl std::fmt::Debug for Engine {
 }
 
 /// A request matched to its rules, ready to be decided by a store.
-pub(crate) struct Plan {
-    pub(crate) charges: Vec<Charge>,
+pub(crate) struct Plan<'a> {
+    pub(crate) charges: Vec<Charge<'a>>,
     /// The domain's failure policy, if it sets one.
     pub(crate) failure: Option<crate::config::FailureMode>,
 }
 
 /// An override's identity: domain, requests per unit, unit.
 type OverrideKey = (Box<str>, u32, Unit);
-
-/// One rule a descriptor charges.
-pub(crate) struct Charge {
-    pub(crate) descriptor: usize,
-    pub(crate) rule: Arc<Rule>,
-    pub(crate) key: Box<str>,
-    /// Units to charge; 0 only looks.
-    pub(crate) hits: u64,
-    now: Timestamp,
-    pub(crate) verdict: Option<Verdict>,
-    reservation: Option<Reservation>,
-}
-
-impl Charge {
-    fn counters(&self) -> Option<&Counters> {
-        self.rule.counters.as_deref()
-    }
-    /// Whether this charge can refuse the request.
-    pub(crate) fn enforcing(&self) -> bool {
-        !self.rule.shadow && self.hits > 0
-    }
-}
 
 impl Engine {
     /// An engine deciding by `rules`.
@@ -207,23 +191,24 @@ impl Engine {
         now: Timestamp,
     ) -> Result<RateLimitResponse, RequestError> {
         let started = std::time::Instant::now();
-        let mut plan = self.plan(request, now)?;
+        let rules = self.rules.load();
+        let mut plan = self.plan(&rules, request, now)?;
         self.decide_charges(&mut plan.charges);
         Ok(self.finish(request, &plan, started))
     }
 
     /// Matches `request` to the rules: the charges to decide. Charges that
     /// need no counter (unlimited, blocked) are decided already.
-    pub(crate) fn plan(
+    pub(crate) fn plan<'a>(
         &self,
+        rules: &'a RuleSet,
         request: &RateLimitRequest,
         now: Timestamp,
-    ) -> Result<Plan, RequestError> {
+    ) -> Result<Plan<'a>, RequestError> {
         if let Err(e) = self.validate(request) {
             self.metrics.requests_invalid.increment(1);
             return Err(e);
         }
-        let rules = self.rules.load();
         let Some(domain) = rules.domain(&request.domain) else {
             self.metrics.unknown_domain.increment(1);
             tracing::debug!(domain = %request.domain, "unknown domain: every descriptor is unmatched");
@@ -241,13 +226,13 @@ impl Engine {
                     .override_rule(&request.domain, i, limit.requests_per_unit, limit.unit)
                     .inspect_err(|_| self.metrics.requests_invalid.increment(1))?;
                 let key = override_key(&descriptor.entries);
-                charges.push(self.charge(i, rule, key, hits, now));
+                charges.push(self.charge(i, RuleRef::Owned(rule), key, hits, now));
                 continue;
             }
             matched.clear();
             domain.matches(&descriptor.entries, &mut matched);
             for Matched { rule, key } in matched.drain(..) {
-                charges.push(self.charge(i, Arc::clone(rule), key, hits, now));
+                charges.push(self.charge(i, RuleRef::Borrowed(rule), key, hits, now));
             }
         }
         apply_replaces(&mut charges);
@@ -270,7 +255,7 @@ impl Engine {
     pub(crate) fn finish(
         &self,
         request: &RateLimitRequest,
-        plan: &Plan,
+        plan: &Plan<'_>,
         started: std::time::Instant,
     ) -> RateLimitResponse {
         for c in &plan.charges {
@@ -280,8 +265,9 @@ impl Engine {
         }
         let answer = response::build(
             request,
-            &charges_verdicts(&plan.charges),
+            &plan.charges,
             self.options.headers,
+            self.options.dynamic_metadata,
         );
         self.metrics
             .decision_seconds
@@ -294,14 +280,14 @@ impl Engine {
         answer
     }
 
-    fn charge(
+    fn charge<'a>(
         &self,
         descriptor: usize,
-        rule: Arc<Rule>,
+        rule: RuleRef<'a>,
         key: Box<str>,
         hits: u64,
         now: Timestamp,
-    ) -> Charge {
+    ) -> Charge<'a> {
         let now = match rule.limit {
             Limit::Limited {
                 algorithm: AlgorithmName::FixedWindow,
@@ -407,6 +393,7 @@ impl Engine {
             _ => None,
         };
         let rule = Arc::new(Rule {
+            policy_item: crate::config::policy_item(&name, &limit),
             path: format!("{domain}#{name}").into(),
             metrics: RuleMetrics::new(domain, &name),
             name,
@@ -604,10 +591,6 @@ fn apply_replaces(charges: &mut Vec<Charge>) {
         .flat_map(|c| c.rule.replaces.iter().cloned())
         .collect();
     charges.retain(|c| !replaced.iter().any(|r| *r == c.rule.name));
-}
-
-fn charges_verdicts(charges: &[Charge]) -> Vec<Verdict> {
-    charges.iter().filter_map(|c| c.verdict.clone()).collect()
 }
 
 impl Verdict {

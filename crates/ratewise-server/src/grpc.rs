@@ -76,7 +76,8 @@ impl RateLimiter {
             return Ok(self.engine.decide_at(request, now)?);
         };
         let started = std::time::Instant::now();
-        let mut plan = self.engine.plan(request, now)?;
+        let rules = self.engine.rules();
+        let mut plan = self.engine.plan(&rules, request, now)?;
         store.decide(&mut plan).await?;
         Ok(self.engine.finish(request, &plan, started))
     }

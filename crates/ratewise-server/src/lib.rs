@@ -53,6 +53,7 @@
 
 #![warn(missing_docs)]
 
+mod charge;
 pub mod config;
 mod counters;
 mod engine;

@@ -30,6 +30,10 @@ struct Args {
     /// RateLimit); Retry-After is added when over the limit unless off.
     #[arg(long, default_value = "ietf")]
     headers: HeaderMode,
+    /// Name the matched and refusing rules in each response's
+    /// dynamic_metadata, for Envoy's access logs.
+    #[arg(long)]
+    dynamic_metadata: bool,
     /// How often to look at the configuration's files for changes, e.g.
     /// 1s or 500ms.
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
@@ -102,6 +106,7 @@ fn main() -> ExitCode {
         sample_interval: args.sample_interval,
         engine: EngineOptions {
             headers: args.headers,
+            dynamic_metadata: args.dynamic_metadata,
             max_descriptors: args.max_descriptors,
             max_keys_per_rule: args.max_keys_per_rule,
             ..EngineOptions::default()

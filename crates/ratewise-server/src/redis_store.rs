@@ -16,9 +16,9 @@ use ratewise_redis::{
     ResilienceConfig,
 };
 
+use crate::charge::{never_admitted, Charge, Verdict};
 use crate::config::{AlgorithmName, FailureMode, Limit};
-use crate::engine::{Charge, Plan};
-use crate::response::{never_admitted, Verdict};
+use crate::engine::Plan;
 
 /// Settings of the Redis store.
 #[derive(Clone, Copy, Debug)]
@@ -154,7 +154,7 @@ impl RedisStore {
     /// # Errors
     /// [`StoreUnavailable`] when Redis cannot answer and the domain's
     /// policy is `error` (the caller answers `UNAVAILABLE`).
-    pub(crate) async fn decide(&self, plan: &mut Plan) -> Result<(), StoreUnavailable> {
+    pub(crate) async fn decide(&self, plan: &mut Plan<'_>) -> Result<(), StoreUnavailable> {
         let mode = plan.failure.unwrap_or(self.settings.failure);
         let counted: Vec<usize> = (0..plan.charges.len())
             .filter(|&i| plan.charges[i].verdict.is_none())
@@ -201,7 +201,7 @@ impl RedisStore {
     /// One charge alone: its script decides atomically.
     async fn one(
         &self,
-        c: &Charge,
+        c: &Charge<'_>,
         mode: FailureMode,
         look: bool,
     ) -> Result<BackendDecision, StoreUnavailable> {
@@ -219,7 +219,7 @@ impl RedisStore {
     /// nothing.
     async fn together(
         &self,
-        plan: &mut Plan,
+        plan: &mut Plan<'_>,
         counted: &[usize],
         mode: FailureMode,
     ) -> Result<(), StoreUnavailable> {
@@ -266,7 +266,7 @@ impl RedisStore {
     /// charge).
     async fn in_turn(
         &self,
-        plan: &mut Plan,
+        plan: &mut Plan<'_>,
         counted: &[usize],
         mode: FailureMode,
     ) -> Result<(), StoreUnavailable> {

@@ -130,7 +130,11 @@ impl KeySample {
     pub(crate) const MAX: usize = 16;
 
     pub(crate) fn offer(&self, key: &str) {
-        if self.calls.fetch_add(1, Ordering::Relaxed) % Self::EVERY != 0 {
+        if !self
+            .calls
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(Self::EVERY)
+        {
             return;
         }
         let mut keys = self

@@ -314,7 +314,13 @@ fn header_modes() {
 
 #[test]
 fn dynamic_metadata_names_the_matched_and_refusing_rules() {
-    let e = engine(USERS);
+    let e = engine_with(
+        USERS,
+        EngineOptions {
+            dynamic_metadata: true,
+            ..Default::default()
+        },
+    );
     let r = req("d", vec![desc(&[("user", "a")]), desc(&[("route", "/x")])]);
     for _ in 0..3 {
         decide(&e, &r, at(0));

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use ratewise::Quota;
 
-use super::rules::{Domain, Level, Limit, Node, Pattern, ReportedLimit, Rule, RuleSet};
+use super::rules::{
+    policy_item, Domain, Level, Limit, Node, Pattern, ReportedLimit, Rule, RuleSet,
+};
 use super::schema::{AlgorithmName, DescriptorSchema, FileSchema, SpecLimit};
 use crate::counters::Counters;
 use crate::telemetry::RuleMetrics;
@@ -353,6 +355,7 @@ impl Compiler<'_> {
         };
         let rule = Arc::new(Rule {
             metrics: RuleMetrics::new(&self.domain, &name),
+            policy_item: policy_item(&name, &limit),
             path,
             name,
             domain: Arc::clone(&self.domain),

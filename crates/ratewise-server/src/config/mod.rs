@@ -24,5 +24,6 @@ mod rules;
 mod schema;
 
 pub use load::{compile_sources, config_files, load_path, ConfigError, LoadOptions};
+pub(crate) use rules::policy_item;
 pub use rules::{Domain, Limit, Matched, Pattern, ReportedLimit, Rule, RuleSet};
 pub use schema::{parse_period, AlgorithmName, FailureMode};

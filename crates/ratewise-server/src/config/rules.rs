@@ -51,10 +51,14 @@ pub struct Domain {
 /// wildcard pattern, then by `key` alone (any value).
 #[derive(Debug, Default)]
 pub(crate) struct Level {
-    pub(crate) exact: HashMap<Box<str>, HashMap<Box<str>, Node>>,
+    pub(crate) exact: Map<Map<Node>>,
     pub(crate) wildcard: Vec<(Box<str>, Pattern, Node)>,
-    pub(crate) any: HashMap<Box<str>, Node>,
+    pub(crate) any: Map<Node>,
 }
+
+/// Keys come from the configuration, not from callers, so a fast hasher
+/// is safe here (foldhash, seeded per map).
+pub(crate) type Map<V> = HashMap<Box<str>, V, foldhash::fast::RandomState>;
 
 /// One node of a descriptor tree.
 #[derive(Debug)]
@@ -182,6 +186,8 @@ pub struct Rule {
     pub replaces: Vec<Arc<str>>,
     /// The counters (in memory), one per distinct descriptor value.
     pub(crate) counters: Option<Arc<Counters>>,
+    /// The rule's IETF `RateLimit-Policy` member, written once.
+    pub(crate) policy_item: Option<Box<str>>,
     pub(crate) metrics: RuleMetrics,
 }
 
@@ -323,6 +329,19 @@ fn counter_key(entries: &[Entry], nodes: &[&Node]) -> Box<str> {
         key.push_str(n.shared_value.as_deref().unwrap_or(&e.value));
     }
     key.into_boxed_str()
+}
+
+/// The IETF `RateLimit-Policy` member of a rule named `name` limited by
+/// `limit`, or `None` (unlimited, blocked, or a name that cannot be written
+/// in a header).
+pub(crate) fn policy_item(name: &str, limit: &Limit) -> Option<Box<str>> {
+    let Limit::Limited { quota, .. } = limit else {
+        return None;
+    };
+    let mut b = ratewise::headers_out::HeaderBuf::<256>::new();
+    b.push_policy(&ratewise::headers_out::PolicyInfo::from_quota(name, quota))
+        .ok()?;
+    Some(b.as_str().into())
 }
 
 #[cfg(test)]
