@@ -65,14 +65,14 @@
 //!   strategies, AIMD, CUBIC, flood guard, SRE throttling, retry budgets,
 //!   server hints), response classification, and the adaptive
 //!   [`client::Throttle`].
-//! * [`debounce`] — debounce, event throttle and coalesce for event streams.
 //!
 //! # Features
 //!
-//! * `tokio` — async drivers (`until_ready`, deadlines; the [`debounce`]
-//!   handles).
-//! * `stream` — `Stream` adapters (`debounce::stream`).
+//! * `tokio` — async drivers (`until_ready`, deadlines).
 //! * `http` — classification of `http` crate responses for client throttling.
+//!
+//! Debounce, event throttle and coalesce for event streams are the
+//! `ratewise-debounce` crate.
 
 #![warn(missing_docs)]
 // docs.rs (and `RUSTDOCFLAGS="--cfg docsrs" cargo +nightly doc`) labels
@@ -83,7 +83,6 @@ pub mod backend;
 pub mod borrowing;
 pub mod client;
 pub mod concurrency;
-pub mod debounce;
 pub mod decision;
 pub mod error;
 pub mod fixed_window;
@@ -127,8 +126,3 @@ pub use token_bucket::TokenBucket;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use wait::TokioClock;
-
-/// The README's Rust examples, compiled and run as doc tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;

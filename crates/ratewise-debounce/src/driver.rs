@@ -38,8 +38,8 @@ use super::core::{
     EventThrottleCore,
 };
 use super::{ActionPanic, DebounceError, FlushOutcome, StopError, StopMode, StopOutcome, Stopped};
-use crate::time::{Clock, Timestamp};
-use crate::wait::TokioClock;
+use ratewise::time::{Clock, Timestamp};
+use ratewise::wait::TokioClock;
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 type ActionFn<O> = Box<dyn Fn(O) -> BoxFuture + Send + Sync + 'static>;
@@ -646,8 +646,8 @@ impl<T: Send + 'static> Debouncer<T> {
 /// An event throttle: at most one action per `wait`, leading and/or
 /// trailing, and never two actions closer than `wait` (RxJS semantics).
 ///
-/// Named to stay apart from the client-side request throttle in
-/// [`client`](crate::client): this one thins a stream of *events*.
+/// Named to stay apart from the client-side request throttle of the
+/// `ratewise-client` crate: this one thins a stream of *events*.
 /// [`EventThrottleCore`] is the state machine. The spacing is also enforced
 /// where the actions *start*: if a slow action delays the start of the next
 /// fire, the one after it still waits until `wait` after that start. Only

@@ -6,7 +6,7 @@ use std::future::ready;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use ratewise::debounce::{
+use ratewise_debounce::{
     CoalesceConfig, Coalescer, DebounceConfig, Debouncer, FlushOutcome, StopMode, StopOutcome,
 };
 use tokio::time::{sleep_until, Instant};

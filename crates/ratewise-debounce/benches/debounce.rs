@@ -1,16 +1,16 @@
 //! Cost of one call on the hot path: a value offered while one is already
 //! pending (the common case in a burst). Run briefly with
-//! `cargo bench -p ratewise --features tokio --bench debounce`.
+//! `cargo bench -p ratewise-debounce --bench debounce`.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ratewise::debounce::{
+use ratewise::Timestamp;
+use ratewise_debounce::{
     CoalesceConfig, CoalesceCore, DebounceConfig, DebounceCore, EventThrottleConfig,
     EventThrottleCore,
 };
-use ratewise::Timestamp;
 
 fn cores(c: &mut Criterion) {
     let mut g = c.benchmark_group("core");
@@ -49,7 +49,7 @@ fn cores(c: &mut Criterion) {
 
 #[cfg(feature = "tokio")]
 fn drivers(c: &mut Criterion) {
-    use ratewise::debounce::{Debouncer, EventThrottle};
+    use ratewise_debounce::{Debouncer, EventThrottle};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

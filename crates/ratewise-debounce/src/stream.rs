@@ -14,7 +14,7 @@
 //! ```
 //! use std::time::Duration;
 //! use futures_core::Stream;
-//! use ratewise::debounce::{stream, DebounceConfig};
+//! use ratewise_debounce::{stream, DebounceConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -51,8 +51,8 @@ use super::core::{
     EventThrottleCore,
 };
 use super::DebounceError;
-use crate::time::{Clock, Timestamp};
-use crate::wait::TokioClock;
+use ratewise::time::{Clock, Timestamp};
+use ratewise::wait::TokioClock;
 
 /// Inputs taken from the upstream before the adapter yields to the runtime,
 /// so an always-ready upstream cannot starve other tasks.

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::Duration;
 
-use crate::time::Timestamp;
+use ratewise::time::Timestamp;
 
 // ---------------------------------------------------------------------------
 // Debounce
@@ -106,7 +106,7 @@ impl DebounceConfig {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratewise::debounce::{DebounceConfig, DebounceCore};
+/// use ratewise_debounce::{DebounceConfig, DebounceCore};
 /// use ratewise::Timestamp;
 ///
 /// let ms = |n: u64| Timestamp::from_nanos(n * 1_000_000);
@@ -307,7 +307,7 @@ impl EventThrottleConfig {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratewise::debounce::{EventThrottleConfig, EventThrottleCore};
+/// use ratewise_debounce::{EventThrottleConfig, EventThrottleCore};
 /// use ratewise::Timestamp;
 ///
 /// let ms = |n: u64| Timestamp::from_nanos(n * 1_000_000);
@@ -509,7 +509,7 @@ struct Open<V> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratewise::debounce::{CoalesceConfig, CoalesceCore};
+/// use ratewise_debounce::{CoalesceConfig, CoalesceCore};
 /// use ratewise::Timestamp;
 ///
 /// let ms = |n: u64| Timestamp::from_nanos(n * 1_000_000);
@@ -521,7 +521,7 @@ struct Open<V> {
 /// assert_eq!(out.pop().map(|b| b.items), Some(vec![1, 2, 3]));
 /// c.push(ms(30), "k", 4, &mut out);
 /// assert_eq!(c.deadline(), Some(ms(130))); // a fresh window
-/// # Ok::<(), ratewise::debounce::DebounceError>(())
+/// # Ok::<(), ratewise_debounce::DebounceError>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct CoalesceCore<K, V> {
@@ -701,8 +701,11 @@ impl<K: Hash + Eq + Clone, V> CoalesceCore<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::duration_to_nanos_saturating;
     use proptest::prelude::*;
+
+    fn duration_to_nanos_saturating(d: Duration) -> u64 {
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
 
     /// A closed batch of `(push index, push time, weight)` items.
     type TestBatch = Batch<u8, (usize, u64, u64)>;

@@ -1,6 +1,20 @@
 //! Debounce, event throttle and coalesce: turning a fire-hose of events into
 //! the few actions that matter.
 //!
+//! ```
+//! use std::time::Duration;
+//! use ratewise_debounce::{DebounceConfig, DebounceCore, Timestamp};
+//!
+//! // The sans-IO core is told the time; a driver arms one timer at `deadline()`.
+//! let ms = |n: u64| Timestamp::from_nanos(n * 1_000_000);
+//! let mut search = DebounceCore::new(DebounceConfig::new(Duration::from_millis(300)));
+//! for (t, typed) in [(0, "r"), (90, "ra"), (180, "rat")] {
+//!     assert_eq!(search.call(ms(t), typed), None); // still typing
+//! }
+//! assert_eq!(search.deadline(), Some(ms(480)));
+//! assert_eq!(search.on_timer(ms(480)), Some("rat")); // one query, the last text
+//! ```
+//!
 //! | primitive | fires | sans-IO core |
 //! |---|---|---|
 //! | `Debouncer` | the **last** value, once `wait` of silence follows a burst (trailing, default), and/or the first value at once (leading); `max_wait` caps the delay | [`DebounceCore`] |
@@ -54,7 +68,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::{Arc, Mutex, PoisonError};
 //! use std::time::Duration;
-//! use ratewise::debounce::{DebounceConfig, Debouncer, EventThrottle, EventThrottleConfig};
+//! use ratewise_debounce::{DebounceConfig, Debouncer, EventThrottle, EventThrottleConfig};
 //! use tokio::time::{sleep, Instant};
 //!
 //! let rt = tokio::runtime::Builder::new_current_thread()
@@ -107,6 +121,18 @@
 //! awaits cannot be told apart from an outside caller and will wait for the
 //! action that awaits it: call them from the action itself, or do not await
 //! that task.
+//!
+//! # Features
+//!
+//! * `tokio` — the async handles [`Debouncer`], [`EventThrottle`] and
+//!   [`Coalescer`], each owning one timer.
+//! * `stream` — `Stream` adapters ([`stream`]); implies `tokio`.
+//!
+//! Without features the crate is the sans-IO cores alone.
+
+#![warn(missing_docs)]
+// docs.rs labels feature-gated items; `doc_cfg` is nightly-only.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod core;
 #[cfg(feature = "tokio")]
@@ -122,6 +148,8 @@ pub use self::core::{
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use self::driver::{Coalescer, Debouncer, EventThrottle};
+/// The time the cores are told: nanoseconds since a clock's origin.
+pub use ratewise::Timestamp;
 
 /// A debounce primitive that cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

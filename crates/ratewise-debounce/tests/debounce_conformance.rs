@@ -7,12 +7,12 @@ use std::future::{ready, Ready};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use ratewise::debounce::{
+use ratewise::Timestamp;
+use ratewise_debounce::{
     CoalesceConfig, CoalesceWindow, Coalescer, DebounceConfig, DebounceCore, Debouncer,
     EventThrottle, EventThrottleConfig, EventThrottleCore, FlushOutcome, StopError, StopMode,
     StopOutcome, Stopped,
 };
-use ratewise::Timestamp;
 use tokio::time::{sleep, sleep_until, Instant};
 
 type Log<T> = Arc<Mutex<Vec<(T, u64)>>>;

@@ -7,11 +7,11 @@ use std::future::ready;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratewise::debounce::{
+use ratewise::Timestamp;
+use ratewise_debounce::{
     CoalesceConfig, CoalesceCore, Coalescer, DebounceConfig, Debouncer, EventThrottle,
     EventThrottleConfig, StopMode,
 };
-use ratewise::Timestamp;
 
 struct Counting;
 

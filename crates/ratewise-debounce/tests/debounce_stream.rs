@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use ratewise::debounce::{stream, DebounceConfig, EventThrottleConfig};
+use ratewise_debounce::{stream, DebounceConfig, EventThrottleConfig};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
