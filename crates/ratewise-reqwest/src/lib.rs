@@ -1,15 +1,15 @@
-//! ratewise's client [`Throttle`] as a [`reqwest_middleware::Middleware`]:
+//! ratewise's client [`AsyncThrottle`] as a [`reqwest_middleware::Middleware`]:
 //! every request through the client is paced per host, a throttled response
 //! (429, 503 with `Retry-After`, Google/GitHub 403s, …) pauses the host and is
 //! retried after the server's `Retry-After` or the backoff, and the
 //! `RateLimit-*` / `X-RateLimit-*` headers lower the pace before any 429.
 //!
 //! ```no_run
-//! use ratewise::client::{Throttle, ThrottleConfig};
+//! use ratewise_client::{AsyncThrottle, ThrottleConfig};
 //! use ratewise_reqwest::ThrottleMiddleware;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let throttle = Throttle::new(ThrottleConfig::default())?;
+//! let throttle = AsyncThrottle::new(ThrottleConfig::default())?;
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 //!     .with(ThrottleMiddleware::per_host(throttle))
 //!     .build();
@@ -22,20 +22,20 @@
 //! # What it does with each request
 //!
 //! 0. The first call to a partition that has never been answered goes
-//!    alone; the others wait for its answer ([`Throttle::first_contact`]), so a
+//!    alone; the others wait for its answer ([`AsyncThrottle::first_contact`]), so a
 //!    server that states its rate (`RateLimit-Policy: "p";q=100;w=1`) is
 //!    paced from the start instead of answering a burst with 429s. It costs
 //!    one round trip, once per partition.
 //! 1. Takes a slot in the request's partition (its host and port by default,
 //!    [`ThrottleMiddleware::with_key`] for any other key): waits out a pause
-//!    and the pacer ([`Throttle::acquire_at`]).
+//!    and the pacer ([`Throttle::acquire_at`](ratewise_client::Throttle::acquire_at)).
 //! 2. Sends a copy of the request ([`reqwest::Request::try_clone`]) so it can
 //!    be sent again; a request whose body cannot be copied (a stream) is sent
 //!    once and never retried: if it is throttled, the middleware returns
 //!    [`Refused`] with [`RefusalReason::NotReplayable`].
 //! 3. Classifies the response with ratewise's
-//!    [`ratewise::client::Classifier`] (status, then headers) and
-//!    reads its hints ([`ratewise::client::parse_hints`]); the throttle decides:
+//!    [`ratewise_client::Classifier`] (status, then headers) and
+//!    reads its hints ([`ratewise_client::parse_hints`]); the throttle decides:
 //!    done, retry after a delay, or give up.
 //!
 //! It returns the response that ended the call — a success, or the last
@@ -45,15 +45,15 @@
 //! the retry budget is spent, the SRE throttle rejected it) or the body could
 //! not be replayed, it returns a [`reqwest_middleware::Error::Middleware`]
 //! holding a [`Refused`] (find it with [`Refused::from_error`]), whose
-//! [`is_client_side`](ratewise::client::exchange::Refused::is_client_side)
+//! [`is_client_side`](ratewise_client::exchange::Refused::is_client_side)
 //! says which side refused.
 //!
 //! # Metrics
 //!
-//! The loop is the core's [`ratewise::client::exchange::send`], shared with
+//! The loop is the core's [`ratewise_client::exchange::send`], shared with
 //! `ratewise-tower`'s client layer, so both report the same
 //! `ratewise_client_*` family (names in
-//! [`ratewise::client::exchange::names`]), labelled by `partition`: counters
+//! [`ratewise_client::exchange::names`]), labelled by `partition`: counters
 //! `ratewise_client_attempts_total`, `ratewise_client_throttled_total`,
 //! `ratewise_client_retries_total`, `ratewise_client_refused_total` (label
 //! `reason`), the histogram `ratewise_client_wait_seconds` (time waited before
@@ -66,12 +66,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::Extensions;
-use ratewise::client::exchange::{self, Answer};
-use ratewise::client::{Classifier, Throttle};
+use ratewise_client::exchange::{self, Answer};
+use ratewise_client::{AsyncThrottle, Classifier};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-pub use ratewise::client::exchange::RefusalReason;
+pub use ratewise_client::exchange::RefusalReason;
 
 /// The typed error inside [`reqwest_middleware::Error::Middleware`] when a
 /// call ends without a response to return: the core's
@@ -100,10 +100,10 @@ impl std::ops::Deref for Refused {
 
 type KeyFn<K> = dyn Fn(&Request) -> K + Send + Sync;
 
-/// The middleware: a shared [`Throttle`] and how to pick a request's
+/// The middleware: a shared [`AsyncThrottle`] and how to pick a request's
 /// partition.
 pub struct ThrottleMiddleware<K = String> {
-    throttle: Throttle<K>,
+    throttle: AsyncThrottle<K>,
     key: Arc<KeyFn<K>>,
     classifier: Arc<Classifier>,
 }
@@ -139,7 +139,7 @@ pub fn host_key(request: &Request) -> String {
 
 impl ThrottleMiddleware<String> {
     /// `throttle`, partitioned per host and port.
-    pub fn per_host(throttle: Throttle<String>) -> Self {
+    pub fn per_host(throttle: AsyncThrottle<String>) -> Self {
         ThrottleMiddleware::with_key(throttle, host_key)
     }
 }
@@ -150,7 +150,7 @@ where
 {
     /// `throttle`, partitioned by `key(request)`.
     pub fn with_key(
-        throttle: Throttle<K>,
+        throttle: AsyncThrottle<K>,
         key: impl Fn(&Request) -> K + Send + Sync + 'static,
     ) -> Self {
         ThrottleMiddleware {
@@ -168,7 +168,7 @@ where
     }
 
     /// The throttle (its metrics, rates per partition, …).
-    pub fn throttle(&self) -> &Throttle<K> {
+    pub fn throttle(&self) -> &AsyncThrottle<K> {
         &self.throttle
     }
 }

@@ -31,7 +31,7 @@
 //! * [`stack`] — an API as a stack of limits (core limiters and a
 //!   concurrency cap, each with its own refusal status) answering with real
 //!   header text in a chosen profile.
-//! * [`engine`] — the event loop that drives real `ratewise::client`
+//! * [`engine`] — the event loop that drives real `ratewise_client`
 //!   strategy objects through their sans-IO interface.
 //! * [`metrics`] — the published metrics, defined exactly, plus utilization,
 //!   waits, fairness and 429 totals.

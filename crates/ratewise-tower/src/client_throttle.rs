@@ -1,10 +1,10 @@
-//! The client half: ratewise's [`Throttle`] as a tower [`Layer`] around any
+//! The client half: ratewise's [`AsyncThrottle`] as a tower [`Layer`] around any
 //! HTTP client [`Service`] (a hyper-util client, a tonic `Channel`, …).
 //!
 //! ```
 //! use std::time::Duration;
 //! use http::{Request, Response};
-//! use ratewise::client::{Throttle, ThrottleConfig};
+//! use ratewise_client::{AsyncThrottle, ThrottleConfig};
 //! use ratewise_tower::client_throttle::ThrottleLayer;
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
@@ -19,7 +19,7 @@
 //!         Response::builder().status(status).header("Retry-After", "2").body(())
 //!     }
 //! });
-//! let throttle = Throttle::new(ThrottleConfig::default())?;
+//! let throttle = AsyncThrottle::new(ThrottleConfig::default())?;
 //! let client = ServiceBuilder::new()
 //!     .layer(ThrottleLayer::per_authority(throttle))
 //!     .service(api);
@@ -35,7 +35,7 @@
 //!
 //! # What it does with each request
 //!
-//! The loop is the core's [`ratewise::client::exchange::send`], the one the
+//! The loop is the core's [`ratewise_client::exchange::send`], the one the
 //! reqwest middleware (`ratewise-reqwest`) runs too:
 //!
 //! 1. Picks the request's partition: its authority, `host:port`
@@ -86,13 +86,13 @@
 //! # Clones
 //!
 //! The layer and its services are `Clone` and cheap to clone (a few `Arc`s);
-//! every clone shares the one [`Throttle`], so every task calling through a
+//! every clone shares the one [`AsyncThrottle`], so every task calling through a
 //! clone shares its partitions' pace and pauses.
 //!
 //! # Metrics
 //!
-//! The `ratewise_client_*` family of [`ratewise::client::exchange`] (names
-//! in [`ratewise::client::exchange::names`]), labelled by `partition`, and
+//! The `ratewise_client_*` family of [`ratewise_client::exchange`] (names
+//! in [`ratewise_client::exchange::names`]), labelled by `partition`, and
 //! its `tracing` events.
 
 use std::fmt;
@@ -103,11 +103,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{request, Request, Response};
-use ratewise::client::exchange::{self, Answer};
-use ratewise::client::{Classifier, Throttle};
+use ratewise_client::exchange::{self, Answer};
+use ratewise_client::{AsyncThrottle, Classifier};
 use tower::{Layer, Service};
 
-pub use ratewise::client::exchange::{RefusalReason, Refused};
+pub use ratewise_client::exchange::{RefusalReason, Refused};
 
 /// How the layer copies a request for each attempt.
 pub trait Replay<B>: Clone + Send + Sync + 'static {
@@ -188,10 +188,10 @@ pub fn authority_key(parts: &request::Parts) -> String {
 
 type KeyFn<K> = dyn Fn(&request::Parts) -> K + Send + Sync;
 
-/// The [`Layer`]: a shared [`Throttle`], how to pick a request's partition,
+/// The [`Layer`]: a shared [`AsyncThrottle`], how to pick a request's partition,
 /// how to classify a response and how to copy a request.
 pub struct ThrottleLayer<K = String, R = CloneBody> {
-    throttle: Throttle<K>,
+    throttle: AsyncThrottle<K>,
     key: Arc<KeyFn<K>>,
     classifier: Arc<Classifier>,
     replay: R,
@@ -219,7 +219,7 @@ impl<K, R> fmt::Debug for ThrottleLayer<K, R> {
 impl ThrottleLayer<String, CloneBody> {
     /// `throttle`, partitioned per authority ([`authority_key`]), replaying
     /// by cloning the request.
-    pub fn per_authority(throttle: Throttle<String>) -> Self {
+    pub fn per_authority(throttle: AsyncThrottle<String>) -> Self {
         ThrottleLayer::with_key(throttle, authority_key)
     }
 }
@@ -231,7 +231,7 @@ where
     /// `throttle`, partitioned by `key(&parts)` (the request without its
     /// body: method, URI, headers, extensions), replaying by cloning.
     pub fn with_key(
-        throttle: Throttle<K>,
+        throttle: AsyncThrottle<K>,
         key: impl Fn(&request::Parts) -> K + Send + Sync + 'static,
     ) -> Self {
         ThrottleLayer {
@@ -271,7 +271,7 @@ impl<K, R> ThrottleLayer<K, R> {
     }
 
     /// The throttle (its metrics, rates per partition, …).
-    pub fn throttle(&self) -> &Throttle<K> {
+    pub fn throttle(&self) -> &AsyncThrottle<K> {
         &self.throttle
     }
 }
@@ -313,7 +313,7 @@ impl<S: fmt::Debug, K, R> fmt::Debug for ThrottleService<S, K, R> {
 
 impl<S, K, R> ThrottleService<S, K, R> {
     /// The throttle (its metrics, rates per partition, …).
-    pub fn throttle(&self) -> &Throttle<K> {
+    pub fn throttle(&self) -> &AsyncThrottle<K> {
         &self.layer.throttle
     }
 }

@@ -1,4 +1,4 @@
-//! Rate limiting on both sides of the wire.
+//! Server-side rate limiting: every limiter a sans-IO state machine told the time.
 //!
 //! ```
 //! use std::time::Duration;
@@ -60,18 +60,19 @@
 //!   level is charged for a request another level refused.
 //! * [`sharded`], [`striped`] — a global limit split across shards for extreme
 //!   contention (with a documented error bound) and striped counters.
-//! * [`client`] — the other side of the wire: strategies for *calling* a
-//!   rate-limited API (backoff with jitter, AutoSleeper, the Heroku
-//!   strategies, AIMD, CUBIC, flood guard, SRE throttling, retry budgets,
-//!   server hints), response classification, and the adaptive
-//!   [`client::Throttle`].
 //!
 //! # Features
 //!
 //! * `tokio` — async drivers (`until_ready`, deadlines).
-//! * `http` — classification of `http` crate responses for client throttling.
+//! * `http` — `headers_out::HeaderBuf::to_header_value`, an `http` header
+//!   value.
+//! * `concurrency` — [`concurrency`]: adaptive limits on requests in flight
+//!   (AIMD, Vegas, Gradient2, Envoy's gradient, `Knee`), with priority
+//!   shedding.
 //!
-//! Debounce, event throttle and coalesce for event streams are the
+//! The other side of the wire — strategies for *calling* a rate-limited API
+//! and the adaptive client `Throttle` — is the `ratewise-client` crate;
+//! debounce, event throttle and coalesce for event streams are the
 //! `ratewise-debounce` crate.
 
 #![warn(missing_docs)]
@@ -81,7 +82,8 @@
 
 pub mod backend;
 pub mod borrowing;
-pub mod client;
+#[cfg(feature = "concurrency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "concurrency")))]
 pub mod concurrency;
 pub mod decision;
 pub mod error;

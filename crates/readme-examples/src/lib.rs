@@ -2,7 +2,7 @@
 //! (`cargo test -p readme-examples --doc`).
 //!
 //! The examples use several crates of the workspace at once (the core, the
-//! debounce crate, the reqwest and tower middleware), so they are compiled
+//! client and debounce crates, the reqwest and tower middleware), so they are compiled
 //! here, by a crate that is never published, rather than by one of them:
 //! no published crate needs another as a dev-dependency for its README.
 //!

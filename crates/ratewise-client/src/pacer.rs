@@ -15,11 +15,11 @@
 use std::time::Duration;
 
 use super::Outcome;
-use crate::error::QuotaError;
-use crate::gcra::Gcra;
-use crate::limiter::RateLimiter;
-use crate::quota::Quota;
-use crate::time::{ManualClock, Timestamp};
+use ratewise::error::QuotaError;
+use ratewise::gcra::Gcra;
+use ratewise::limiter::RateLimiter;
+use ratewise::quota::Quota;
+use ratewise::time::{ManualClock, Timestamp};
 
 /// The slowest pace a pacer accepts: one request per 10⁶ s.
 pub const MIN_PACER_RATE: f64 = 1e-6;
@@ -173,7 +173,7 @@ impl Pacer {
         let at = now.max(not_before);
         match self.limiter.reserve_within_at(1, at, max_wait) {
             Ok(r) => Ok(r.act_at().saturating_duration_since(now)),
-            Err(crate::error::ReserveError::WouldWaitTooLong { wait, .. }) => {
+            Err(ratewise::error::ReserveError::WouldWaitTooLong { wait, .. }) => {
                 Err(at.saturating_duration_since(now).saturating_add(wait))
             }
             Err(_) => Err(Duration::MAX),

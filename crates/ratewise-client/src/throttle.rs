@@ -3,7 +3,7 @@
 //!
 //! A throttle is, per partition (per host, credential, DynamoDB table, …):
 //!
-//! 1. a **pacer** — a core [`Gcra`](crate::Gcra) whose rate an adaptive
+//! 1. a **pacer** — a core [`Gcra`](ratewise::Gcra) whose rate an adaptive
 //!    controller ([`Adaptation`]: fixed, AIMD or CUBIC) moves, lowered further
 //!    by server hints (`RateLimit-Remaining` over the time to reset). Every
 //!    attempt, retries included, takes a slot, so a cut is felt at once;
@@ -23,8 +23,10 @@
 //!    backend keeps refusing.
 //!
 //! The core is sans-IO like everything else: [`Throttle::acquire_at`],
-//! [`Throttle::try_acquire_at`] and [`Throttle::record_at`] take `now`. The
-//! async driver (`Throttle::run`, feature `tokio`) is a loop around them.
+//! [`Throttle::try_acquire_at`] and [`Throttle::record_at`] take `now`, and
+//! a `Throttle` holds no runtime state. The async handle
+//! (`AsyncThrottle`, feature `tokio`) owns the clock and the start gates
+//! around one `Throttle` and runs a loop over these methods.
 //!
 //! # Sharing and consistency
 //!
@@ -80,7 +82,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use crate::client::JitterRng;
+use crate::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::adaptive::{Adaptive, AdaptiveConfig, RateMeter};
@@ -93,7 +95,8 @@ use super::hints::{HintCap, ResetMeaning};
 use super::pacer::{Pacer, RateController};
 use super::sre::{SreConfig, SreThrottler};
 use super::{Next, Outcome, Signal};
-use crate::time::{duration_to_nanos_saturating, Timestamp};
+use crate::config::duration_to_nanos_saturating;
+use ratewise::time::Timestamp;
 
 /// The share of a `RateLimit-Policy`'s stated rate (`q / w`) a partition
 /// paces at: arrivals jitter on the network and clocks differ, so a client
@@ -492,21 +495,14 @@ struct Inner<K> {
     partitions: RwLock<HashMap<K, Arc<Partition>>>,
     created: AtomicU64,
     counters: Counters,
-    /// The driver's clock, created on first use (so inside the runtime).
-    #[cfg(feature = "tokio")]
-    clock: std::sync::OnceLock<crate::wait::TokioClock>,
-    /// Partitions in their start (the first call out, then a slow start
-    /// until they pace): the async drivers' calls wait on its gate.
-    #[cfg(feature = "tokio")]
-    first_contact: Mutex<HashMap<K, Arc<crate::client::driver::StartGate>>>,
 }
 
 /// An adaptive client throttle, shared by cloning, partitioned by `K`.
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratewise::client::throttle::{Step, Throttle, ThrottleConfig};
-/// use ratewise::client::Outcome;
+/// use ratewise_client::throttle::{Step, Throttle, ThrottleConfig};
+/// use ratewise_client::Outcome;
 /// use ratewise::Timestamp;
 ///
 /// let throttle: Throttle<&str> = Throttle::new(ThrottleConfig::default())?;
@@ -519,7 +515,7 @@ struct Inner<K> {
 /// // The whole partition is paused, not just this call.
 /// assert!(throttle.try_acquire_at(&"api.example.com", t).is_err());
 /// assert!(throttle.try_acquire_at(&"other.example.com", t).is_ok());
-/// # Ok::<(), ratewise::client::ConfigError>(())
+/// # Ok::<(), ratewise_client::ConfigError>(())
 /// ```
 pub struct Throttle<K = ()> {
     inner: Arc<Inner<K>>,
@@ -589,7 +585,7 @@ fn short_pause(
     let a = st
         .admitted
         .rate_of_at_least(now, SHORT_PAUSE_MIN_ADMITTED)?;
-    let pause = crate::client::secs_to_duration(SHORT_PAUSE_INTERVALS / a).min(ra);
+    let pause = crate::secs_to_duration(SHORT_PAUSE_INTERVALS / a).min(ra);
     st.short_pause_end = Some(
         st.short_pause_end
             .map_or(now + pause, |e| e.max(now + pause)),
@@ -623,10 +619,6 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                     current_rate_bits: AtomicU64::new(f64::NAN.to_bits()),
                     ..Counters::default()
                 },
-                #[cfg(feature = "tokio")]
-                clock: std::sync::OnceLock::new(),
-                #[cfg(feature = "tokio")]
-                first_contact: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -636,36 +628,22 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         &self.inner.config
     }
 
-    /// The driver's tokio clock; its origin is the first call.
-    #[cfg(feature = "tokio")]
-    pub(super) fn clock(&self) -> &crate::wait::TokioClock {
-        self.inner.clock.get_or_init(crate::wait::TokioClock::new)
-    }
-
-    /// The first-contact gates of the async drivers.
-    #[cfg(feature = "tokio")]
-    pub(super) fn first_contact_gates(
-        &self,
-    ) -> &Mutex<HashMap<K, Arc<crate::client::driver::StartGate>>> {
-        &self.inner.first_contact
-    }
-
     /// Whether `key`'s start (first contact and slow start) is over.
     #[cfg(feature = "tokio")]
-    pub(super) fn start_over(&self, key: &K) -> bool {
+    pub(crate) fn start_over(&self, key: &K) -> bool {
         self.partition(key).started.load(Ordering::Acquire)
     }
 
     /// Marks `key`'s start as over: from now on its calls skip the gate.
     #[cfg(feature = "tokio")]
-    pub(super) fn end_start(&self, key: &K) {
+    pub(crate) fn end_start(&self, key: &K) {
         self.partition(key).started.store(true, Ordering::Release);
     }
 
     /// Tells `key`'s controller that its first cut came after a driver's
     /// slow start ([`RateController::note_slow_started`]).
     #[cfg(feature = "tokio")]
-    pub(super) fn note_slow_started(&self, key: &K) {
+    pub(crate) fn note_slow_started(&self, key: &K) {
         let part = self.partition(key);
         let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(c) = st.controller.as_mut() {
@@ -1146,8 +1124,8 @@ impl<K> Throttle<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::backoff::Jitter;
-    use crate::client::ServerHints;
+    use crate::backoff::Jitter;
+    use crate::ServerHints;
     // Quota intervals are whole nanoseconds, so a pacer's rate can differ
     // from the rate it was set to by a few parts in 10⁷.
 

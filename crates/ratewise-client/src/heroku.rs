@@ -44,8 +44,8 @@
 //! * The stored value is never negative: each decrease rule floors it at zero.
 //!
 //! ```
-//! use ratewise::client::heroku::{HerokuConfig, ExponentialIncreaseGradualDecrease};
-//! use ratewise::client::{Next, Outcome, Strategy};
+//! use ratewise_client::heroku::{HerokuConfig, ExponentialIncreaseGradualDecrease};
+//! use ratewise_client::{Next, Outcome, Strategy};
 //! use ratewise::Timestamp;
 //!
 //! // Jitter off, to show the exact ladder.
@@ -65,17 +65,17 @@
 //! // A success stores the last rung ×1.2, minus 0.8: 2.912·1.2 − 0.8.
 //! assert_eq!(s.after_attempt(now, &Outcome::success()), Next::Done);
 //! assert!((s.stored_sleep() - 2.6944).abs() < 1e-9);
-//! # Ok::<(), ratewise::client::ConfigError>(())
+//! # Ok::<(), ratewise_client::ConfigError>(())
 //! ```
 
 use std::time::Duration;
 
-use crate::client::JitterRng;
+use crate::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{at_least, positive, secs_to_duration, within, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};
-use crate::time::Timestamp;
+use ratewise::time::Timestamp;
 
 /// Heroku's global `max_limit`: 4500 requests per hour.
 pub const MAX_LIMIT: f64 = 4500.0;
@@ -464,7 +464,7 @@ exponential_increase_strategy!(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::ServerHints;
+    use crate::ServerHints;
     use proptest::prelude::{any, prop_assert, proptest};
 
     const T: Timestamp = Timestamp::ZERO;

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratewise::client::headers::{
+use ratewise_client::headers::{
     parse_hints, parse_rate_limit_field, parse_rate_limit_policy_field, QuotaUnit,
 };
 

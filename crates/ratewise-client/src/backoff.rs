@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ratewise::client::backoff::{Backoff, BackoffConfig, Jitter};
+//! use ratewise_client::backoff::{Backoff, BackoffConfig, Jitter};
 //!
 //! let config = BackoffConfig::exponential(Duration::from_secs(1), 2.0)
 //!     .with_max_delay(Duration::from_secs(5))
@@ -32,17 +32,17 @@
 //! let mut backoff = Backoff::new(config, 7)?;
 //! let delays: Vec<_> = (0..4).filter_map(|_| backoff.next_delay()).collect();
 //! assert_eq!(delays, [1, 2, 4, 5].map(Duration::from_secs));
-//! # Ok::<(), ratewise::client::ConfigError>(())
+//! # Ok::<(), ratewise_client::ConfigError>(())
 //! ```
 
 use std::time::Duration;
 
-use crate::client::JitterRng;
+use crate::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{at_least, positive, secs_to_duration, within, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};
-use crate::time::Timestamp;
+use ratewise::time::Timestamp;
 
 /// How the base delay grows with the retry number `i` (0 for the first retry).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -403,7 +403,7 @@ impl Strategy for BackoffStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::ServerHints;
+    use crate::ServerHints;
     use proptest::prelude::{any, prop_assert, proptest};
 
     fn secs(v: &[u64]) -> Vec<Duration> {

@@ -59,7 +59,7 @@
 //!
 //! ```
 //! use std::time::{Duration, SystemTime};
-//! use ratewise::client::headers::parse_hints;
+//! use ratewise_client::headers::parse_hints;
 //!
 //! let headers = [
 //!     ("Retry-After", "30"),
@@ -91,7 +91,7 @@ pub use vendor::{parse_rfc3339, parse_unit_duration};
 /// lower case.
 ///
 /// ```
-/// use ratewise::client::headers::HeaderSource;
+/// use ratewise_client::headers::HeaderSource;
 ///
 /// let headers = vec![("Retry-After".to_string(), "5".to_string())];
 /// assert_eq!(headers.header("retry-after"), Some(&b"5"[..]));
@@ -183,7 +183,7 @@ impl RetryAfter {
     ///
     /// ```
     /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
-    /// use ratewise::client::headers::RetryAfter;
+    /// use ratewise_client::headers::RetryAfter;
     ///
     /// let now = UNIX_EPOCH + Duration::from_secs(1_000);
     /// let later = RetryAfter::Date(UNIX_EPOCH + Duration::from_secs(1_030));
@@ -210,7 +210,7 @@ impl RetryAfter {
 ///
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
-/// use ratewise::client::headers::{parse_retry_after, RetryAfter};
+/// use ratewise_client::headers::{parse_retry_after, RetryAfter};
 ///
 /// assert_eq!(parse_retry_after(b"120"), Some(RetryAfter::Delay(Duration::from_secs(120))));
 /// assert_eq!(
@@ -234,7 +234,7 @@ pub fn parse_retry_after(value: &[u8]) -> Option<RetryAfter> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratewise::client::headers::parse_delta_seconds;
+/// use ratewise_client::headers::parse_delta_seconds;
 ///
 /// assert_eq!(parse_delta_seconds(b" 60 "), Some(Duration::from_secs(60)));
 /// assert_eq!(parse_delta_seconds(b"99999999999999999999999"), Some(Duration::from_secs(u64::MAX)));
@@ -372,7 +372,7 @@ impl QuotaUnit {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratewise::client::headers::parse_rate_limit_field;
+/// use ratewise_client::headers::parse_rate_limit_field;
 ///
 /// let items = parse_rate_limit_field(br#""default";r=50;t=30"#);
 /// assert_eq!(items[0].policy.as_deref(), Some("default"));
@@ -419,7 +419,7 @@ pub fn parse_rate_limit_field(value: &[u8]) -> Vec<RateLimitItem> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratewise::client::headers::parse_rate_limit_policy_field;
+/// use ratewise_client::headers::parse_rate_limit_policy_field;
 ///
 /// let policies = parse_rate_limit_policy_field(br#""burst";q=100;w=60"#);
 /// assert_eq!(policies[0].policy.as_deref(), Some("burst"));

@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use super::throttle::{Call, Step, Throttle};
 use super::{Next, Outcome, Strategy};
-use crate::time::Timestamp;
+use ratewise::time::Timestamp;
 
 /// One partition of a [`Throttle`] as a [`Strategy`].
 #[derive(Debug)]
@@ -191,10 +191,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::backoff::{BackoffConfig, Jitter};
-    use crate::client::sre::SreConfig;
-    use crate::client::throttle::{Adaptation, ThrottleConfig};
-    use crate::client::ServerHints;
+    use crate::backoff::{BackoffConfig, Jitter};
+    use crate::sre::SreConfig;
+    use crate::throttle::{Adaptation, ThrottleConfig};
+    use crate::ServerHints;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -265,7 +265,7 @@ mod tests {
             }
             sent += 1;
             // A server error: refused by the backend, but no pause.
-            let failed = Outcome::new(crate::client::Signal::ServerError);
+            let failed = Outcome::new(crate::Signal::ServerError);
             let next = s.after_attempt(t, &failed);
             assert_eq!(next, Next::GiveUp, "max_attempts = 1");
         }

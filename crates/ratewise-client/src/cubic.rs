@@ -26,7 +26,7 @@ use super::backoff::{backoff_next, Backoff, BackoffConfig};
 use super::config::{positive, within, ConfigError};
 use super::pacer::{Pacer, RateController};
 use super::{Next, Outcome, Signal, Strategy};
-use crate::time::Timestamp;
+use ratewise::time::Timestamp;
 
 /// Parameters of the [`Cubic`] controller, with the AWS SDK constants.
 #[derive(Clone, Copy, Debug, PartialEq)]

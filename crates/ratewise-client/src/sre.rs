@@ -31,12 +31,13 @@
 
 use std::time::Duration;
 
-use crate::client::JitterRng;
+use crate::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{at_least, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};
-use crate::time::{duration_to_nanos_saturating, Timestamp};
+use crate::config::duration_to_nanos_saturating;
+use ratewise::time::Timestamp;
 
 /// Parameters of [`SreThrottler`], with the SRE book's values.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -412,7 +413,7 @@ mod tests {
 
     #[test]
     fn with_sre_turns_local_rejections_into_waits_and_give_ups() {
-        use crate::client::backoff::{BackoffConfig, BackoffStrategy};
+        use crate::backoff::{BackoffConfig, BackoffStrategy};
         let inner =
             BackoffStrategy::new(BackoffConfig::constant(Duration::from_millis(10)), 0).unwrap();
         let mut s = WithSre::new(inner, SreThrottler::new(SreConfig::default(), 3).unwrap());
@@ -452,8 +453,8 @@ mod tests {
 
     #[test]
     fn with_sre_composes_with_a_retry_budget() {
-        use crate::client::backoff::{BackoffConfig, BackoffStrategy};
-        use crate::client::budget::{RetryBudget, RetryBudgetConfig, WithBudget};
+        use crate::backoff::{BackoffConfig, BackoffStrategy};
+        use crate::budget::{RetryBudget, RetryBudgetConfig, WithBudget};
         let inner =
             BackoffStrategy::new(BackoffConfig::constant(Duration::from_millis(10)), 0).unwrap();
         let budget = RetryBudget::new(RetryBudgetConfig {
@@ -484,7 +485,7 @@ mod tests {
 
     #[test]
     fn with_sre_keeps_a_longer_inner_wait() {
-        use crate::client::backoff::{BackoffConfig, BackoffStrategy};
+        use crate::backoff::{BackoffConfig, BackoffStrategy};
         let inner =
             BackoffStrategy::new(BackoffConfig::constant(Duration::from_millis(10)), 0).unwrap();
         let mut s = WithSre::new(inner, SreThrottler::new(SreConfig::default(), 3).unwrap())

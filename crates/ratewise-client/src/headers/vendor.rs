@@ -20,7 +20,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{days_from_civil, days_in_month, parse_count, parse_u64, trim, HeaderSource};
-use crate::client::ServerHints;
+use crate::ServerHints;
 
 /// Fills what `hints` lacks from the vendor forms in `headers`.
 pub(super) fn fill<H: HeaderSource + ?Sized>(
@@ -131,7 +131,7 @@ fn parse_fraction(v: &[u8]) -> Option<(u64, u64)> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratewise::client::headers::parse_unit_duration;
+/// use ratewise_client::headers::parse_unit_duration;
 ///
 /// assert_eq!(parse_unit_duration(b"6m0s"), Some(Duration::from_secs(360)));
 /// assert_eq!(parse_unit_duration(b"20ms"), Some(Duration::from_millis(20)));
@@ -185,7 +185,7 @@ pub fn parse_unit_duration(value: &[u8]) -> Option<Duration> {
 ///
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
-/// use ratewise::client::headers::parse_rfc3339;
+/// use ratewise_client::headers::parse_rfc3339;
 ///
 /// let at = UNIX_EPOCH + Duration::from_secs(1_795_559_465);
 /// assert_eq!(parse_rfc3339(b"2026-11-24T22:31:05Z"), Some(at));
@@ -252,8 +252,8 @@ pub fn parse_rfc3339(value: &[u8]) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::headers::parse_hints;
-    use crate::client::headers::tests::at;
+    use crate::headers::parse_hints;
+    use crate::headers::tests::at;
 
     #[test]
     fn unit_durations_as_go_prints_them() {

@@ -25,7 +25,7 @@
 //!   [`Throttle`](super::throttle::Throttle) does); `remaining = 0` pauses
 //!   until the reset.
 //! * [`ResetMeaning::Refill`] (token buckets, including ratewise's own
-//!   [`Decision::headers`](crate::Decision::headers)): the reset is the time
+//!   [`Decision::headers`](ratewise::Decision::headers)): the reset is the time
 //!   until the bucket is full again, which needs the limit `L` too. Over the
 //!   next `reset` seconds the bucket can serve exactly its `remaining` plus
 //!   what refills, `L − remaining`, so an *empty* bucket is paced at
@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use super::pacer::Pacer;
 use super::{Next, Outcome, ServerHints, Strategy};
-use crate::time::Timestamp;
+use ratewise::time::Timestamp;
 
 /// What a server's `RateLimit-Reset` (or `X-RateLimit-Reset`) means.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -339,7 +339,7 @@ impl<S: Strategy> Strategy for WithHints<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::backoff::{BackoffConfig, BackoffStrategy};
+    use crate::backoff::{BackoffConfig, BackoffStrategy};
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::config::{at_least_one, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};
-use crate::time::Timestamp;
+use ratewise::time::Timestamp;
 
 /// The budget's costs and capacity, with AWS standard-mode defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,7 +160,7 @@ impl<S: Strategy> Strategy for WithBudget<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::backoff::{BackoffConfig, BackoffStrategy};
+    use crate::backoff::{BackoffConfig, BackoffStrategy};
 
     #[test]
     fn aws_standard_costs_and_refunds() {

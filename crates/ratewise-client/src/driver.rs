@@ -1,7 +1,10 @@
-//! The async driver of [`Throttle`] (feature `tokio`): call an operation,
+//! The async handle of [`Throttle`] (feature `tokio`): call an operation,
 //! classify its result, wait and retry as the throttle says.
 //!
-//! The driver is a thin loop over the sans-IO core — acquire a slot
+//! [`AsyncThrottle`] owns what running on tokio needs — the clock and each
+//! partition's start gate — around one sans-IO [`Throttle`], which holds no
+//! runtime state, so the simulator and production drive the same object.
+//! Its loop is thin over that core — acquire a slot
 //! ([`Throttle::acquire_at`]), sleep (and [`Throttle::recheck_at`] after it:
 //! a cut or a pause meanwhile hands out a new slot), call, classify, record
 //! ([`Throttle::record_at`]) — with time read from tokio's clock, so tests
@@ -13,13 +16,17 @@
 //! budget token stays paid, and every counter is already consistent: nothing
 //! needs undoing.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use super::throttle::{Call, Step, StopReason, Throttle};
-use super::{Outcome, Signal};
-use crate::time::{Clock, Timestamp};
+use super::throttle::{Call, Step, StopReason, Throttle, ThrottleConfig};
+use super::{ConfigError, Outcome, Signal};
+use ratewise::time::{Clock, Timestamp};
+use ratewise::wait::TokioClock;
 
 /// How a response is turned into an [`Outcome`] when no classifier is given.
 ///
@@ -48,7 +55,7 @@ impl<T: Classify, E> Classify for Result<T, E> {
 
 /// `http` responses (feature `http`) are classified from their status and
 /// headers with the default [`Classifier`](super::Classifier); a body-based
-/// rule (Google's 403 reasons) needs [`Throttle::run_with`] and the
+/// rule (Google's 403 reasons) needs [`AsyncThrottle::run_with`] and the
 /// classifier's body-aware methods.
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
@@ -127,34 +134,97 @@ impl<R: std::fmt::Debug> std::error::Error for ThrottleError<R> {}
 /// neither refused nor stated a rate is not limiting this client.
 const SLOW_START_MAX_WINDOW: u32 = 64;
 
-/// A partition's start gate ([`Throttle::first_contact`]): a window of calls
-/// in flight, one at first, one more per success, until the partition
+/// A partition's start gate ([`AsyncThrottle::first_contact`]): a window of
+/// calls in flight, one at first, one more per success, until the partition
 /// paces (a refusal or a stated rate) or the window is large.
 #[derive(Debug)]
-pub(crate) struct StartGate {
-    permits: std::sync::Arc<tokio::sync::Semaphore>,
+struct StartGate {
+    permits: Arc<tokio::sync::Semaphore>,
     window: std::sync::atomic::AtomicU32,
 }
 
 impl StartGate {
     fn new() -> Self {
         StartGate {
-            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
+            permits: Arc::new(tokio::sync::Semaphore::new(1)),
             window: std::sync::atomic::AtomicU32::new(1),
         }
     }
 }
 
+/// What running a [`Throttle`] on tokio needs, shared by every clone of
+/// one [`AsyncThrottle`].
+struct Runtime<K> {
+    /// The clock every timestamp given to the throttle is read from,
+    /// created on first use (so inside the runtime).
+    clock: OnceLock<TokioClock>,
+    /// Partitions in their start (the first call out, then a slow start
+    /// until they pace): their calls wait on the gate.
+    gates: Mutex<HashMap<K, Arc<StartGate>>>,
+}
+
+/// A [`Throttle`] on tokio: the sans-IO throttle plus the clock and the
+/// partitions' start gates, shared by cloning (an `Arc`).
+///
+/// The throttle's own methods (`metrics`, `rate_of`, `forget`, …) are
+/// reached through `Deref`. Every timestamp the handle gives its throttle is
+/// read from one clock, so build the handle once and clone it; the
+/// throttle inside is not handed out by value, so no second clock can
+/// drive it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use ratewise_client::{AsyncThrottle, Outcome, ThrottleConfig};
+///
+/// let throttle: AsyncThrottle<&str> = AsyncThrottle::new(ThrottleConfig::default())?;
+/// let answer = throttle.run(&"api.example.com", || async { Outcome::success() }).await?;
+/// assert_eq!(answer, Outcome::success());
+/// assert_eq!(throttle.metrics().successes, 1);
+/// # Ok(())
+/// # }
+/// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub struct AsyncThrottle<K = ()> {
+    throttle: Throttle<K>,
+    runtime: Arc<Runtime<K>>,
+}
+
+impl<K> Clone for AsyncThrottle<K> {
+    fn clone(&self) -> Self {
+        AsyncThrottle {
+            throttle: self.throttle.clone(),
+            runtime: Arc::clone(&self.runtime),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for AsyncThrottle<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncThrottle")
+            .field("throttle", &self.throttle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Deref for AsyncThrottle<K> {
+    type Target = Throttle<K>;
+
+    fn deref(&self) -> &Throttle<K> {
+        &self.throttle
+    }
+}
+
 /// Held by a call let through a partition's start gate
-/// ([`Throttle::first_contact`]) until its answer is recorded: the first
+/// ([`AsyncThrottle::first_contact`]) until its answer is recorded: the first
 /// call to a partition goes alone, and until the partition paces, each
 /// success lets one more call out at once (a window that doubles every
 /// round trip).
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub struct FirstContact<K: Hash + Eq + Clone + Send + Sync> {
-    throttle: Throttle<K>,
+    throttle: AsyncThrottle<K>,
     key: K,
-    gate: std::sync::Arc<StartGate>,
+    gate: Arc<StartGate>,
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
@@ -193,12 +263,13 @@ impl<K: Hash + Eq + Clone + Send + Sync> FirstContact<K> {
             }
             let mut gates = self
                 .throttle
-                .first_contact_gates()
+                .runtime
+                .gates
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                .unwrap_or_else(PoisonError::into_inner);
             if gates
                 .get(&self.key)
-                .is_some_and(|g| std::sync::Arc::ptr_eq(g, &self.gate))
+                .is_some_and(|g| Arc::ptr_eq(g, &self.gate))
             {
                 gates.remove(&self.key);
             }
@@ -222,11 +293,29 @@ impl<K: Hash + Eq + Clone + Send + Sync> Drop for FirstContact<K> {
     }
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
+impl<K: Hash + Eq + Clone + Send + Sync> AsyncThrottle<K> {
+    /// A throttle with `config`, on tokio.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for any invalid part, as [`Throttle::new`].
+    pub fn new(config: ThrottleConfig) -> Result<Self, ConfigError> {
+        Ok(AsyncThrottle {
+            throttle: Throttle::new(config)?,
+            runtime: Arc::new(Runtime {
+                clock: OnceLock::new(),
+                gates: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The sans-IO throttle this handle drives.
+    pub fn throttle(&self) -> &Throttle<K> {
+        &self.throttle
+    }
+
     /// The throttle's notion of now on tokio's clock (origin: first use).
     pub fn now(&self) -> Timestamp {
-        self.clock().now()
+        self.runtime.clock.get_or_init(TokioClock::new).now()
     }
 
     /// [`Throttle::try_acquire_at`] now: `Err(wait)` says "would wait this
@@ -247,10 +336,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// without a pace (the server said nothing of its rate), the others are
     /// let out in a slow start: one more at once per success, a window
     /// that doubles every round trip, until the first refusal or a stated
-    /// rate starts the pace, or 64 are out. Fifty tasks sharing a `Throttle`
+    /// rate starts the pace, or 64 are out. Fifty tasks sharing a throttle
     /// so probe a server that sends nothing in a few round trips, instead of
     /// sending fifty calls into a bucket of ten. Once the partition paces,
-    /// every call goes at once (`None`). [`Throttle::run`] does this itself;
+    /// every call goes at once (`None`). [`AsyncThrottle::run`] does this itself;
     /// drivers with their own loop (the reqwest middleware) call it before
     /// their first attempt.
     pub async fn first_contact(&self, key: &K) -> Option<FirstContact<K>> {
@@ -260,25 +349,23 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         }
         let gate = {
             let mut gates = self
-                .first_contact_gates()
+                .runtime
+                .gates
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                .unwrap_or_else(PoisonError::into_inner);
             match gates.get(key) {
-                Some(g) => std::sync::Arc::clone(g),
+                Some(g) => Arc::clone(g),
                 // Answered and no gate left: the slow start is over.
                 None if self.answered(key) => return None,
-                None => std::sync::Arc::clone(
+                None => Arc::clone(
                     gates
                         .entry(key.clone())
-                        .or_insert_with(|| std::sync::Arc::new(StartGate::new())),
+                        .or_insert_with(|| Arc::new(StartGate::new())),
                 ),
             }
         };
         // A closed gate is an open door.
-        let permit = std::sync::Arc::clone(&gate.permits)
-            .acquire_owned()
-            .await
-            .ok()?;
+        let permit = Arc::clone(&gate.permits).acquire_owned().await.ok()?;
         Some(FirstContact {
             throttle: self.clone(),
             key: key.clone(),
@@ -391,9 +478,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::backoff::{BackoffConfig, Jitter};
-    use crate::client::throttle::{Adaptation, ThrottleConfig};
-    use crate::client::ServerHints;
+    use crate::backoff::{BackoffConfig, Jitter};
+    use crate::throttle::{Adaptation, ThrottleConfig};
+    use crate::ServerHints;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
 
@@ -410,7 +497,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retries_then_succeeds_honouring_retry_after() {
-        let th: Throttle<()> = Throttle::new(config()).unwrap();
+        let th: AsyncThrottle<()> = AsyncThrottle::new(config()).unwrap();
         let n = AtomicU32::new(0);
         let t0 = tokio::time::Instant::now();
         let r = th
@@ -437,7 +524,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_partitions_first_call_goes_alone() {
-        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let th: AsyncThrottle<u8> = AsyncThrottle::new(config()).unwrap();
         let t0 = tokio::time::Instant::now();
         // Five calls at once to a partition never answered: each takes 1 s.
         let calls: Vec<_> = (0..5)
@@ -479,7 +566,7 @@ mod tests {
 
     /// Partition 0's first call, let through its start gate and answered
     /// with a success (its guard not yet ended), and that call.
-    async fn first_call_answered(th: &Throttle<u8>) -> (FirstContact<u8>, Call) {
+    async fn first_call_answered(th: &AsyncThrottle<u8>) -> (FirstContact<u8>, Call) {
         let first = th
             .first_contact(&0)
             .await
@@ -491,14 +578,14 @@ mod tests {
 
     /// A call to partition 0 waiting at its start gate: `true` if it is
     /// let through holding a place in the window.
-    fn waiter(th: &Throttle<u8>) -> tokio::task::JoinHandle<bool> {
+    fn waiter(th: &AsyncThrottle<u8>) -> tokio::task::JoinHandle<bool> {
         let th = th.clone();
         tokio::spawn(async move { th.first_contact(&0).await.is_some() })
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_refusal_ends_the_slow_start_and_opens_the_gate() {
-        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let th: AsyncThrottle<u8> = AsyncThrottle::new(config()).unwrap();
         let (first, mut call) = first_call_answered(&th).await;
         first.recorded(&Outcome::success());
         // A window of two: a third call waits for one of them.
@@ -518,7 +605,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_guard_only_dropped_after_its_answer_still_widens_the_window() {
-        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let th: AsyncThrottle<u8> = AsyncThrottle::new(config()).unwrap();
         let (first, _) = first_call_answered(&th).await;
         drop(first);
         // A window of two, as if `recorded` had been called; a third waits.
@@ -531,7 +618,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_call_given_up_in_the_window_frees_its_place() {
-        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let th: AsyncThrottle<u8> = AsyncThrottle::new(config()).unwrap();
         let first = th
             .first_contact(&0)
             .await
@@ -547,7 +634,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn gives_up_with_the_last_response() {
-        let th: Throttle<()> = Throttle::new(config()).unwrap();
+        let th: AsyncThrottle<()> = AsyncThrottle::new(config()).unwrap();
         let err = th
             .run(&(), || async { Ok::<_, ()>(Outcome::throttled()) })
             .await
@@ -563,8 +650,8 @@ mod tests {
     async fn budget_exhaustion_is_client_side() {
         // Five tokens pay for exactly one retry after a server error (a
         // throttled attempt's retry is paced and never paid from the budget).
-        let th: Throttle<()> = Throttle::new(ThrottleConfig {
-            budget: Some(crate::client::budget::RetryBudgetConfig {
+        let th: AsyncThrottle<()> = AsyncThrottle::new(ThrottleConfig {
+            budget: Some(crate::budget::RetryBudgetConfig {
                 capacity: 5,
                 ..Default::default()
             }),
@@ -573,9 +660,7 @@ mod tests {
         })
         .unwrap();
         let err = th
-            .run(&(), || async {
-                Outcome::new(crate::client::Signal::ServerError)
-            })
+            .run(&(), || async { Outcome::new(crate::Signal::ServerError) })
             .await
             .unwrap_err();
         assert_eq!(err.reason(), StopReason::BudgetExhausted);
@@ -589,7 +674,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_deadline_reached_between_attempts_is_client_side() {
-        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+        let th: AsyncThrottle<()> = AsyncThrottle::new(ThrottleConfig {
             deadline: Some(Duration::from_millis(150)),
             ..config()
         })
@@ -614,7 +699,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn deadline_refusal_is_client_side() {
-        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+        let th: AsyncThrottle<()> = AsyncThrottle::new(ThrottleConfig {
             adaptation: Adaptation::Fixed(1.0),
             burst: Some(1),
             deadline: Some(Duration::from_millis(500)),
@@ -635,7 +720,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_retry_delay_does_not_hold_the_partition() {
-        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+        let th: AsyncThrottle<()> = AsyncThrottle::new(ThrottleConfig {
             adaptation: Adaptation::Fixed(10.0),
             burst: Some(1),
             backoff: BackoffConfig::constant(Duration::from_secs(5)),
@@ -674,7 +759,7 @@ mod tests {
     #[cfg(feature = "http")]
     #[tokio::test(start_paused = true)]
     async fn http_responses_classify_by_default() {
-        let th: Throttle<()> = Throttle::new(config()).unwrap();
+        let th: AsyncThrottle<()> = AsyncThrottle::new(config()).unwrap();
         let n = AtomicU32::new(0);
         let r = th
             .run(&(), || async {
@@ -696,7 +781,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn try_acquire_answers_would_wait() {
-        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+        let th: AsyncThrottle<()> = AsyncThrottle::new(ThrottleConfig {
             adaptation: Adaptation::Fixed(2.0),
             burst: Some(1),
             ..config()
@@ -710,7 +795,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn cancelled_calls_leave_state_consistent() {
-        let th: Throttle<()> = Throttle::new(ThrottleConfig {
+        let th: AsyncThrottle<()> = AsyncThrottle::new(ThrottleConfig {
             adaptation: Adaptation::Fixed(1.0),
             burst: Some(1),
             ..config()

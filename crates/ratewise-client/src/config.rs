@@ -124,6 +124,11 @@ pub fn secs_to_duration(secs: f64) -> Duration {
     }
 }
 
+/// Whole nanoseconds in `d`, saturating at `u64::MAX` (about 584 years).
+pub(crate) fn duration_to_nanos_saturating(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

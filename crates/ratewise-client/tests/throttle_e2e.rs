@@ -1,9 +1,9 @@
-//! End to end: `Throttle::run` against a real HTTP/1.1 server on 127.0.0.1.
+//! End to end: `AsyncThrottle::run` against a real HTTP/1.1 server on 127.0.0.1.
 //!
 //! The server (written below, a few lines over a tokio `TcpListener`) admits
 //! requests through a core `TokenBucket` (100/s, burst 10) and answers 429
 //! with `Retry-After` and `RateLimit-Remaining` when it is empty. Twenty
-//! concurrent tasks share one `Throttle` (AIMD pacing starting at twice the
+//! concurrent tasks share one `AsyncThrottle` (AIMD pacing starting at twice the
 //! server's rate) and must complete a fixed job of 300 requests: none may be
 //! lost, the server must count exactly 300 successes, the pacer's final rate
 //! must be at or under the server's, and the 429 share (printed) must stay
@@ -29,13 +29,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use ratewise::client::aimd::AimdConfig;
-use ratewise::client::backoff::BackoffConfig;
-use ratewise::client::classify;
-use ratewise::client::hints::ResetMeaning;
-use ratewise::client::throttle::{Adaptation, Throttle, ThrottleConfig};
-use ratewise::client::{Outcome, Signal};
 use ratewise::{Quota, RateLimiter, TokenBucket};
+use ratewise_client::aimd::AimdConfig;
+use ratewise_client::backoff::BackoffConfig;
+use ratewise_client::classify;
+use ratewise_client::hints::ResetMeaning;
+use ratewise_client::throttle::{Adaptation, ThrottleConfig};
+use ratewise_client::AsyncThrottle;
+use ratewise_client::{Outcome, Signal};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -166,7 +167,7 @@ async fn scenario(hints: bool) {
     let stats = Arc::new(ServerStats::default());
     let server = tokio::spawn(serve(listener, bucket, Arc::clone(&stats), hints));
 
-    let throttle: Throttle<&'static str> = Throttle::new(ThrottleConfig {
+    let throttle: AsyncThrottle<&'static str> = AsyncThrottle::new(ThrottleConfig {
         adaptation: Adaptation::Aimd(AimdConfig {
             initial_rate: 2.0 * SERVER_RATE as f64,
             max_rate: 2.0 * SERVER_RATE as f64,

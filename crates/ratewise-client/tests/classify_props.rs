@@ -5,13 +5,13 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proptest::prelude::*;
-use ratewise::client::classify::{classify, Classifier};
-use ratewise::client::headers::{
+use ratewise_client::classify::{classify, Classifier};
+use ratewise_client::headers::{
     parse_delta_seconds, parse_hints, parse_http_date, parse_rate_limit_field,
     parse_rate_limit_policy_field, parse_retry_after, parse_rfc3339, parse_unit_duration,
     RetryAfter,
 };
-use ratewise::client::{ServerHints, Signal};
+use ratewise_client::{ServerHints, Signal};
 
 /// Every header name the parsers and classifier read.
 const KNOWN: [&str; 33] = [

@@ -40,8 +40,8 @@
 //!   `2xx` for the GraphQL rule.
 //!
 //! ```
-//! use ratewise::client::classify::classify;
-//! use ratewise::client::Signal;
+//! use ratewise_client::classify::classify;
+//! use ratewise_client::Signal;
 //!
 //! let body = br#"{"error":{"errors":[{"domain":"usageLimits","reason":"userRateLimitExceeded"}],"code":403}}"#;
 //! let no_headers: [(&str, &str); 0] = [];
@@ -119,8 +119,8 @@ type Predicate = Arc<dyn Fn(&ResponseView<'_>) -> bool + Send + Sync>;
 /// Cheap to clone and shareable between tasks (`Send + Sync`).
 ///
 /// ```
-/// use ratewise::client::classify::Classifier;
-/// use ratewise::client::Signal;
+/// use ratewise_client::classify::Classifier;
+/// use ratewise_client::Signal;
 ///
 /// // An API that says "slow down" with a 400 and a custom header.
 /// let classifier = Classifier::new()
@@ -273,8 +273,8 @@ impl Classifier {
     ///
     /// ```
     /// use std::time::{Duration, SystemTime};
-    /// use ratewise::client::classify::Classifier;
-    /// use ratewise::client::Signal;
+    /// use ratewise_client::classify::Classifier;
+    /// use ratewise_client::Signal;
     ///
     /// let outcome = Classifier::new().outcome(
     ///     429,
@@ -457,8 +457,8 @@ mod http_support {
         /// Classifies a buffered `http::Response`, body included.
         ///
         /// ```
-        /// use ratewise::client::classify::Classifier;
-        /// use ratewise::client::Signal;
+        /// use ratewise_client::classify::Classifier;
+        /// use ratewise_client::Signal;
         ///
         /// let response = http::Response::builder()
         ///     .status(400)
@@ -665,7 +665,7 @@ mod scan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::ServerHints;
+    use crate::ServerHints;
     use std::time::{Duration, UNIX_EPOCH};
 
     const NONE: [(&str, &str); 0] = [];

@@ -1,6 +1,24 @@
 //! Client-side throttling: how a *caller* of a rate-limited API decides when
 //! to send, and how long to wait after being told to slow down.
 //!
+//! ```
+//! use std::time::Duration;
+//! use ratewise_client::backoff::{BackoffConfig, BackoffStrategy, Jitter};
+//! use ratewise_client::{Next, Outcome, Strategy, Timestamp};
+//!
+//! // Exponential backoff from 100 ms, no jitter, so the example is exact.
+//! let config = BackoffConfig::exponential(Duration::from_millis(100), 2.0)
+//!     .with_jitter(Jitter::None);
+//! let mut strategy = BackoffStrategy::new(config, 7)?;
+//! let now = Timestamp::ZERO;
+//! assert_eq!(strategy.before_call(now), Duration::ZERO);
+//! // Throttled twice: wait 100 ms, then 200 ms; a success ends the call.
+//! assert_eq!(strategy.after_attempt(now, &Outcome::throttled()), Next::Retry(Duration::from_millis(100)));
+//! assert_eq!(strategy.after_attempt(now, &Outcome::throttled()), Next::Retry(Duration::from_millis(200)));
+//! assert_eq!(strategy.after_attempt(now, &Outcome::success()), Next::Done);
+//! # Ok::<(), ratewise_client::ConfigError>(())
+//! ```
+//!
 //! Every strategy is a sans-IO state machine behind one small trait,
 //! [`Strategy`]: it is asked how long to wait before a call
 //! ([`Strategy::before_call`]) and told what each attempt produced
@@ -28,11 +46,26 @@
 //! | [`hints`] | `RateLimit-Remaining` over the time to reset lowers the pace | IETF drafts, GitHub |
 //! | [`throttle_strategy`] | one [`Throttle`] partition as a [`Strategy`], for simulation | — |
 //!
-//! Rate strategies drive a core limiter ([`pacer::Pacer`], a [`Gcra`](crate::Gcra))
+//! Rate strategies drive a core limiter ([`pacer::Pacer`], a [`Gcra`](ratewise::Gcra))
 //! instead of re-implementing one. [`throttle::Throttle`] composes a pacer, a
 //! controller, a pause on throttling, a backoff, a budget and the SRE throttle
-//! per partition for many concurrent tasks; its async driver
-//! (`Throttle::run`) needs the `tokio` feature.
+//! per partition for many concurrent tasks; its async handle
+//! ([`AsyncThrottle`], feature `tokio`) owns the timer and runtime state
+//! around it and runs calls ([`AsyncThrottle::run`]).
+//!
+//! # Features
+//!
+//! * `tokio` — [`AsyncThrottle`]: `run`, `run_with`, first contact.
+//! * `http` — classification of `http` crate responses; with `tokio`,
+//!   [`exchange`], the request loop the reqwest and tower drivers share.
+//! * `observe` — `ratewise_client_*` metrics and `tracing` events from
+//!   [`exchange`].
+//!
+//! Without features the crate is the sans-IO strategies and [`Throttle`].
+
+#![warn(missing_docs)]
+// docs.rs labels feature-gated items; `doc_cfg` is nightly-only.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::time::Duration;
 
@@ -42,7 +75,9 @@ use std::time::Duration;
 /// simulation replays byte for byte anywhere.
 pub(crate) type JitterRng = rand_chacha::ChaCha8Rng;
 
-use crate::time::Timestamp;
+/// The time every state machine here is told: nanoseconds since a clock's
+/// origin.
+pub use ratewise::Timestamp;
 
 /// The gauges of a wrapper strategy (a strategy around an `inner` one, such
 /// as `WithBudget`, `WithHints`, `WithSre`): a wrapper changes when and
@@ -85,7 +120,7 @@ pub mod throttle_strategy;
 pub use config::{secs_to_duration, ConfigError};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use driver::{Classify, FirstContact, ThrottleError};
+pub use driver::{AsyncThrottle, Classify, FirstContact, ThrottleError};
 pub use throttle::{Adaptation, StopReason, Throttle, ThrottleConfig, ThrottleMetrics};
 pub use throttle_strategy::ThrottleStrategy;
 

@@ -28,7 +28,7 @@ use super::backoff::{call_end, honouring_retry_after, Backoff, BackoffConfig};
 use super::config::{at_least, at_least_one, rate_range_and_decrease, within, ConfigError};
 use super::pacer::{Pacer, RateController};
 use super::{Next, Outcome, Signal, Strategy};
-use crate::time::Timestamp;
+use ratewise::time::Timestamp;
 
 /// Parameters of the [`Aimd`] controller.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -315,7 +315,7 @@ impl Strategy for AimdStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::backoff::Jitter;
+    use crate::backoff::Jitter;
 
     const T: Timestamp = Timestamp::ZERO;
 
@@ -420,10 +420,10 @@ mod tests {
     fn strategy_gives_up_when_the_server_forbids_a_retry() {
         let mut s = AimdStrategy::with_defaults(0).unwrap();
         s.before_call(T);
-        let forbidden = Outcome::throttled().with_hints(crate::client::ServerHints {
+        let forbidden = Outcome::throttled().with_hints(crate::ServerHints {
             no_retry: true,
             policy: None,
-            ..crate::client::ServerHints::default()
+            ..crate::ServerHints::default()
         });
         assert_eq!(s.after_attempt(T, &forbidden), Next::GiveUp);
         // Still a throttle: the rate was cut; no retry, so no backoff level.

@@ -3,23 +3,23 @@
 //! layer (`ratewise-tower`) are this loop with their own way of copying,
 //! sending and reading a request.
 //!
-//! [`send`] drives one call through a [`Throttle`] partition: sleep out a
-//! retry's delay, take a slot ([`Throttle::acquire_at`]; after sleeping to
-//! it, [`Throttle::recheck_at`] in case a cut or a pause re-planned the
+//! [`send`] drives one call through an [`AsyncThrottle`]'s partition: sleep out a
+//! retry's delay, take a slot ([`Throttle::acquire_at`](crate::Throttle::acquire_at); after sleeping to
+//! it, [`Throttle::recheck_at`](crate::Throttle::recheck_at) in case a cut or a pause re-planned the
 //! partition meanwhile), send a copy of the
-//! request, classify the answer, record it ([`Throttle::record_at`]), and
+//! request, classify the answer, record it ([`Throttle::record_at`](crate::Throttle::record_at)), and
 //! either hand the answer back or go round again. A request that cannot be
 //! copied is sent itself, once; if its answer asks for a retry the call ends
 //! with [`RefusalReason::NotReplayable`].
 //!
 //! ```
 //! use std::time::Duration;
-//! use ratewise::client::exchange::{send, Answer};
-//! use ratewise::client::{Outcome, Throttle, ThrottleConfig};
+//! use ratewise_client::exchange::{send, Answer};
+//! use ratewise_client::{AsyncThrottle, Outcome, ThrottleConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
-//! let throttle: Throttle<String> = Throttle::new(ThrottleConfig::default()).unwrap();
+//! let throttle: AsyncThrottle<String> = AsyncThrottle::new(ThrottleConfig::default()).unwrap();
 //! let key = "api.example.com:443".to_owned();
 //! let mut sent = 0;
 //! let answer = send(
@@ -42,7 +42,7 @@
 //! # }
 //! ```
 //!
-//! **Cancellation safety** is the async driver's (`Throttle::run`): no lock
+//! **Cancellation safety** is the async driver's (`AsyncThrottle::run`): no lock
 //! is held across an `.await`, so dropping the future while it sleeps or
 //! while an attempt is in flight leaves every counter consistent; a reserved
 //! slot is simply not used.
@@ -69,7 +69,8 @@ use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 
-use super::throttle::{Step, StopReason, Throttle};
+use super::driver::AsyncThrottle;
+use super::throttle::{Step, StopReason};
 use super::{Outcome, Signal};
 
 /// The metric names and label keys of the client drivers, in one place. The
@@ -218,7 +219,7 @@ impl Answer {
 /// throttle. [`Refused`] when the client declined to send an attempt, or a
 /// retry was due and the request could not be replayed.
 pub async fn send<K, Q, R, Fut>(
-    throttle: &Throttle<K>,
+    throttle: &AsyncThrottle<K>,
     key: &K,
     request: Q,
     mut replay: impl FnMut(&Q) -> Option<Q>,
@@ -234,7 +235,7 @@ where
     // behind another call's first contact included.
     let mut ready_at = throttle.now();
     // A partition never answered learns the server's limits from one attempt
-    // before the others are sent (`Throttle::first_contact`): a server that
+    // before the others are sent (`AsyncThrottle::first_contact`): a server that
     // states its rate is paced from the start instead of answering a burst
     // with 429s. The guard is dropped once the first attempt is recorded.
     let mut first = throttle.first_contact(key).await;
@@ -379,13 +380,13 @@ impl Observer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::backoff::{BackoffConfig, Jitter};
-    use crate::client::throttle::ThrottleConfig;
-    use crate::client::ServerHints;
+    use crate::backoff::{BackoffConfig, Jitter};
+    use crate::throttle::ThrottleConfig;
+    use crate::ServerHints;
     use std::time::Duration;
 
-    fn throttle(config: ThrottleConfig) -> Throttle<String> {
-        Throttle::new(ThrottleConfig {
+    fn throttle(config: ThrottleConfig) -> AsyncThrottle<String> {
+        AsyncThrottle::new(ThrottleConfig {
             backoff: BackoffConfig::constant(Duration::from_millis(100)).with_jitter(Jitter::None),
             pause_jitter: 0.0,
             ..config
@@ -411,7 +412,7 @@ mod tests {
 
     /// Answers the scripted statuses in turn, noting each request sent.
     async fn run(
-        th: &Throttle<String>,
+        th: &AsyncThrottle<String>,
         script: &[u16],
         replayable: bool,
     ) -> (Result<u16, Refused>, Vec<u32>) {
@@ -445,7 +446,7 @@ mod tests {
         // first slot of the pace that 429 started: a lone call measured no
         // send rate, so pacing starts at the fallback rate times the
         // decrease, from an empty pacer (one interval after the 429).
-        let c = crate::client::adaptive::AdaptiveConfig::default();
+        let c = crate::adaptive::AdaptiveConfig::default();
         let first_slot = Duration::from_secs_f64(1.0 / (c.fallback_rate * c.decrease_factor));
         assert_eq!(t0.elapsed(), first_slot.max(Duration::from_secs(1)));
     }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use super::backoff::{backoff_next, Backoff, BackoffConfig};
 use super::config::ConfigError;
 use super::{Next, Outcome, Strategy};
-use crate::time::Timestamp;
+use ratewise::time::Timestamp;
 
 /// The largest quota count a flood guard accepts (its log holds that many
 /// timestamps).

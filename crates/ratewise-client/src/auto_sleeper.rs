@@ -29,12 +29,13 @@
 
 use std::time::Duration;
 
-use crate::client::JitterRng;
+use crate::JitterRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{at_least, at_least_one, within, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};
-use crate::time::{duration_to_nanos_saturating, Timestamp};
+use crate::config::duration_to_nanos_saturating;
+use ratewise::time::Timestamp;
 
 /// The AutoSleeper's parameters, with the source's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]

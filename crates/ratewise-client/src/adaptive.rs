@@ -62,9 +62,9 @@
 //! Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
 //!
 //! ```
-//! use ratewise::client::adaptive::{Adaptive, AdaptiveConfig};
-//! use ratewise::client::pacer::RateController;
-//! use ratewise::client::{Outcome, ServerHints};
+//! use ratewise_client::adaptive::{Adaptive, AdaptiveConfig};
+//! use ratewise_client::pacer::RateController;
+//! use ratewise_client::{Outcome, ServerHints};
 //! use ratewise::Timestamp;
 //! use std::time::Duration;
 //!
@@ -82,7 +82,7 @@
 //! assert_eq!(c.on_outcome(now, &empty), Some(cut));
 //! // Quota to spare: the rate rises by a fraction of the rate at the cut.
 //! assert!(c.on_outcome(now, &Outcome::success()).unwrap() > cut);
-//! # Ok::<(), ratewise::client::ConfigError>(())
+//! # Ok::<(), ratewise_client::ConfigError>(())
 //! ```
 
 use std::time::Duration;
@@ -90,7 +90,7 @@ use std::time::Duration;
 use super::config::{at_least, positive, rate_range_and_decrease, within, ConfigError};
 use super::pacer::RateController;
 use super::{Outcome, Signal};
-use crate::time::Timestamp;
+use ratewise::time::Timestamp;
 
 /// How an [`Adaptive`] controller moves.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -346,7 +346,7 @@ impl RateController for Adaptive {
                     Some(r) => self
                         .config
                         .decrease_cooldown
-                        .max(crate::client::secs_to_duration(1.0 / r)),
+                        .max(crate::secs_to_duration(1.0 / r)),
                     None => self.config.decrease_cooldown,
                 };
                 let cooling = self.last_cut.is_some_and(|t| now < t.saturating_add(cool));
@@ -439,7 +439,7 @@ impl RateController for Adaptive {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::ServerHints;
+    use crate::ServerHints;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
