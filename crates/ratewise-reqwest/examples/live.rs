@@ -15,8 +15,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::get;
 use axum::Router;
-use ratewise::client::{Throttle, ThrottleConfig};
 use ratewise::{Quota, RateLimiter, TokenBucket};
+use ratewise_client::{AsyncThrottle, ThrottleConfig};
 use ratewise_reqwest::ThrottleMiddleware;
 
 async fn limited(State(bucket): State<Arc<TokenBucket>>) -> (StatusCode, HeaderMap) {
@@ -45,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = format!("http://{}/", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let throttle = Throttle::new(ThrottleConfig::default())?;
+    let throttle = AsyncThrottle::new(ThrottleConfig::default())?;
     let middleware = ThrottleMiddleware::per_host(throttle.clone());
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(middleware)

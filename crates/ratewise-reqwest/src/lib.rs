@@ -1,15 +1,15 @@
-//! ratewise's client [`Throttle`] as a [`reqwest_middleware::Middleware`]:
+//! ratewise's client [`AsyncThrottle`] as a [`reqwest_middleware::Middleware`]:
 //! every request through the client is paced per host, a throttled response
 //! (429, 503 with `Retry-After`, Google/GitHub 403s, …) pauses the host and is
 //! retried after the server's `Retry-After` or the backoff, and the
 //! `RateLimit-*` / `X-RateLimit-*` headers lower the pace before any 429.
 //!
 //! ```no_run
-//! use ratewise::client::{Throttle, ThrottleConfig};
+//! use ratewise_client::{AsyncThrottle, ThrottleConfig};
 //! use ratewise_reqwest::ThrottleMiddleware;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let throttle = Throttle::new(ThrottleConfig::default())?;
+//! let throttle = AsyncThrottle::new(ThrottleConfig::default())?;
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 //!     .with(ThrottleMiddleware::per_host(throttle))
 //!     .build();
@@ -19,29 +19,29 @@
 //! # }
 //! ```
 //!
-//! The first call to a partition goes alone ([`Throttle::first_contact`]), so
+//! The first call to a partition goes alone ([`AsyncThrottle::first_contact`]), so
 //! a server that states its rate is paced from the start. Each request takes
 //! a slot in its partition (host and port, or [`ThrottleMiddleware::with_key`]),
 //! is sent as a copy ([`reqwest::Request::try_clone`]; a streamed body is sent
 //! once and, if throttled, ends in [`Refused`] with
 //! [`RefusalReason::NotReplayable`]), and its response is classified by the
-//! [`ratewise::client::Classifier`]. The middleware returns the response that
+//! [`ratewise_client::Classifier`]. The middleware returns the response that
 //! ended the call — you see the last 429 as you would without it — or a
 //! [`reqwest_middleware::Error::Middleware`] holding a [`Refused`]
 //! ([`Refused::from_error`]) when the client declined to send. The loop is
-//! [`ratewise::client::exchange::send`], shared with `ratewise-tower`, so
+//! [`ratewise_client::exchange::send`], shared with `ratewise-tower`, so
 //! both report the same `ratewise_client_*` metrics and `tracing` events.
 
 use std::fmt;
 use std::sync::Arc;
 
 use http::Extensions;
-use ratewise::client::exchange::{self, Answer};
-use ratewise::client::{Classifier, Throttle};
+use ratewise_client::exchange::{self, Answer};
+use ratewise_client::{AsyncThrottle, Classifier};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-pub use ratewise::client::exchange::RefusalReason;
+pub use ratewise_client::exchange::RefusalReason;
 
 /// The typed error inside [`reqwest_middleware::Error::Middleware`] when a
 /// call ends without a response to return: the core's
@@ -70,10 +70,10 @@ impl std::ops::Deref for Refused {
 
 type KeyFn<K> = dyn Fn(&Request) -> K + Send + Sync;
 
-/// The middleware: a shared [`Throttle`] and how to pick a request's
+/// The middleware: a shared [`AsyncThrottle`] and how to pick a request's
 /// partition.
 pub struct ThrottleMiddleware<K = String> {
-    throttle: Throttle<K>,
+    throttle: AsyncThrottle<K>,
     key: Arc<KeyFn<K>>,
     classifier: Arc<Classifier>,
 }
@@ -109,7 +109,7 @@ pub fn host_key(request: &Request) -> String {
 
 impl ThrottleMiddleware<String> {
     /// `throttle`, partitioned per host and port.
-    pub fn per_host(throttle: Throttle<String>) -> Self {
+    pub fn per_host(throttle: AsyncThrottle<String>) -> Self {
         ThrottleMiddleware::with_key(throttle, host_key)
     }
 }
@@ -120,7 +120,7 @@ where
 {
     /// `throttle`, partitioned by `key(request)`.
     pub fn with_key(
-        throttle: Throttle<K>,
+        throttle: AsyncThrottle<K>,
         key: impl Fn(&Request) -> K + Send + Sync + 'static,
     ) -> Self {
         ThrottleMiddleware {
@@ -138,7 +138,7 @@ where
     }
 
     /// The throttle (its metrics, rates per partition, …).
-    pub fn throttle(&self) -> &Throttle<K> {
+    pub fn throttle(&self) -> &AsyncThrottle<K> {
         &self.throttle
     }
 }

@@ -23,9 +23,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::any;
 use axum::Router;
-use ratewise::client::{Throttle, ThrottleConfig};
 use ratewise::headers_out::{HeaderStyle, PolicyInfo};
 use ratewise::{Quota, RateLimiter, TokenBucket};
+use ratewise_client::{AsyncThrottle, ThrottleConfig};
 use ratewise_reqwest::{RefusalReason, Refused, ThrottleMiddleware};
 use reqwest_middleware::ClientWithMiddleware;
 
@@ -168,7 +168,7 @@ async fn serve(variant: Variant, quota: Quota) -> (SocketAddr, Arc<Server>) {
     (addr, server)
 }
 
-fn client(throttle: Throttle<String>) -> ClientWithMiddleware {
+fn client(throttle: AsyncThrottle<String>) -> ClientWithMiddleware {
     reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(ThrottleMiddleware::per_host(throttle))
         .build()
@@ -180,7 +180,7 @@ struct Report {
     limited: u64,
     elapsed: Duration,
     served_span: Duration,
-    client: ratewise::client::throttle::ThrottleMetrics,
+    client: ratewise_client::throttle::ThrottleMetrics,
 }
 
 async fn run(variant: Variant) -> Report {
@@ -188,7 +188,7 @@ async fn run(variant: Variant) -> Report {
         .and_then(|q| q.with_burst(BURST))
         .expect("valid quota");
     let (addr, server) = serve(variant, quota).await;
-    let throttle = Throttle::new(ThrottleConfig::default()).expect("default config");
+    let throttle = AsyncThrottle::new(ThrottleConfig::default()).expect("default config");
     let client = client(throttle.clone());
     let url = format!("http://{addr}/");
     let start = Instant::now();
@@ -294,7 +294,7 @@ async fn a_body_that_cannot_be_replayed_is_not_retried_and_says_so() {
         .and_then(|q| q.with_burst(3))
         .expect("valid quota");
     let (addr, server) = serve(Variant::Nothing, quota).await;
-    let throttle = Throttle::new(ThrottleConfig::default()).expect("default config");
+    let throttle = AsyncThrottle::new(ThrottleConfig::default()).expect("default config");
     let client = client(throttle);
     let url = format!("http://{addr}/");
     // Use up the burst with replayable requests.

@@ -11,8 +11,8 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use ratewise::client::exchange::names;
-use ratewise::client::{Throttle, ThrottleConfig};
+use ratewise_client::exchange::names;
+use ratewise_client::{AsyncThrottle, ThrottleConfig};
 use ratewise_reqwest::ThrottleMiddleware;
 
 #[tokio::test]
@@ -41,7 +41,7 @@ async fn a_429_then_a_success_is_counted_timed_and_gauged() {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let throttle = Throttle::new(ThrottleConfig::default()).unwrap();
+    let throttle = AsyncThrottle::new(ThrottleConfig::default()).unwrap();
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(ThrottleMiddleware::per_host(throttle))
         .build();

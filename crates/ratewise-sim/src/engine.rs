@@ -28,9 +28,9 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ratewise::client::hints::ResetMeaning;
-use ratewise::client::{secs_to_duration, Next, Outcome, Signal, Strategy};
 use ratewise::Timestamp;
+use ratewise_client::hints::ResetMeaning;
+use ratewise_client::{secs_to_duration, Next, Outcome, Signal, Strategy};
 
 use crate::error::SimError;
 use crate::metrics::{RunMetrics, ThreadRecord};
@@ -252,7 +252,7 @@ impl Engine<'_> {
         let outcome = match &resp.wire {
             // What a real client reads from the status, headers and body,
             // through ratewise's own classifier and parser.
-            Some(w) => ratewise::client::classify::outcome(
+            Some(w) => ratewise_client::classify::outcome(
                 w.status,
                 &w.headers[..],
                 w.body.as_deref().map(str::as_bytes),

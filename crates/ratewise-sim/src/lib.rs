@@ -21,7 +21,7 @@
 //!
 //! [`scenario`] loads TOML scenarios; [`server`] and [`stack`] model the APIs
 //! (stacks of core limiters answering with real header text); [`engine`]
-//! drives real `ratewise::client` strategies through their sans-IO
+//! drives real `ratewise_client` strategies through their sans-IO
 //! interface; [`metrics`], [`rank`] and [`report`] measure, rank by a stated
 //! rule and print; [`strategies`] is the registry. No real time, all
 //! randomness from the seed, no strategy logic of its own.

@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ratewise::client::hints::ResetMeaning;
+use ratewise_client::hints::ResetMeaning;
 use serde::Deserialize;
 
 use crate::error::{non_negative, positive, Location, SimError};
@@ -106,7 +106,7 @@ pub struct StrategyParamsConfig {
     pub reset_meaning: Option<ResetMeaningConfig>,
 }
 
-/// The scenario-file spelling of [`ratewise::client::hints::ResetMeaning`].
+/// The scenario-file spelling of [`ratewise_client::hints::ResetMeaning`].
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum ResetMeaningConfig {

@@ -15,11 +15,11 @@
 
 use std::time::Duration;
 
-use ratewise::client::{secs_to_duration, ServerHints};
 use ratewise::{
     FixedWindow, Gcra, LeakyMeter, LeakyQueue, ManualClock, Quota, RateLimiter,
     SlidingWindowCounter, SlidingWindowLog, Timestamp, TokenBucket,
 };
+use ratewise_client::{secs_to_duration, ServerHints};
 use serde::Deserialize;
 
 use crate::error::{non_negative, positive, SimError};
@@ -605,7 +605,7 @@ impl ServerConfig {
         let n = threads.max(1) as f64;
         let count = (initial.max(0.0) / n).floor().clamp(
             1.0,
-            f64::from(ratewise::client::flood_guard::MAX_FLOOD_GUARD_COUNT),
+            f64::from(ratewise_client::flood_guard::MAX_FLOOD_GUARD_COUNT),
         );
         let window = count * n / rate;
         (window.is_finite() && window > 0.0)

@@ -15,7 +15,7 @@
 //! header lines in one of the [`HeaderProfile`]s, with `Retry-After` as a
 //! [`RetryAfterMode`] says, the rate-limit numbers possibly stale. The
 //! client side then reads that text with ratewise's own classifier and
-//! header parser (`ratewise::client::classify::outcome`), exactly as a real
+//! header parser (`ratewise_client::classify::outcome`), exactly as a real
 //! client would — so a 403 without a `Retry-After` is a failure, not a
 //! throttle, as it is for a real GitHub client.
 //!
@@ -26,9 +26,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratewise::client::secs_to_duration;
 use ratewise::headers_out::{HeaderBuf, PolicyInfo};
 use ratewise::{Decision, Quota, RateLimiter, Timestamp};
+use ratewise_client::secs_to_duration;
 use serde::Deserialize;
 
 use crate::error::{non_negative, positive, SimError};
@@ -686,7 +686,7 @@ impl ServerModel for StackServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratewise::client::headers::parse_hints;
+    use ratewise_client::headers::parse_hints;
 
     fn rate(limit: u64, window_s: f64, status: u16) -> LimitConfig {
         LimitConfig::Rate {

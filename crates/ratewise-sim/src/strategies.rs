@@ -1,7 +1,7 @@
 //! The strategies the simulator can drive, by name.
 //!
 //! This is a registry of *constructors* only: every entry builds a real
-//! strategy object from `ratewise::client` with its published defaults.
+//! strategy object from `ratewise_client` with its published defaults.
 //! The simulator never re-implements a strategy; it only calls
 //! `before_call` / `after_attempt` on what these functions return.
 //!
@@ -10,20 +10,20 @@
 
 use std::time::Duration;
 
-use ratewise::client::aimd::{AimdConfig, AimdStrategy};
-use ratewise::client::auto_sleeper::{AutoSleeper, AutoSleeperConfig};
-use ratewise::client::backoff::{BackoffConfig, BackoffStrategy};
-use ratewise::client::budget::{RetryBudget, RetryBudgetConfig, WithBudget};
-use ratewise::client::cubic::CubicStrategy;
-use ratewise::client::flood_guard::{FloodGuardStrategy, MAX_FLOOD_GUARD_COUNT};
-use ratewise::client::heroku::{
+use ratewise_client::aimd::{AimdConfig, AimdStrategy};
+use ratewise_client::auto_sleeper::{AutoSleeper, AutoSleeperConfig};
+use ratewise_client::backoff::{BackoffConfig, BackoffStrategy};
+use ratewise_client::budget::{RetryBudget, RetryBudgetConfig, WithBudget};
+use ratewise_client::cubic::CubicStrategy;
+use ratewise_client::flood_guard::{FloodGuardStrategy, MAX_FLOOD_GUARD_COUNT};
+use ratewise_client::heroku::{
     ExponentialBackoff, ExponentialIncreaseGradualDecrease,
     ExponentialIncreaseProportionalDecrease, ExponentialIncreaseProportionalRemainingDecrease,
     HerokuConfig, Null,
 };
-use ratewise::client::hints::{ResetMeaning, WithHints};
-use ratewise::client::sre::{SreConfig, SreThrottler, WithSre};
-use ratewise::client::{Adaptation, Strategy, Throttle, ThrottleConfig, ThrottleStrategy};
+use ratewise_client::hints::{ResetMeaning, WithHints};
+use ratewise_client::sre::{SreConfig, SreThrottler, WithSre};
+use ratewise_client::{Adaptation, Strategy, Throttle, ThrottleConfig, ThrottleStrategy};
 
 use crate::error::SimError;
 

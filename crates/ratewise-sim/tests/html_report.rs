@@ -10,8 +10,8 @@
 #[path = "support/chromium.rs"]
 mod chromium;
 
-use ratewise::client::{Next, Outcome, Strategy};
 use ratewise::Timestamp;
+use ratewise_client::{Next, Outcome, Strategy};
 use ratewise_sim::strategies::StrategyParams;
 use ratewise_sim::{report, Experiment, Scenario, StrategyInfo};
 
@@ -26,7 +26,7 @@ impl Strategy for Fixed {
     }
     fn after_attempt(&mut self, _now: Timestamp, o: &Outcome) -> Next {
         match o.signal {
-            ratewise::client::Signal::Throttled => Next::Retry(std::time::Duration::from_secs(1)),
+            ratewise_client::Signal::Throttled => Next::Retry(std::time::Duration::from_secs(1)),
             _ => Next::Done,
         }
     }

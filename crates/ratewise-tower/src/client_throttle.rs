@@ -1,10 +1,10 @@
-//! The client half: ratewise's [`Throttle`] as a tower [`Layer`] around any
+//! The client half: ratewise's [`AsyncThrottle`] as a tower [`Layer`] around any
 //! HTTP client [`Service`] (a hyper-util client, a tonic `Channel`, …).
 //!
 //! ```
 //! use std::time::Duration;
 //! use http::{Request, Response};
-//! use ratewise::client::{Throttle, ThrottleConfig};
+//! use ratewise_client::{AsyncThrottle, ThrottleConfig};
 //! use ratewise_tower::client_throttle::ThrottleLayer;
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
@@ -16,8 +16,11 @@
 //!     let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
 //!     async move { Response::builder().status(if first { 429 } else { 200 }).header("Retry-After", "2").body(()) }
 //! });
-//! let throttle = Throttle::new(ThrottleConfig::default())?;
-//! let client = ServiceBuilder::new().layer(ThrottleLayer::per_authority(throttle)).service(api);
+//! let throttle = AsyncThrottle::new(ThrottleConfig::default())?;
+//! let client = ServiceBuilder::new()
+//!     .layer(ThrottleLayer::per_authority(throttle))
+//!     .service(api);
+//!
 //! let started = tokio::time::Instant::now();
 //! let response = client.oneshot(Request::get("http://api.example.com/").body(String::new())?).await?;
 //! assert_eq!(response.status(), 200);
@@ -26,7 +29,7 @@
 //! # }
 //! ```
 //!
-//! Each request runs the core's [`ratewise::client::exchange::send`] loop in
+//! Each request runs the core's [`ratewise_client::exchange::send`] loop in
 //! its partition ([`authority_key`], or any key with
 //! [`ThrottleLayer::with_key`]): wait out the pause and the pacer, send a copy
 //! made by the layer's [`Replay`] ([`CloneBody`] by default,
@@ -37,7 +40,7 @@
 //! [`ClientError`]: the inner error, or a [`Refused`] when the client
 //! declined ([`RefusalReason::NotReplayable`] for a request it could not
 //! copy). To retry tonic calls, buffer the unary message into a
-//! `Full<Bytes>` below the layer. Clones share the one [`Throttle`].
+//! `Full<Bytes>` below the layer. Clones share the one [`AsyncThrottle`].
 
 use std::fmt;
 use std::future::Future;
@@ -47,11 +50,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{request, Request, Response};
-use ratewise::client::exchange::{self, Answer};
-use ratewise::client::{Classifier, Throttle};
+use ratewise_client::exchange::{self, Answer};
+use ratewise_client::{AsyncThrottle, Classifier};
 use tower::{Layer, Service};
 
-pub use ratewise::client::exchange::{RefusalReason, Refused};
+pub use ratewise_client::exchange::{RefusalReason, Refused};
 
 /// How the layer copies a request for each attempt.
 pub trait Replay<B>: Clone + Send + Sync + 'static {
@@ -132,10 +135,10 @@ pub fn authority_key(parts: &request::Parts) -> String {
 
 type KeyFn<K> = dyn Fn(&request::Parts) -> K + Send + Sync;
 
-/// The [`Layer`]: a shared [`Throttle`], how to pick a request's partition,
+/// The [`Layer`]: a shared [`AsyncThrottle`], how to pick a request's partition,
 /// how to classify a response and how to copy a request.
 pub struct ThrottleLayer<K = String, R = CloneBody> {
-    throttle: Throttle<K>,
+    throttle: AsyncThrottle<K>,
     key: Arc<KeyFn<K>>,
     classifier: Arc<Classifier>,
     replay: R,
@@ -163,7 +166,7 @@ impl<K, R> fmt::Debug for ThrottleLayer<K, R> {
 impl ThrottleLayer<String, CloneBody> {
     /// `throttle`, partitioned per authority ([`authority_key`]), replaying
     /// by cloning the request.
-    pub fn per_authority(throttle: Throttle<String>) -> Self {
+    pub fn per_authority(throttle: AsyncThrottle<String>) -> Self {
         ThrottleLayer::with_key(throttle, authority_key)
     }
 }
@@ -175,7 +178,7 @@ where
     /// `throttle`, partitioned by `key(&parts)` (the request without its
     /// body: method, URI, headers, extensions), replaying by cloning.
     pub fn with_key(
-        throttle: Throttle<K>,
+        throttle: AsyncThrottle<K>,
         key: impl Fn(&request::Parts) -> K + Send + Sync + 'static,
     ) -> Self {
         ThrottleLayer {
@@ -215,7 +218,7 @@ impl<K, R> ThrottleLayer<K, R> {
     }
 
     /// The throttle (its metrics, rates per partition, …).
-    pub fn throttle(&self) -> &Throttle<K> {
+    pub fn throttle(&self) -> &AsyncThrottle<K> {
         &self.throttle
     }
 }
@@ -257,7 +260,7 @@ impl<S: fmt::Debug, K, R> fmt::Debug for ThrottleService<S, K, R> {
 
 impl<S, K, R> ThrottleService<S, K, R> {
     /// The throttle (its metrics, rates per partition, …).
-    pub fn throttle(&self) -> &Throttle<K> {
+    pub fn throttle(&self) -> &AsyncThrottle<K> {
         &self.layer.throttle
     }
 }

@@ -67,9 +67,3 @@ pub use layer::{
 };
 pub use policy::{Policy, Scope, DEFAULT_MAX_KEYS, MAX_POLICIES};
 pub use verdict::{PolicyState, Verdict};
-
-/// The README's examples, compiled and run as doc tests (the "Protect a
-/// service" quick start needs this crate).
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;

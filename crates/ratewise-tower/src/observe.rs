@@ -21,7 +21,7 @@
 //! The client side (this crate's [`ThrottleLayer`](crate::ThrottleLayer) and
 //! the reqwest middleware) reports the `ratewise_client_*` family, labelled
 //! by `partition` as these are by `policy`; its names live in one place,
-//! [`ratewise::client::exchange::names`].
+//! [`ratewise_client::exchange::names`].
 //!
 //! Handles are registered with the global recorder on first use, so install
 //! the recorder (e.g. `metrics-exporter-prometheus`) before the first

@@ -29,9 +29,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use ratewise::client::exchange::names;
-use ratewise::client::{Throttle, ThrottleConfig};
 use ratewise::Quota;
+use ratewise_client::exchange::names;
+use ratewise_client::{AsyncThrottle, ThrottleConfig};
 use ratewise_tower::client_throttle::{authority_key, NoReplay, RefusalReason};
 use ratewise_tower::{KeySource, Policy, RateLimitLayer, ThrottleLayer};
 use tonic::Status;
@@ -100,7 +100,7 @@ impl tracing::Subscriber for Events {
     fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
     fn event(&self, event: &tracing::Event<'_>) {
         // Only the shared client loop's events (h2 and tonic have their own).
-        if event.metadata().target() == "ratewise::client::exchange" {
+        if event.metadata().target() == "ratewise_client::exchange" {
             self.0.lock().unwrap().push(*event.metadata().level());
         }
     }
@@ -154,7 +154,7 @@ async fn every_call_succeeds_at_the_servers_rate_and_429s_are_honoured() {
         ));
     let addr = common::serve(app).await;
 
-    let throttle = Throttle::new(ThrottleConfig::default()).unwrap();
+    let throttle = AsyncThrottle::new(ThrottleConfig::default()).unwrap();
     let client = ServiceBuilder::new()
         .layer(ThrottleLayer::per_authority(throttle.clone()))
         .service(Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>());
@@ -258,7 +258,7 @@ async fn a_body_that_cannot_be_replayed_is_sent_once_and_the_refusal_says_so() {
         }),
     );
     let addr = common::serve(app).await;
-    let throttle = Throttle::new(ThrottleConfig::default()).unwrap();
+    let throttle = AsyncThrottle::new(ThrottleConfig::default()).unwrap();
     let mut client = ServiceBuilder::new()
         .layer(ThrottleLayer::per_authority(throttle).replay_by(NoReplay))
         .service(Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>());
@@ -376,7 +376,7 @@ async fn a_grpc_resource_exhausted_waits_the_pushback_then_succeeds() {
     // tonic's request body is a stream, not `Clone`: buffer it (a unary
     // call is one small message), throttle the buffered request, and hand
     // the channel a tonic body again.
-    let throttle = Throttle::new(ThrottleConfig::default()).unwrap();
+    let throttle = AsyncThrottle::new(ThrottleConfig::default()).unwrap();
     let throttled = ServiceBuilder::new()
         .layer(ThrottleLayer::per_authority(throttle.clone()))
         .map_request(|r: Request<Full<Bytes>>| r.map(tonic::body::Body::new))
@@ -415,7 +415,7 @@ async fn a_grpc_resource_exhausted_waits_the_pushback_then_succeeds() {
     // times its decrease, and the retry goes at the later of the pause's end
     // and that pace's first slot.
     let jitter = ThrottleConfig::default().pause_jitter;
-    let c = ratewise::client::adaptive::AdaptiveConfig::default();
+    let c = ratewise_client::adaptive::AdaptiveConfig::default();
     let first_slot = Duration::from_secs_f64(1.0 / (c.fallback_rate * c.decrease_factor));
     assert!(
         gap >= PUSHBACK.max(first_slot) && gap <= PUSHBACK.mul_f64(1.0 + jitter).max(first_slot),
@@ -442,7 +442,7 @@ async fn a_negative_pushback_forbids_the_retry_and_returns_the_status() {
                 .body(())
         }
     });
-    let throttle = Throttle::new(ThrottleConfig::default()).unwrap();
+    let throttle = AsyncThrottle::new(ThrottleConfig::default()).unwrap();
     let client = ThrottleLayer::per_authority(throttle.clone()).layer(channel);
     let resp = client
         .oneshot(
@@ -461,7 +461,7 @@ async fn a_negative_pushback_forbids_the_retry_and_returns_the_status() {
 #[tokio::test(start_paused = true)]
 async fn a_tonic_channel_under_the_layer_without_replay_is_refused_not_retried() {
     let (addr, channel, arrivals) = grpc_server().await;
-    let throttle = Throttle::new(ThrottleConfig::default()).unwrap();
+    let throttle = AsyncThrottle::new(ThrottleConfig::default()).unwrap();
     let layered = ServiceBuilder::new()
         .layer(ThrottleLayer::per_authority(throttle).replay_by(NoReplay))
         .service(channel);
@@ -498,8 +498,8 @@ async fn clones_on_many_threads_share_one_pace() {
         s.fetch_add(1, Ordering::SeqCst);
         async { http::Response::builder().status(200).body(()) }
     });
-    let throttle = Throttle::new(ThrottleConfig {
-        adaptation: ratewise::client::Adaptation::Fixed(PACE),
+    let throttle = AsyncThrottle::new(ThrottleConfig {
+        adaptation: ratewise_client::Adaptation::Fixed(PACE),
         burst: Some(1),
         ..ThrottleConfig::default()
     })

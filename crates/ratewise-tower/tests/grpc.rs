@@ -12,9 +12,9 @@ use axum::Router;
 use bytes::Bytes;
 use common::grpc::Raw;
 use http::uri::PathAndQuery;
-use ratewise::client::classify::outcome;
-use ratewise::client::Signal;
 use ratewise::{ManualClock, Quota};
+use ratewise_client::classify::outcome;
+use ratewise_client::Signal;
 use ratewise_tower::{KeySource, Policy, RateLimitLayer};
 use tonic::{Code, Status};
 

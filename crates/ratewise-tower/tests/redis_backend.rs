@@ -12,8 +12,8 @@ use axum::routing::get;
 use axum::Router;
 use http::{HeaderName, StatusCode};
 use http_common::{serve, HttpClient};
-use ratewise::client::headers::parse_rate_limit_field;
 use ratewise::Quota;
+use ratewise_client::headers::parse_rate_limit_field;
 use ratewise_redis::RedisLimiter;
 use ratewise_tower::{KeySource, RateLimitLayer};
 

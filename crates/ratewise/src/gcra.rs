@@ -163,7 +163,7 @@ impl<C: Clock> Gcra<C> {
     /// a caller that reserved before this and has not acted yet should
     /// reserve again. For a client pacer that re-plans its schedule after a
     /// change of pace; a server limiter has no use for it.
-    pub(crate) fn restart_at(&self, at: Timestamp) {
+    pub fn restart_at(&self, at: Timestamp) {
         // A reservation at `t <= at` commits `max(tat, t) + e` and acts at
         // that minus the window: exactly `at`.
         self.reconfigure_at(at, |quota, _, at| {

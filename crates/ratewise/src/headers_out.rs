@@ -681,32 +681,4 @@ mod tests {
         b.push_u64(u64::MAX).unwrap();
         assert_eq!(b.as_str(), u64::MAX.to_string());
     }
-
-    #[test]
-    fn the_client_parser_reads_what_is_written() {
-        use crate::client::headers::{parse_rate_limit_field, parse_rate_limit_policy_field};
-        let mut p = HeaderBuf::<128>::new();
-        p.push_policy(&PolicyInfo {
-            name: "burst",
-            quota: 100,
-            window: Duration::from_secs(10),
-        })
-        .unwrap();
-        p.push_policy(&PolicyInfo {
-            name: "day",
-            quota: 10_000,
-            window: Duration::from_secs(86_400),
-        })
-        .unwrap();
-        let policies = parse_rate_limit_policy_field(p.as_bytes());
-        assert_eq!(policies.len(), 2);
-        assert_eq!(policies[1].policy.as_deref(), Some("day"));
-        assert_eq!(policies[1].quota, Some(10_000));
-        assert_eq!(policies[1].window, Some(Duration::from_secs(86_400)));
-        let mut r = HeaderBuf::<128>::new();
-        r.push_limit("burst", 3, Duration::from_secs(7)).unwrap();
-        let items = parse_rate_limit_field(r.as_bytes());
-        assert_eq!(items[0].remaining, Some(3));
-        assert_eq!(items[0].reset, Some(Duration::from_secs(7)));
-    }
 }

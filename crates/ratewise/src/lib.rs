@@ -1,4 +1,4 @@
-//! Rate limiting on both sides of the wire.
+//! Server-side rate limiting: every limiter a sans-IO state machine told the time.
 //!
 //! ```
 //! use std::time::Duration;
@@ -31,11 +31,14 @@
 //! Beyond one limiter: [`keyed`] (one limiter per key, bounded memory),
 //! [`hierarchy`] (levels checked together, none charged for another's
 //! refusal), [`sharded`] and [`striped`] (for extreme contention),
-//! [`borrowing`] (HTB-style classes), [`concurrency`] (adaptive concurrency
-//! limits), [`backend`] (the async keyed interface other stores implement).
-//! The client side ([`client`], with the adaptive [`client::Throttle`]) and
-//! event debouncing ([`debounce`]) complete the set. Features: `tokio` (async
-//! drivers), `http` and `stream` (adapters), `observe` (client metrics).
+//! [`borrowing`] (HTB-style classes), [`backend`] (the async keyed interface
+//! other stores implement). Features: `tokio` (async drivers), `http`
+//! (`http` header values), `concurrency` (adaptive limits on requests in
+//! flight, with priority shedding).
+//!
+//! The other side of the wire — strategies for *calling* a rate-limited API
+//! and the adaptive client throttle — is the `ratewise-client` crate;
+//! debounce, event throttle and coalesce are `ratewise-debounce`.
 
 #![warn(missing_docs)]
 // docs.rs (and `RUSTDOCFLAGS="--cfg docsrs" cargo +nightly doc`) labels
@@ -44,9 +47,9 @@
 
 pub mod backend;
 pub mod borrowing;
-pub mod client;
+#[cfg(feature = "concurrency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "concurrency")))]
 pub mod concurrency;
-pub mod debounce;
 pub mod decision;
 pub mod error;
 pub mod fixed_window;
@@ -90,8 +93,3 @@ pub use token_bucket::TokenBucket;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use wait::TokioClock;
-
-/// The README's Rust examples, compiled and run as doc tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;

@@ -1,0 +1,744 @@
+//! [`Adaptive`]: the rate controller of the default
+//! [`Throttle`](super::throttle::Throttle) — AIMD that reads what the server
+//! says about its remaining quota, with steps sized by the client's rate.
+//!
+//! * **No pacing until there is a reason.** Until the first throttle the
+//!   controller only measures its send rate; pacing then starts at
+//!   `decrease_factor ×` that rate, as the AWS adaptive mode does.
+//! * **`RateLimit-Remaining: 0` holds the rate**; a success with quota to
+//!   spare adds a fixed fraction of the rate pacing began at (the same step
+//!   after every cut, so clients sharing a quota converge to equal shares),
+//!   shrinking once less than `full_step_spare` of the limit is spare.
+//! * **Without a remaining count the step probes**: a fraction of the rate
+//!   just before the latest cut, doubled every `probe_doubling` without a
+//!   cut, up to `probe_max_factor ×`.
+//! * **Until the second cut** a success adds at least `start_growth` of the
+//!   rate (the first cut halved a rate measured on an unpaced burst).
+//! * **A cut** comes at most once per `decrease_cooldown` and per interval,
+//!   never below `admitted_floor` of the rate the server recently admitted.
+//! * Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
+//!
+//! ```
+//! use ratewise_client::adaptive::{Adaptive, AdaptiveConfig};
+//! use ratewise_client::pacer::RateController;
+//! use ratewise_client::{Outcome, ServerHints};
+//! use ratewise::Timestamp;
+//! use std::time::Duration;
+//!
+//! let mut c = Adaptive::new(AdaptiveConfig::default())?;
+//! let mut now = Timestamp::ZERO;
+//! for _ in 0..20 {
+//!     c.on_send(now); // 20 sends in one second: 20/s measured
+//!     now = now + Duration::from_millis(50);
+//! }
+//! assert_eq!(c.rate(), None, "no pacing before the first throttle");
+//! let cut = c.on_outcome(now, &Outcome::throttled()).unwrap();
+//! let empty = Outcome::success().with_hints(ServerHints { remaining: Some(0), ..ServerHints::default() });
+//! assert_eq!(c.on_outcome(now, &empty), Some(cut)); // quota exhausted: holds
+//! assert!(c.on_outcome(now, &Outcome::success()).unwrap() > cut);
+//! # Ok::<(), ratewise_client::ConfigError>(())
+//! ```
+
+use std::time::Duration;
+
+use super::config::{at_least, positive, rate_range_and_decrease, within, ConfigError};
+use super::pacer::RateController;
+use super::{Outcome, Signal};
+use ratewise::time::Timestamp;
+
+/// How an [`Adaptive`] controller moves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdaptiveConfig {
+    /// The lowest pacing rate, requests per second (default 0.05: one
+    /// request per 20 s).
+    pub min_rate: f64,
+    /// The highest pacing rate, requests per second (default 10 000).
+    pub max_rate: f64,
+    /// The rate a throttle multiplies the current rate by (default 0.5).
+    pub decrease_factor: f64,
+    /// What one success adds when the server sends no
+    /// `RateLimit-Remaining`, as a fraction of the rate just before the
+    /// latest cut (at most the rate pacing began at), before probing grows
+    /// it (default 0.007).
+    pub increase_fraction: f64,
+    /// The same when `RateLimit-Remaining` says there is quota to spare
+    /// (default 0.003). It is smaller because every client of the quota sees
+    /// the same spare quota at the same time and rises together.
+    pub increase_fraction_hinted: f64,
+    /// With both a remaining count and a limit, the share of the limit left
+    /// at which the hinted step is whole (default 0.5); below it the step
+    /// shrinks in proportion, to nothing at an empty quota. Clients that
+    /// share a quota all see it running low, so they slow their climb
+    /// together before it overflows. 0 turns this off.
+    pub full_step_spare: f64,
+    /// The shortest time between two cuts (default 1 s).
+    pub decrease_cooldown: Duration,
+    /// The send rate assumed when the first throttle comes before any send
+    /// was measured (default 1/s); pacing starts at `decrease_factor ×` it.
+    pub fallback_rate: f64,
+    /// Without a `RateLimit-Remaining` header, how long without a cut
+    /// doubles the step (default 20 s): capacity that frees up is claimed
+    /// in seconds, not minutes.
+    pub probe_doubling: Duration,
+    /// The most the step grows by while probing (default 64).
+    pub probe_max_factor: f64,
+    /// A cut never goes below this share of the rate the server admitted
+    /// (successes per second over the last one to two seconds), when at
+    /// least [`admitted_min_count`](AdaptiveConfig::admitted_min_count)
+    /// successes were measured (default 0.9; 0 turns it off). A partition
+    /// refused while its successes keep coming is at the server's rate, and
+    /// what it admitted is that rate: a blind halving would leave half of it
+    /// unused and take many successes to climb back.
+    pub admitted_floor: f64,
+    /// Between pacing's start and the next cut, a success (with quota to
+    /// spare, or no remaining count) raises the rate by at least this
+    /// fraction of itself (default 0.01: doubling in about 70 successes).
+    /// The first cut halves a rate measured on an unpaced burst, which says
+    /// little about the server: a client of a fast server found far below
+    /// its limit climbs back in seconds rather than by small steps, and the
+    /// next cut, measured at a paced rate, ends the climb.
+    pub start_growth: f64,
+    /// [`start_growth`](AdaptiveConfig::start_growth) for a partition whose
+    /// calls a driver let out in a slow start before its first cut
+    /// (default 0.05: doubling in about 14 successes). The slow start kept
+    /// the burst small, so the first cut halves a rate far below what the
+    /// many waiting calls want; a lone client never slow-starts and keeps
+    /// `start_growth`.
+    pub slow_started_growth: f64,
+    /// The fewest successes in the measuring window for
+    /// [`admitted_floor`](AdaptiveConfig::admitted_floor) to apply
+    /// (default 20): a slow client's few successes measure noise, so it
+    /// cuts by `decrease_factor` alone.
+    pub admitted_min_count: u32,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        AdaptiveConfig {
+            min_rate: 0.05,
+            max_rate: 10_000.0,
+            decrease_factor: 0.5,
+            increase_fraction: 0.007,
+            increase_fraction_hinted: 0.003,
+            full_step_spare: 0.5,
+            decrease_cooldown: Duration::from_secs(1),
+            fallback_rate: 1.0,
+            probe_doubling: Duration::from_secs(20),
+            probe_max_factor: 64.0,
+            admitted_floor: 0.9,
+            start_growth: 0.01,
+            slow_started_growth: 0.05,
+            admitted_min_count: 20,
+        }
+    }
+}
+
+impl AdaptiveConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        rate_range_and_decrease(self.min_rate, self.max_rate, self.decrease_factor)?;
+        at_least("increase_fraction", self.increase_fraction, 0.0)?;
+        at_least(
+            "increase_fraction_hinted",
+            self.increase_fraction_hinted,
+            0.0,
+        )?;
+        within("full_step_spare", self.full_step_spare, 0.0, 1.0)?;
+        at_least("probe_max_factor", self.probe_max_factor, 1.0)?;
+        within("admitted_floor", self.admitted_floor, 0.0, 1.0)?;
+        within("start_growth", self.start_growth, 0.0, 1.0)?;
+        within("slow_started_growth", self.slow_started_growth, 0.0, 1.0)?;
+        positive("probe_doubling", self.probe_doubling.as_secs_f64())?;
+        within(
+            "fallback_rate",
+            self.fallback_rate,
+            self.min_rate,
+            self.max_rate,
+        )?;
+        Ok(())
+    }
+}
+
+/// Events counted in whole seconds: the current second and the one before,
+/// enough to measure the rate a client was sending at when first throttled
+/// (or the rate its successes came back at).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RateMeter {
+    second: u64,
+    current: u32,
+    previous: u32,
+}
+
+impl RateMeter {
+    pub(crate) fn note(&mut self, now: Timestamp) {
+        let s = now.as_nanos() / 1_000_000_000;
+        if s != self.second {
+            self.previous = if s == self.second + 1 {
+                self.current
+            } else {
+                0
+            };
+            self.current = 0;
+            self.second = s;
+        }
+        self.current = self.current.saturating_add(1);
+    }
+
+    /// Events per second over the last one to two seconds.
+    fn rate(&self, now: Timestamp) -> Option<f64> {
+        self.rate_of_at_least(now, 1)
+    }
+
+    /// Events per second over the last one to two seconds, if at least
+    /// `min` were counted there.
+    pub(crate) fn rate_of_at_least(&self, now: Timestamp, min: u32) -> Option<f64> {
+        let ns = now.as_nanos();
+        let s = ns / 1_000_000_000;
+        let into = (ns % 1_000_000_000) as f64 / 1e9;
+        let (prev, cur) = match s.checked_sub(self.second) {
+            Some(0) => (self.previous, self.current),
+            Some(1) => (self.current, 0),
+            _ => return None,
+        };
+        let span = 1.0 + into;
+        let n = prev.saturating_add(cur);
+        (n >= min.max(1)).then(|| f64::from(n) / span)
+    }
+}
+
+/// The default throttle's rate controller (see the [module](self)).
+#[derive(Clone, Debug)]
+pub struct Adaptive {
+    config: AdaptiveConfig,
+    rate: Option<f64>,
+    /// The rate pacing began at (the first cut, or the first cap): the
+    /// scale of every additive step.
+    base: f64,
+    last_cut: Option<Timestamp>,
+    /// The rate just before the latest cut (or the cap pacing began at):
+    /// the scale of the step when the server sends no remaining count.
+    at_cut: f64,
+    meter: RateMeter,
+    /// Successes, counted the same way: the rate the server admitted.
+    admitted: RateMeter,
+    /// The latest cut's depth as a share of a full `decrease_factor` cut
+    /// (1 unless the admitted rate held it up): the unhinted step's scale.
+    gentle: f64,
+    /// Between the first cut and the next one.
+    slow_start: bool,
+    /// A driver let this partition's calls out in a slow start.
+    slow_started: bool,
+}
+
+impl Adaptive {
+    /// A controller that does not pace until its first throttle.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a non-positive or inconsistent rate, a decrease
+    /// factor outside `(0, 1)`, or a negative increase.
+    pub fn new(config: AdaptiveConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Adaptive {
+            config,
+            rate: None,
+            base: config.fallback_rate,
+            last_cut: None,
+            at_cut: config.fallback_rate,
+            meter: RateMeter::default(),
+            admitted: RateMeter::default(),
+            gentle: 1.0,
+            slow_start: false,
+            slow_started: false,
+        })
+    }
+
+    /// How much the unhinted step has grown since the latest cut: doubled
+    /// every `probe_doubling`, at most `probe_max_factor`.
+    fn probe(&self, now: Timestamp) -> f64 {
+        let quiet = self
+            .last_cut
+            .map_or(0.0, |c| now.saturating_duration_since(c).as_secs_f64());
+        let doublings = quiet / self.config.probe_doubling.as_secs_f64();
+        2f64.powf(doublings).min(self.config.probe_max_factor)
+    }
+
+    /// The hinted step's share: whole from `full_step_spare` of the limit
+    /// left, in proportion below it; whole when the limit is unknown.
+    fn spare_scale(&self, remaining: u64, limit: Option<u64>) -> f64 {
+        match limit {
+            Some(l) if l > 0 && self.config.full_step_spare > 0.0 => {
+                (remaining as f64 / l as f64 / self.config.full_step_spare).min(1.0)
+            }
+            _ => 1.0,
+        }
+    }
+
+    fn clamp(&self, r: f64) -> f64 {
+        r.clamp(self.config.min_rate, self.config.max_rate)
+    }
+}
+
+impl RateController for Adaptive {
+    fn name(&self) -> &str {
+        "adaptive"
+    }
+
+    fn rate(&self) -> Option<f64> {
+        self.rate
+    }
+
+    fn on_send(&mut self, now: Timestamp) {
+        self.meter.note(now);
+    }
+
+    fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) -> Option<f64> {
+        match outcome.signal {
+            Signal::Throttled => {
+                // A cut is judged by requests sent at the cut rate: at most
+                // one per cooldown, and at most one per interval at the
+                // current rate.
+                let cool = match self.rate {
+                    Some(r) => self
+                        .config
+                        .decrease_cooldown
+                        .max(crate::secs_to_duration(1.0 / r)),
+                    None => self.config.decrease_cooldown,
+                };
+                let cooling = self.last_cut.is_some_and(|t| now < t.saturating_add(cool));
+                if !cooling {
+                    let from = self.rate.unwrap_or_else(|| {
+                        self.meter.rate(now).unwrap_or(self.config.fallback_rate)
+                    });
+                    // Never below (a share of) what the server admitted
+                    // lately, and never above the rate cut from.
+                    let admitted = self
+                        .admitted
+                        .rate_of_at_least(now, self.config.admitted_min_count)
+                        .map_or(0.0, |a| a * self.config.admitted_floor);
+                    let to = (from * self.config.decrease_factor).max(admitted.min(from));
+                    // A cut the admitted rate held up climbs back as gently:
+                    // its gap closes in as many successes as a full cut's.
+                    let full = from * (1.0 - self.config.decrease_factor);
+                    self.gentle = if full > 0.0 {
+                        ((from - to) / full).clamp(0.05, 1.0)
+                    } else {
+                        1.0
+                    };
+                    let r = self.clamp(to);
+                    // Pacing begins: the step's scale is set once, and the
+                    // rise is multiplicative until the next cut (the first
+                    // cut's rate came from an unpaced burst).
+                    self.slow_start = self.last_cut.is_none() && self.rate.is_none();
+                    if self.slow_start {
+                        self.base = r;
+                    }
+                    self.at_cut = from;
+                    self.rate = Some(r);
+                    self.last_cut = Some(now);
+                }
+            }
+            Signal::Success => {
+                self.admitted.note(now);
+                let exhausted = outcome.hints.remaining == Some(0);
+                if let (Some(r), false) = (self.rate, exhausted) {
+                    let mut step = if let Some(left) = outcome.hints.remaining {
+                        self.base
+                            * self.config.increase_fraction_hinted
+                            * self.spare_scale(left, outcome.hints.limit)
+                    } else {
+                        // Where this client last found the limit, never above
+                        // where pacing began (a first cut from an unpaced burst
+                        // measures the burst, not the server).
+                        self.at_cut.min(self.base)
+                            * self.config.increase_fraction
+                            * self.gentle
+                            * self.probe(now)
+                    };
+                    if self.slow_start {
+                        let growth = if self.slow_started {
+                            self.config
+                                .slow_started_growth
+                                .max(self.config.start_growth)
+                        } else {
+                            self.config.start_growth
+                        };
+                        step = step.max(r * growth);
+                    }
+                    self.rate = Some(self.clamp(r + step));
+                }
+            }
+            _ => {}
+        }
+        self.rate
+    }
+
+    fn note_slow_started(&mut self) {
+        self.slow_started = true;
+    }
+
+    fn limit_to(&mut self, rate: f64) {
+        let r = self.clamp(rate);
+        match self.rate {
+            Some(cur) if cur <= r => {}
+            Some(_) => self.rate = Some(r),
+            None => {
+                // Pacing begins at the cap: the step's scale is set here.
+                self.rate = Some(r);
+                self.base = r;
+                self.at_cut = r;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ServerHints;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A controller with the additive steps alone (no multiplicative
+    /// start), just cut at `t` from the fallback rate: it and the rate.
+    fn additive_only_after_a_cut(t: Timestamp) -> (Adaptive, f64) {
+        let mut c = Adaptive::new(AdaptiveConfig {
+            start_growth: 0.0,
+            ..AdaptiveConfig::default()
+        })
+        .unwrap();
+        let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
+        (c, r)
+    }
+
+    fn with_remaining(r: u64) -> Outcome {
+        Outcome::success().with_hints(ServerHints {
+            remaining: Some(r),
+            ..ServerHints::default()
+        })
+    }
+
+    #[test]
+    fn a_slow_started_partition_rises_faster_until_its_second_cut() {
+        let rise = |slow_started: bool| {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            let t = Timestamp::ZERO;
+            let r0 = c.on_outcome(t, &Outcome::throttled()).unwrap();
+            if slow_started {
+                c.note_slow_started();
+            }
+            let r1 = c.on_outcome(t + ms(10), &Outcome::success()).unwrap();
+            r1 / r0 - 1.0
+        };
+        let d = AdaptiveConfig::default();
+        assert!(
+            (rise(false) - d.start_growth).abs() < 1e-12,
+            "{}",
+            rise(false)
+        );
+        assert!(
+            (rise(true) - d.slow_started_growth).abs() < 1e-12,
+            "{}",
+            rise(true)
+        );
+    }
+
+    #[test]
+    fn first_throttle_paces_at_half_the_measured_rate() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let mut now = Timestamp::ZERO;
+        for _ in 0..40 {
+            c.on_send(now);
+            now = now + ms(50);
+        }
+        // 40 sends over two seconds.
+        let r = c.on_outcome(now, &Outcome::throttled()).unwrap();
+        assert!((r - 10.0).abs() < 0.5, "{r}");
+        // Within the cooldown a second 429 cuts nothing.
+        assert_eq!(c.on_outcome(now + ms(500), &Outcome::throttled()), Some(r));
+        // At a low rate the cooldown is one interval at that rate.
+        let mut slow = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        assert_eq!(slow.on_outcome(t, &Outcome::throttled()), Some(0.5));
+        assert_eq!(
+            slow.on_outcome(t + ms(1500), &Outcome::throttled()),
+            Some(0.5)
+        );
+        assert_eq!(
+            slow.on_outcome(t + ms(2000), &Outcome::throttled()),
+            Some(0.25)
+        );
+        let r2 = c.on_outcome(now + ms(1000), &Outcome::throttled()).unwrap();
+        assert!((r2 - r / 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_cut_keeps_most_of_what_the_server_admitted_and_climbs_back_as_gently() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let mut now = Timestamp::ZERO;
+        for _ in 0..400 {
+            now = now + ms(5);
+            c.on_send(now); // 200/s for two seconds
+        }
+        let first = c.on_outcome(now, &Outcome::throttled()).unwrap();
+        assert!((first - 100.5).abs() < 1e-9, "half of 201/s: {first}");
+        // The server admits 100/s, leaving nothing (the rate holds).
+        for _ in 0..100 {
+            now = now + ms(10);
+            c.on_outcome(now, &with_remaining(0));
+        }
+        assert_eq!(c.rate(), Some(first));
+        // A refusal a second later: 90 % of the 100/s admitted, not half
+        // of 100.5/s.
+        let cut = c.on_outcome(now, &Outcome::throttled()).unwrap();
+        assert!((cut - 90.0).abs() < 1e-9, "{cut}");
+        // The step back up is scaled by how deep the cut was, so the gap
+        // closes in as many successes as a full cut's would.
+        let gentle = (first - cut) / (first * 0.5);
+        let up = c.on_outcome(now, &Outcome::success()).unwrap() - cut;
+        assert!((up - first * 0.007 * gentle).abs() < 1e-9, "{up}");
+        // Few successes measure nothing: a slow client halves.
+        let mut slow = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        slow.on_outcome(t, &Outcome::throttled());
+        for i in 0..10 {
+            slow.on_outcome(t + ms(100 * i), &Outcome::success());
+        }
+        let b = slow.rate().unwrap();
+        let a = slow
+            .on_outcome(t + ms(2_500), &Outcome::throttled())
+            .unwrap();
+        assert!((a - b / 2.0).abs() < 1e-9, "{b} -> {a}");
+        // And the floor can be turned off.
+        let mut off = Adaptive::new(AdaptiveConfig {
+            admitted_floor: 0.0,
+            ..AdaptiveConfig::default()
+        })
+        .unwrap();
+        off.on_outcome(Timestamp::ZERO, &Outcome::throttled());
+        let mut now = Timestamp::ZERO;
+        for _ in 0..200 {
+            now = now + ms(10);
+            off.on_outcome(now, &Outcome::success());
+        }
+        let b = off.rate().unwrap();
+        let a = off.on_outcome(now, &Outcome::throttled()).unwrap();
+        assert!((a - b / 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn until_the_second_cut_the_rise_is_multiplicative() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
+        // 1 % of the rate per success (more than the additive step): about
+        // 70 successes double it, with or without spare quota reported.
+        let mut now = t;
+        for _ in 0..35 {
+            c.on_outcome(now, &Outcome::success());
+            c.on_outcome(now, &with_remaining(5));
+            now = now + ms(10);
+        }
+        let up = c.rate().unwrap();
+        assert!((up - r * 1.01f64.powi(70)).abs() < 1e-9, "{r} -> {up}");
+        // Nothing left holds it, as ever.
+        assert_eq!(c.on_outcome(now, &with_remaining(0)), Some(up));
+        // The second cut ends it: then the steps are additive again.
+        let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
+        let step = c.on_outcome(t + ms(5_000), &with_remaining(1)).unwrap() - cut;
+        assert!((step - r * 0.003).abs() < 1e-9, "{step}");
+    }
+
+    #[test]
+    fn throttle_before_any_send_uses_the_fallback() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        assert_eq!(
+            c.on_outcome(Timestamp::ZERO, &Outcome::throttled()),
+            Some(0.5)
+        );
+    }
+
+    #[test]
+    fn remaining_zero_holds_and_spare_quota_raises_additively() {
+        let t = Timestamp::ZERO;
+        let (mut c, r) = additive_only_after_a_cut(t);
+        for _ in 0..10 {
+            assert_eq!(c.on_outcome(t, &with_remaining(0)), Some(r));
+        }
+        let mut prev = r;
+        for _ in 0..100 {
+            let now = c.on_outcome(t, &with_remaining(1)).unwrap();
+            assert!((now - prev - r * 0.003).abs() < 1e-9, "additive steps");
+            prev = now;
+        }
+        assert!((prev - 1.3 * r).abs() < 1e-9, "a hundred steps add 30 %");
+        // Without the header, the step is sized by the rate just before the
+        // latest cut (here the 1/s fallback that was halved), but never by
+        // more than the rate pacing began at.
+        let next = c.on_outcome(t, &Outcome::success()).unwrap();
+        assert!((next - prev - r * 0.007).abs() < 1e-9);
+        // The hinted step stays the same after a later cut (it is sized by
+        // where pacing began, not by the last cut): AIMD's fairness.
+        let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
+        assert!((cut - next / 2.0).abs() < 1e-9);
+        let up = c.on_outcome(t + ms(5_000), &with_remaining(1)).unwrap();
+        assert!((up - cut - r * 0.003).abs() < 1e-9);
+        // The unhinted one is sized by the rate this cut came from (or
+        // where pacing began, the smaller).
+        let up2 = c.on_outcome(t + ms(5_000), &Outcome::success()).unwrap();
+        assert!((up2 - up - next.min(r) * 0.007).abs() < 1e-9);
+        let low = c.on_outcome(t + ms(10_000), &Outcome::throttled()).unwrap();
+        let from = up2;
+        assert!(from < r && (low - from / 2.0).abs() < 1e-9);
+        let up3 = c.on_outcome(t + ms(10_000), &Outcome::success()).unwrap();
+        assert!(
+            (up3 - low - from * 0.007).abs() < 1e-9,
+            "below the start, the last limit sizes it"
+        );
+    }
+
+    #[test]
+    fn the_hinted_step_shrinks_as_the_reported_quota_runs_low() {
+        let t = Timestamp::ZERO;
+        let step = |remaining: u64, limit: Option<u64>| {
+            let (mut c, r) = additive_only_after_a_cut(t);
+            let hints = ServerHints {
+                remaining: Some(remaining),
+                limit,
+                ..ServerHints::default()
+            };
+            let up = c
+                .on_outcome(t, &Outcome::success().with_hints(hints))
+                .unwrap();
+            (up - r) / (r * 0.003)
+        };
+        // Half the limit or more to spare: the whole step.
+        assert!((step(20, Some(40)) - 1.0).abs() < 1e-9);
+        assert!((step(40, Some(40)) - 1.0).abs() < 1e-9);
+        // Below half, in proportion: 8 of 40 left is 40 % of the step.
+        assert!(
+            (step(8, Some(40)) - 0.4).abs() < 1e-9,
+            "{}",
+            step(8, Some(40))
+        );
+        assert!((step(1, Some(40)) - 0.05).abs() < 1e-9);
+        // Without a limit the count says nothing of the share: whole.
+        assert!((step(1, None) - 1.0).abs() < 1e-9);
+        // Turned off, the step is whole whatever is left.
+        let mut off = Adaptive::new(AdaptiveConfig {
+            start_growth: 0.0,
+            full_step_spare: 0.0,
+            ..AdaptiveConfig::default()
+        })
+        .unwrap();
+        let r = off.on_outcome(t, &Outcome::throttled()).unwrap();
+        let hints = ServerHints {
+            remaining: Some(1),
+            limit: Some(40),
+            ..ServerHints::default()
+        };
+        let up = off
+            .on_outcome(t, &Outcome::success().with_hints(hints))
+            .unwrap();
+        assert!((up - r - r * 0.003).abs() < 1e-9);
+    }
+
+    #[test]
+    fn without_a_remaining_count_the_step_doubles_every_quiet_period() {
+        let t = Timestamp::ZERO;
+        let (mut c, r) = additive_only_after_a_cut(t);
+        let step_at = |c: &mut Adaptive, at: Timestamp| {
+            let before = c.rate().unwrap();
+            c.on_outcome(at, &Outcome::success()).unwrap() - before
+        };
+        let s0 = step_at(&mut c, t);
+        assert!((s0 - r * 0.007).abs() < 1e-9, "{s0}");
+        let s20 = step_at(&mut c, t + ms(20_000));
+        assert!((s20 - 2.0 * s0).abs() < 1e-9, "20 s quiet doubles: {s20}");
+        let s40 = step_at(&mut c, t + ms(40_000));
+        assert!((s40 - 4.0 * s0).abs() < 1e-9, "40 s quiet: {s40}");
+        let late = step_at(&mut c, t + ms(3_600_000));
+        assert!((late - 64.0 * s0).abs() < 1e-9, "capped: {late}");
+        // A cut ends the probe; spare quota reported by the server is the
+        // hinted, unprobed step however long the quiet.
+        let at = t + ms(3_700_000);
+        let cut = c.on_outcome(at, &Outcome::throttled()).unwrap();
+        let s_after = step_at(&mut c, at);
+        assert!(
+            (s_after - (2.0 * cut).min(r) * 0.007).abs() < 1e-9,
+            "{s_after}"
+        );
+        let hinted = c.rate().unwrap();
+        let h = c.on_outcome(at + ms(600_000), &with_remaining(3)).unwrap() - hinted;
+        assert!((h - r * 0.003).abs() < 1e-9, "{h}");
+    }
+
+    #[test]
+    fn a_cap_lowers_the_rate_and_starts_pacing() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        c.limit_to(2.0);
+        assert_eq!(c.rate(), Some(2.0));
+        c.limit_to(5.0);
+        assert_eq!(c.rate(), Some(2.0), "never raised");
+        c.limit_to(0.0);
+        assert_eq!(c.rate(), Some(0.05), "floored");
+    }
+
+    #[test]
+    fn invalid_configs_are_refused() {
+        for bad in [
+            AdaptiveConfig {
+                min_rate: 0.0,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                decrease_factor: 1.0,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                increase_fraction: -1.0,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                min_rate: 5.0,
+                max_rate: 1.0,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                probe_doubling: Duration::ZERO,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                probe_max_factor: 0.5,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                admitted_floor: 1.5,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                full_step_spare: 2.0,
+                ..AdaptiveConfig::default()
+            },
+        ] {
+            assert!(Adaptive::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rate_stays_within_bounds(steps in proptest::collection::vec((0u8..3, 0u64..3_000, proptest::option::of(0u64..5)), 1..300)) {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            let mut now = Timestamp::ZERO;
+            for (sig, gap, rem) in steps {
+                now = now + ms(gap);
+                c.on_send(now);
+                let signal = [Signal::Success, Signal::Throttled, Signal::ServerError][usize::from(sig)];
+                let o = Outcome::new(signal).with_hints(ServerHints { remaining: rem, ..ServerHints::default() });
+                if let Some(r) = c.on_outcome(now, &o) {
+                    proptest::prop_assert!((0.05..=10_000.0).contains(&r), "{}", r);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! [`ThrottleStrategy`]: one partition of a [`Throttle`] seen as a
+//! [`Strategy`], so the composed throttle (pacer, controller, pause, backoff,
+//! budget, SRE) can be driven by the simulator in virtual time exactly like
+//! the single strategies.
+//!
+//! It is a thin sans-IO mapping over [`Throttle::begin`],
+//! [`Throttle::acquire_at`] and [`Throttle::record_at`]:
+//!
+//! * `before_call(now)` begins a call and takes its first slot; the answer is
+//!   the pacer's (or a pause's) wait.
+//! * `before_send(now)`, when a wait has passed, asks
+//!   [`Throttle::recheck_at`] whether a cut or a pause re-planned the
+//!   partition meanwhile; if so the call waits for its new slot.
+//! * `after_attempt(now, outcome)` records the outcome. [`Step::Done`] is
+//!   [`Next::Done`]; [`Step::GiveUp`] is [`Next::GiveUp`]; for
+//!   [`Step::Retry`] the retry's slot is taken at once, no earlier than the
+//!   retry delay, and the whole wait is answered. (Reserving ahead holds the
+//!   pacer until then; the strategy interface must answer the full wait now,
+//!   where the async driver sleeps the delay first.) A retry the throttle
+//!   refuses (SRE rejection, deadline) is [`Next::GiveUp`].
+//! * The interface has no "do not send", so a *first* attempt the throttle
+//!   refuses is expressed as a wait: the refusal is counted (metrics, SRE),
+//!   and the call is sent [`ThrottleStrategy::refusal_delay`] later through
+//!   the pause and the pacer like any attempt — what an application does with
+//!   a call it still needs.
+//!
+//! Several `ThrottleStrategy` values may share one `Throttle` (it is a cheap
+//! clone) and even one key: the partition's state is shared, as it is among
+//! the tasks of a real client. One `ThrottleStrategy` may also be driven by
+//! several simulated threads at once (the simulator's `per_process` state):
+//! it keeps every call in flight, and since the interface does not say which
+//! call a response belongs to, it matches each response to the call whose
+//! attempt was due earliest — exact when latencies are equal, and never a
+//! lost call otherwise.
+
+use std::collections::VecDeque;
+use std::hash::Hash;
+use std::time::Duration;
+
+use super::throttle::{Call, Step, Throttle};
+use super::{Next, Outcome, Strategy};
+use ratewise::time::Timestamp;
+
+/// One partition of a [`Throttle`] as a [`Strategy`].
+#[derive(Debug)]
+pub struct ThrottleStrategy<K = ()> {
+    throttle: Throttle<K>,
+    key: K,
+    /// Calls in flight with the instant their attempt is due and whether it
+    /// was sent ([`Strategy::before_send`] said so).
+    calls: VecDeque<(Timestamp, bool, Call)>,
+    refusal_delay: Duration,
+    refused: u64,
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync> ThrottleStrategy<K> {
+    /// `throttle`'s partition `key`; a refused call waits one second.
+    pub fn new(throttle: Throttle<K>, key: K) -> Self {
+        ThrottleStrategy {
+            throttle,
+            key,
+            calls: VecDeque::new(),
+            refusal_delay: Duration::from_secs(1),
+            refused: 0,
+        }
+    }
+
+    /// The same adapter with another wait after a refused first attempt.
+    pub fn with_refusal_delay(mut self, delay: Duration) -> Self {
+        self.refusal_delay = delay;
+        self
+    }
+
+    /// The wait a refused first attempt turns into.
+    pub fn refusal_delay(&self) -> Duration {
+        self.refusal_delay
+    }
+
+    /// First attempts the throttle refused (and that were sent later).
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    /// The throttle.
+    pub fn throttle(&self) -> &Throttle<K> {
+        &self.throttle
+    }
+
+    /// The partition key.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// Calls begun and not yet finished.
+    pub fn in_flight(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Keeps `calls` ordered by the instant each attempt is due.
+    fn push(&mut self, due: Timestamp, call: Call) {
+        let at = self.calls.partition_point(|(d, _, _)| *d <= due);
+        self.calls.insert(at, (due, false, call));
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
+    fn name(&self) -> &str {
+        "throttle"
+    }
+
+    fn before_call(&mut self, now: Timestamp) -> Duration {
+        let mut call = self.throttle.begin(now);
+        let wait = match self.throttle.acquire_at(&self.key, &mut call, now, now) {
+            Ok(wait) => wait,
+            Err(_refusal) => {
+                self.refused += 1;
+                let later = now.saturating_add(self.refusal_delay);
+                self.throttle
+                    .acquire_unrefused_at(&self.key, &mut call, now, later)
+            }
+        };
+        self.push(now.saturating_add(wait), call);
+        wait
+    }
+
+    fn after_attempt(&mut self, now: Timestamp, outcome: &Outcome) -> Next {
+        // The response belongs to the call whose attempt was due earliest;
+        // an attempt without `before_call` (a driver that skipped it) still
+        // counts: it becomes a call begun now.
+        // Sent ones first (a driver that never calls `before_send` marks
+        // none: then simply the earliest due).
+        let at = self
+            .calls
+            .iter()
+            .position(|(_, sent, _)| *sent)
+            .unwrap_or(0);
+        let mut call = match self.calls.remove(at) {
+            Some((_, _, call)) => call,
+            None => self.throttle.begin(now),
+        };
+        match self.throttle.record_at(&self.key, &mut call, now, outcome) {
+            Step::Done => Next::Done,
+            Step::GiveUp(_) => Next::GiveUp,
+            Step::Retry(delay) => {
+                let at = now.saturating_add(delay);
+                match self.throttle.acquire_at(&self.key, &mut call, now, at) {
+                    Ok(wait) => {
+                        self.push(now.saturating_add(wait), call);
+                        Next::Retry(wait)
+                    }
+                    Err(_) => Next::GiveUp,
+                }
+            }
+        }
+    }
+
+    fn before_send(&mut self, now: Timestamp) -> Duration {
+        // The call being sent is the earliest due one not sent yet.
+        let Some(at) = self
+            .calls
+            .iter()
+            .position(|(due, sent, _)| !*sent && *due <= now)
+        else {
+            return Duration::ZERO;
+        };
+        let more = match self.calls.get_mut(at) {
+            Some((_, sent, call)) => {
+                let more = self.throttle.recheck_at(&self.key, call, now);
+                *sent = more.is_zero();
+                more
+            }
+            None => Duration::ZERO,
+        };
+        if !more.is_zero() {
+            if let Some((_, _, call)) = self.calls.remove(at) {
+                self.push(now.saturating_add(more), call);
+            }
+        }
+        more
+    }
+
+    fn current_delay(&self) -> Duration {
+        self.throttle.metrics().current_delay
+    }
+
+    fn current_rate(&self) -> Option<f64> {
+        self.throttle.rate_of(&self.key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backoff::{BackoffConfig, Jitter};
+    use crate::sre::SreConfig;
+    use crate::throttle::{Adaptation, ThrottleConfig};
+    use crate::ServerHints;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn config() -> ThrottleConfig {
+        ThrottleConfig {
+            adaptation: Adaptation::Fixed(10.0),
+            backoff: BackoffConfig::exponential(ms(100), 2.0).with_jitter(Jitter::None),
+            pause_jitter: 0.0,
+            burst: Some(1),
+            max_attempts: 3,
+            ..ThrottleConfig::default()
+        }
+    }
+
+    #[test]
+    fn paces_retries_and_gives_up_like_the_throttle() {
+        let th: Throttle<u8> = Throttle::new(config()).unwrap();
+        let mut s = ThrottleStrategy::new(th.clone(), 7);
+        assert_eq!(s.name(), "throttle");
+        let t = Timestamp::ZERO;
+        // 10/s, burst 1: calls are spaced 100 ms apart.
+        assert_eq!(s.before_call(t), ms(0));
+        assert_eq!(s.after_attempt(t, &Outcome::success()), Next::Done);
+        assert_eq!(s.before_call(t), ms(100));
+        let t1 = t + ms(100);
+        // A throttle with Retry-After 2 s: the retry waits 2 s, and the
+        // partition is paused for everybody.
+        let throttled = Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(Duration::from_secs(2)),
+            ..ServerHints::default()
+        });
+        assert_eq!(
+            s.after_attempt(t1, &throttled),
+            Next::Retry(Duration::from_secs(2))
+        );
+        assert_eq!(th.try_acquire_at(&7, t1), Err(Duration::from_secs(2)));
+        let t2 = t1 + Duration::from_secs(2);
+        assert!(matches!(s.after_attempt(t2, &throttled), Next::Retry(_)));
+        // Third attempt throttled: max_attempts = 3 reached.
+        assert_eq!(s.after_attempt(t2, &throttled), Next::GiveUp);
+        assert_eq!(s.current_rate(), Some(10.0));
+        let m = th.metrics();
+        assert_eq!((m.attempts, m.successes, m.throttled), (4, 1, 3));
+        assert_eq!(m.gave_up, 1);
+    }
+
+    #[test]
+    fn a_refused_call_becomes_a_wait_and_is_then_sent() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::None,
+            sre: Some(SreConfig::default()),
+            budget: None,
+            max_attempts: 1,
+            ..config()
+        })
+        .unwrap();
+        let mut s = ThrottleStrategy::new(th.clone(), 0).with_refusal_delay(ms(500));
+        let t = Timestamp::ZERO;
+        let (mut waits, mut sent) = (0u64, 0u64);
+        for _ in 0..200 {
+            let w = s.before_call(t);
+            if w == ms(500) {
+                waits += 1;
+            } else {
+                assert_eq!(w, Duration::ZERO);
+            }
+            sent += 1;
+            // A server error: refused by the backend, but no pause.
+            let failed = Outcome::new(crate::Signal::ServerError);
+            let next = s.after_attempt(t, &failed);
+            assert_eq!(next, Next::GiveUp, "max_attempts = 1");
+        }
+        assert!(waits > 50, "{waits}");
+        assert_eq!(s.refused(), waits);
+        let m = th.metrics();
+        assert_eq!(m.rejected_locally, waits);
+        assert_eq!(m.attempts, sent, "every call was sent in the end");
+    }
+
+    #[test]
+    fn a_refused_retry_gives_up() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::None,
+            deadline: Some(ms(150)),
+            ..config()
+        })
+        .unwrap();
+        let mut s = ThrottleStrategy::new(th, 0);
+        let t = Timestamp::ZERO;
+        assert_eq!(s.before_call(t), Duration::ZERO);
+        assert_eq!(
+            s.after_attempt(t, &Outcome::throttled()),
+            Next::Retry(ms(100))
+        );
+        // The next backoff, 200 ms, would pass the 150 ms deadline.
+        assert_eq!(
+            s.after_attempt(t + ms(100), &Outcome::throttled()),
+            Next::GiveUp
+        );
+    }
+
+    #[test]
+    fn one_strategy_serves_many_calls_in_flight() {
+        // Three simulated threads share one object (per-process state): each
+        // call is kept until its own response, so none is lost or merged,
+        // and a pause re-plans the slots the others hold.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            max_attempts: 2,
+            ..config()
+        })
+        .unwrap();
+        let mut s = ThrottleStrategy::new(th.clone(), 0);
+        let t = Timestamp::ZERO;
+        let waits: Vec<_> = (0..3).map(|_| s.before_call(t)).collect();
+        assert_eq!(waits, [ms(0), ms(100), ms(200)]);
+        assert_eq!(s.in_flight(), 3);
+        assert_eq!(s.before_send(t), Duration::ZERO, "the first is sent");
+        // The first call's response: throttled, retried (its second attempt)
+        // after the 100 ms pause, at 150 ms.
+        assert_eq!(
+            s.after_attempt(t + ms(50), &Outcome::throttled()),
+            Next::Retry(ms(100))
+        );
+        assert_eq!(s.in_flight(), 3);
+        // The others' slots (100 and 200 ms) were handed out before the
+        // pause: each takes a new one after the retry's, 100 ms apart.
+        assert_eq!(s.before_send(t + ms(100)), ms(150));
+        assert_eq!(s.before_send(t + ms(150)), Duration::ZERO, "the retry");
+        assert_eq!(s.before_send(t + ms(200)), ms(150));
+        assert_eq!(s.before_send(t + ms(250)), Duration::ZERO);
+        // The retry's answer comes first: its second throttle reaches its own
+        // attempt limit; it was not confused with the two fresh calls.
+        assert_eq!(
+            s.after_attempt(t + ms(300), &Outcome::throttled()),
+            Next::GiveUp
+        );
+        assert_eq!(
+            s.after_attempt(t + ms(310), &Outcome::success()),
+            Next::Done
+        );
+        // The second throttle paused the partition again (200 ms, until
+        // 500 ms): the last call's slot at 350 ms moves to the pause's end.
+        assert_eq!(s.before_send(t + ms(350)), ms(150));
+        assert_eq!(s.before_send(t + ms(500)), Duration::ZERO);
+        assert_eq!(
+            s.after_attempt(t + ms(550), &Outcome::success()),
+            Next::Done
+        );
+        assert_eq!(s.in_flight(), 0);
+        let m = th.metrics();
+        assert_eq!((m.attempts, m.successes, m.gave_up), (4, 2, 1));
+    }
+}
