@@ -353,19 +353,17 @@ impl GcraState {
     }
 
     /// `now` relative to the origin, moving the origin first when `now` is
-    /// too far past it; `Err(origin)` when `now` is before the origin (see
-    /// `gcra::math::Off::Behind`).
+    /// too far past it; `Err(origin)` when `now` is before the origin. The
+    /// one rule `Gcra` follows too ([`math::Frame::place`]).
     #[inline(always)]
     fn relative(&mut self, now: Timestamp) -> Result<u64, u64> {
-        let now = now.as_nanos();
-        match math::relative(now, self.origin) {
-            Ok(rel) => Ok(rel),
-            Err(math::Off::Ahead) => {
-                (self.origin, self.tat) = math::rebase(self.tat, self.origin, now);
-                Ok(now - self.origin)
-            }
-            Err(math::Off::Behind) => Err(self.origin),
-        }
+        let frame = math::Frame {
+            origin: self.origin,
+            tat: self.tat,
+        };
+        let (frame, rel) = frame.place(now.as_nanos());
+        (self.origin, self.tat) = (frame.origin, frame.tat);
+        rel
     }
 }
 
