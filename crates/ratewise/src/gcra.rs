@@ -61,7 +61,7 @@ pub struct Gcra<C = MonotonicClock> {
     /// so a cancel never misses a reservation that was promised room after
     /// it (a stale, higher value only makes cancels return less), and never
     /// lowered, not even by cancelling the latest reservation (see
-    /// [`give_back`](crate::token_bucket::give_back)). Checks do not touch
+    /// [`give_back`](crate::limiter::give_back)). Checks do not touch
     /// it: an admitted check acts at `now`, never after an outstanding
     /// reservation.
     last_act: CacheAligned<AtomicU64>,
@@ -121,10 +121,12 @@ pub(crate) const REBASE_AT: u64 = 1 << 60;
 /// that callers whose `now` is a little stale (up to 18 years) are still
 /// measured from their own `now`.
 pub(crate) const REBASE_SLACK: u64 = 1 << 59;
-/// The longest a reservation may wait (2^60 − 2 ns, about 36 years),
-/// whatever `max_wait` the caller allows.
-pub const MAX_RESERVE_WAIT: Duration =
-    Duration::from_nanos(TAT_MAX - REBASE_AT - crate::quota::MAX_WINDOW_NANOS);
+/// The longest a reservation may wait; defined beside [`Reservation`] (every
+/// algorithm caps its waits there) and exactly what the word leaves room for.
+pub use crate::limiter::MAX_RESERVE_WAIT;
+const _: () = assert!(
+    MAX_RESERVE_WAIT.as_nanos() == (TAT_MAX - REBASE_AT - crate::quota::MAX_WINDOW_NANOS) as u128
+);
 /// The furthest an arrival time is ever committed ahead of the `now` that
 /// commits it (a full window plus the longest reservation wait): with a
 /// relative `now` of at most [`REBASE_AT`], every committed time is at most
@@ -664,7 +666,7 @@ pub(crate) mod math {
 
     /// Cancelling a reservation (act time `act`, `cost`, `weight`) at `now`
     /// when the latest reservation acts at `last_act`: Go `x/time/rate`'s
-    /// rule ([`give_back`](crate::token_bucket::give_back)) — later
+    /// rule ([`give_back`](crate::limiter::give_back)) — later
     /// reservations were promised the stretch from `act` to `last_act`; only
     /// the rest comes back, and a forged reservation never returns more than
     /// its weight. `None` if nothing comes back; otherwise the new TAT.
@@ -680,7 +682,7 @@ pub(crate) mod math {
         q: Quota,
         last_act: u64,
     ) -> Option<u64> {
-        let restore = crate::token_bucket::give_back(cost, weight, q, act, last_act)?;
+        let restore = crate::limiter::give_back(cost, weight, q, act, last_act)?;
         Some(tat.saturating_sub(restore).max(now.min(tat)))
     }
 

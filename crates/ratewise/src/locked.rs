@@ -245,7 +245,7 @@ pub(crate) fn reserve<S: Admission>(
     // No reservation waits longer than MAX_RESERVE_WAIT: it keeps every
     // booked time a bounded distance past the timeline's end, well inside
     // `u64` (see `Timestamp`).
-    let allowed = max_wait.min(crate::gcra::MAX_RESERVE_WAIT);
+    let allowed = max_wait.min(crate::limiter::MAX_RESERVE_WAIT);
     if wait > duration_to_nanos_saturating(allowed) {
         return Err(ReserveError::WouldWaitTooLong {
             wait: Duration::from_nanos(wait),
