@@ -157,10 +157,10 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
+use crate::algorithms::gcra::math;
+use crate::algorithms::gcra::QuotaCell;
 use crate::decision::Decision;
 use crate::error::{CheckError, ReserveError};
-use crate::gcra::math;
-use crate::gcra::QuotaCell;
 use crate::limiter::{validate_weight, RateLimiter, Reservation};
 use crate::quota::Quota;
 use crate::sync::{ShardGuard, ShardLock};
@@ -1241,8 +1241,8 @@ impl<K, L, C, S> std::fmt::Debug for KeyedLimiter<K, L, C, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::token_bucket::TokenBucket;
     use crate::test_support::ms;
-    use crate::token_bucket::TokenBucket;
 
     fn small(max_keys: usize, shards: usize) -> KeyedLimiter<u64> {
         KeyedLimiter::<u64>::builder(Quota::per_second(10).unwrap())

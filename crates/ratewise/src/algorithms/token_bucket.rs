@@ -16,9 +16,9 @@ use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::algorithms::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
 use crate::decision::Decision;
 use crate::limiter::{give_back, Reservation};
-use crate::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -238,7 +238,7 @@ impl<C: Clock> TokenBucket<C> {
     }
 }
 
-crate::locked::impl_rate_limiter!(TokenBucket, "A full bucket");
+crate::algorithms::locked::impl_rate_limiter!(TokenBucket, "A full bucket");
 
 impl Fields for Bucket<Tokens> {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
