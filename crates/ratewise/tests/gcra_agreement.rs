@@ -295,12 +295,12 @@ fn at(nanos: u64) -> Timestamp {
     Timestamp::from_nanos(nanos)
 }
 
-/// Reported (a): after a peek at a far time, `Gcra` answered the next
-/// check with another `remaining` (the peek had moved the origin of its
-/// relative arrival times, and the check, now before that origin, was
+/// A peek at a far time changes nothing: the next check answers the same
+/// `remaining` with or without it (a peek that moved the origin of the
+/// relative arrival times would leave the check before that origin, to be
 /// decided there).
 #[test]
-fn regression_a_peek_at_a_far_time_changes_nothing() {
+fn a_peek_at_a_far_time_changes_nothing() {
     let q = nineteen_years();
     let plain = Gcra::with_clock(q, NoClock);
     let peeked = Gcra::with_clock(q, NoClock);
@@ -315,12 +315,12 @@ fn regression_a_peek_at_a_far_time_changes_nothing() {
     assert_eq!(peeked.check_at(1, later).unwrap(), expected);
 }
 
-/// Reported (b): on a 19-year window at t ≈ 8.5·10^17 ns, the keyed
-/// limiter's per-key GCRA admitted, with `remaining` 42 520, a request a
-/// lone `Gcra` fed the same calls refused with `remaining` 0 (the peek
-/// moved `Gcra`'s origin, not the keyed state's).
+/// On a 19-year window at t ≈ 8.5·10^17 ns, after a peek at a far time,
+/// the keyed limiter's per-key GCRA and a lone `Gcra` fed the same calls
+/// both admit, with `remaining` 42 520 (had the peek moved `Gcra`'s origin
+/// and not the keyed state's, `Gcra` would refuse with `remaining` 0).
 #[test]
-fn regression_b_keyed_and_gcra_agree_on_a_19_year_window() {
+fn keyed_and_gcra_agree_on_a_19_year_window() {
     let q = nineteen_years();
     let g = Gcra::with_clock(q, NoClock);
     let k = KeyedLimiter::<u64>::builder(q).clock(NoClock).build();
@@ -340,11 +340,11 @@ fn regression_b_keyed_and_gcra_agree_on_a_19_year_window() {
     assert_eq!(dg, dk);
 }
 
-/// A quota change measured its cap from the origin, so `Gcra` (which moved
-/// its origin on every quota change) and the keyed state (which did not)
-/// capped a debt converted to a 21-year interval at different times.
+/// A debt converted to a 21-year interval is capped from `now`, not from
+/// the origin, so `Gcra` and the keyed state cap it at the same time
+/// wherever their origins sit.
 #[test]
-fn regression_quota_change_caps_from_now() {
+fn a_quota_change_caps_from_now() {
     let q = Quota::from_parts(3_200_000, 187_000_000_000).unwrap();
     let g = Gcra::with_clock(q, NoClock);
     let k = KeyedLimiter::<u64>::builder(q).clock(NoClock).build();
@@ -363,11 +363,11 @@ fn regression_quota_change_caps_from_now() {
     );
 }
 
-/// Re-applying the same quota raised an arrival time in the past up to
-/// `now`, so a caller 1 ns stale was then refused; the keyed limiter skips
-/// an unchanged quota and admitted it.
+/// Re-applying the same quota changes nothing, not even for a caller 1 ns
+/// stale (raising an arrival time in the past up to `now` would refuse it;
+/// the keyed limiter skips an unchanged quota and admits it).
 #[test]
-fn regression_same_quota_again_is_the_identity() {
+fn the_same_quota_again_is_the_identity() {
     let q = Quota::from_parts(1, 1).unwrap();
     let g = Gcra::with_clock(q, NoClock);
     let k = KeyedLimiter::<u64>::builder(q).clock(NoClock).build();
