@@ -128,7 +128,7 @@ fn batch_conforms(
 }
 
 fn batch_conformance(alg: Algorithm, cases: u32) {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let conn = rt.block_on(connect(&server.url())).expect("connect");
     let redis = RedisLimiter::with_options(conn, Quota::per_second(1).unwrap(), alg, options())
@@ -141,11 +141,19 @@ fn batch_conformance(alg: Algorithm, cases: u32) {
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn a_gcra_batch_decides_as_the_in_memory_gcra_one_by_one() {
     batch_conformance(Algorithm::Gcra, 500);
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn batches_of_every_other_algorithm_decide_as_their_twins_one_by_one() {
     for alg in Algorithm::ALL {
         if alg != Algorithm::Gcra {
@@ -158,8 +166,12 @@ fn batches_of_every_other_algorithm_decide_as_their_twins_one_by_one() {
 /// rest in batches of at most `max_batch`; every request is answered by
 /// Redis and exactly the burst is admitted.
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn concurrent_requests_for_one_key_share_round_trips() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let conn = rt.block_on(connect(&server.url())).expect("connect");
     let quota = Quota::per(10, Duration::from_secs(3600)).unwrap();
@@ -211,8 +223,12 @@ fn concurrent_requests_for_one_key_share_round_trips() {
 /// answered by the failure policy for every one of its requests, and
 /// counted per request.
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn a_failed_batch_is_answered_by_the_policy_for_every_request() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let conn = rt.block_on(connect(&server.url())).expect("connect");
     let l = RedisLimiter::with_options(
@@ -248,8 +264,12 @@ fn a_failed_batch_is_answered_by_the_policy_for_every_request() {
 /// already in the next batch gives up too: the lead passes to the next live
 /// waiter, and every remaining request is answered by Redis.
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn cancelled_leaders_and_waiters_strand_nobody() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let conn = rt.block_on(connect(&server.url())).expect("connect");
     let l = RedisLimiter::with_options(
@@ -318,8 +338,12 @@ impl<F: Future> Future for GiveUpAfter<F> {
 /// sent together take three round trips again (two alone, one batched),
 /// which they would not if a leader place had leaked.
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn requests_given_up_at_any_point_leave_no_key_locked() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = common::multi_thread_runtime();
     let conn = rt.block_on(connect(&server.url())).expect("connect");
     let l = RedisLimiter::with_options(

@@ -48,18 +48,13 @@ fn gcra_limiter(
     })
 }
 
-macro_rules! cluster_or_skip {
-    () => {
-        match common::RedisCluster::start(3) {
-            Some(c) => c,
-            None => return,
-        }
-    };
-}
-
 #[test]
+#[cfg_attr(
+    any(ratewise_no_redis_server, ratewise_no_redis_cli),
+    ignore = "needs redis-server and redis-cli (apt-get install redis-server redis-tools)"
+)]
 fn cluster_limits_keys_in_every_slot_and_multi_levels_need_a_hash_tag() {
-    let cluster = cluster_or_skip!();
+    let cluster = common::RedisCluster::start(3);
     let rt = common::multi_thread_runtime();
     let urls = cluster.urls();
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
@@ -112,8 +107,12 @@ fn cluster_limits_keys_in_every_slot_and_multi_levels_need_a_hash_tag() {
 }
 
 #[test]
+#[cfg_attr(
+    any(ratewise_no_redis_server, ratewise_no_redis_cli),
+    ignore = "needs redis-server and redis-cli (apt-get install redis-server redis-tools)"
+)]
 fn a_dead_master_is_answered_by_the_policy() {
-    let mut cluster = cluster_or_skip!();
+    let mut cluster = common::RedisCluster::start(3);
     let rt = common::multi_thread_runtime();
     let timeout = Duration::from_millis(100);
     let l = gcra_limiter(&rt, &cluster, timeout);
@@ -187,8 +186,12 @@ fn a_dead_master_is_answered_by_the_policy() {
 /// Never a panic or an error to the caller, and afterwards the slot's keys
 /// are decided by Redis again, on the new master.
 #[test]
+#[cfg_attr(
+    any(ratewise_no_redis_server, ratewise_no_redis_cli),
+    ignore = "needs redis-server and redis-cli (apt-get install redis-server redis-tools)"
+)]
 fn a_slot_moving_mid_load_is_followed_or_answered_by_the_policy() {
-    let cluster = cluster_or_skip!();
+    let cluster = common::RedisCluster::start(3);
     let rt = common::multi_thread_runtime();
     // Under this load the keys stay ahead of their rate, so they live (up
     // to 1 s) and are there to be migrated.

@@ -147,7 +147,7 @@ fn until_backend(rt: &tokio::runtime::Runtime, l: &RedisLimiter) -> (Duration, u
 }
 
 fn kill_mid_load(policy: FailurePolicy) {
-    let mut server = redis_or_skip!();
+    let mut server = common::RedisServer::start();
     let expected = match &policy {
         FailurePolicy::FailOpen => DecisionSource::FailOpen,
         FailurePolicy::FailClosed => DecisionSource::FailClosed,
@@ -222,16 +222,28 @@ fn kill_mid_load(policy: FailurePolicy) {
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn kill_9_fail_open() {
     kill_mid_load(FailurePolicy::FailOpen);
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn kill_9_fail_closed() {
     kill_mid_load(FailurePolicy::FailClosed);
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn kill_9_local_fallback() {
     kill_mid_load(FailurePolicy::local_share(Quota::per_second(1000).unwrap(), 4).unwrap());
 }
@@ -240,8 +252,12 @@ fn kill_9_local_fallback() {
 /// time out into the policy, the breaker opens, and Redis decides again
 /// within 1 s after the pause ends.
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn client_pause_times_out_into_the_policy() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = common::multi_thread_runtime();
     let l = limiter(&rt, &server.url(), FailurePolicy::FailClosed);
     let stop = Arc::new(AtomicBool::new(false));
@@ -286,8 +302,12 @@ fn client_pause_times_out_into_the_policy() {
 /// the policy within the timeout, and counted; after the restart, leases
 /// come from Redis again within 1 s.
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn two_tier_survives_kill_9() {
-    let mut server = redis_or_skip!();
+    let mut server = common::RedisServer::start();
     let rt = common::multi_thread_runtime();
     let l = rt.block_on(async {
         let conn = connect(&server.url()).await.expect("connect");

@@ -78,7 +78,7 @@ fn conform(
 }
 
 fn conformance(alg: Algorithm, cases: u32) {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let conn = rt.block_on(connect(&server.url())).expect("connect");
     let redis = RedisLimiter::with_options(conn, Quota::per_second(1).unwrap(), alg, options())
@@ -89,26 +89,46 @@ fn conformance(alg: Algorithm, cases: u32) {
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn gcra_on_redis_decides_as_the_in_memory_gcra() {
     conformance(Algorithm::Gcra, 1000);
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn token_bucket_on_redis_decides_as_the_in_memory_token_bucket() {
     conformance(Algorithm::TokenBucket, 200);
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn fixed_window_on_redis_decides_as_the_in_memory_fixed_window() {
     conformance(Algorithm::FixedWindow, 200);
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn sliding_window_counter_on_redis_decides_as_the_in_memory_counter() {
     conformance(Algorithm::SlidingWindowCounter, 200);
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn sliding_window_log_on_redis_decides_as_the_in_memory_log() {
     conformance(Algorithm::SlidingWindowLog, 200);
 }
@@ -122,8 +142,12 @@ fn sliding_window_log_on_redis_decides_as_the_in_memory_log() {
 /// so the stamps follow the order Redis applied them), every closed span of
 /// `d` holds at most `⌊d/I⌋ + b`.
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn eight_connections_keep_the_bound_in_total_and_in_every_window() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = common::multi_thread_runtime();
     let quota = Quota::per_second(200).unwrap().with_burst(20).unwrap();
     let run = Duration::from_secs(10);
@@ -194,8 +218,12 @@ fn eight_connections_keep_the_bound_in_total_and_in_every_window() {
 /// check its TTL is the time to full (rounded up to a whole ms), and after a
 /// flood of distinct keys and one reset period the database is empty.
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn keys_expire_when_back_to_full() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let mut sync = server.sync();
     for alg in Algorithm::ALL {
@@ -282,8 +310,12 @@ fn keys_expire_when_back_to_full() {
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn bad_input_is_a_typed_error_and_writes_nothing() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let conn = rt.block_on(connect(&server.url())).unwrap();
     let q = Quota::per_second(5).unwrap();
@@ -366,8 +398,12 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn weights_reset_overrides_and_sub_one_per_second_rates() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let conn = rt.block_on(connect(&server.url())).unwrap();
     // One request every 2.5 s (0.4/s), burst 2.
@@ -432,8 +468,12 @@ fn weights_reset_overrides_and_sub_one_per_second_rates() {
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn several_limits_commit_all_or_nothing() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let conn = rt.block_on(connect(&server.url())).unwrap();
     let per_user = Quota::per_second(5).unwrap();
@@ -480,8 +520,12 @@ fn several_limits_commit_all_or_nothing() {
 /// Redis memory per tracked key, each algorithm, against redis_rate's
 /// layout (one string per key holding a number — the same as our GCRA).
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn memory_per_key() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let mut sync = server.sync();
     let quota = Quota::per_second(10).unwrap();
@@ -521,8 +565,12 @@ fn memory_per_key() {
 /// the Redis bucket first, so the total stays within `r·T + b`; and most
 /// decisions never reach Redis.
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn two_tier_leases_never_exceed_the_global_quota() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = common::multi_thread_runtime();
     let quota = Quota::per_second(500).unwrap().with_burst(50).unwrap();
     let run = Duration::from_millis(1000);
@@ -576,8 +624,12 @@ fn two_tier_leases_never_exceed_the_global_quota() {
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn two_tier_rejects_bad_input_before_redis() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = rt();
     let conn = rt.block_on(connect(&server.url())).unwrap();
     let l = TwoTierLimiter::new(

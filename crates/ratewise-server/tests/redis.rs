@@ -38,9 +38,13 @@ async fn ok(c: &mut RateLimitClient<tonic::transport::Channel>, r: &RateLimitReq
     c.should_rate_limit(r.clone()).await.unwrap().overall_code() == Code::Ok
 }
 
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_share_one_quota() {
-    let Some(redis) = Redis::start() else { return };
+    let redis = Redis::start();
     let dir = config();
     // A generous deadline: this test is about sharing, not about a slow
     // Redis (which the default policy would answer by admitting).
@@ -63,9 +67,13 @@ async fn two_instances_share_one_quota() {
     );
 }
 
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_a_refused_request_charges_no_other_descriptor() {
-    let Some(redis) = Redis::start() else { return };
+    let redis = Redis::start();
     let server = Server::start(
         &config(),
         &["--redis", &redis.url(), "--store-deadline", "2s"],
@@ -136,6 +144,10 @@ fn degraded(server: &Server) -> u64 {
 const DEADLINE: Duration = Duration::from_millis(10);
 const MARGIN: Duration = Duration::from_millis(90);
 
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_starts_before_redis_and_uses_it_within_a_second() {
     let port = free_port();
@@ -151,9 +163,7 @@ async fn the_service_starts_before_redis_and_uses_it_within_a_second() {
         degraded(&server) >= 12,
         "every degraded decision is counted"
     );
-    let Some(_redis) = Redis::start_on(port) else {
-        return;
-    };
+    let _redis = Redis::start_on(port);
     let back = Instant::now();
     // Redis answers: the eleventh call on one key is refused once Redis
     // decides. Each probe uses a fresh key and spends its quota.
@@ -178,11 +188,13 @@ async fn the_service_starts_before_redis_and_uses_it_within_a_second() {
     assert!(took <= Duration::from_secs(1), "{took:?}");
 }
 
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_mid_load_the_policy_holds_within_the_deadline_and_redis_comes_back() {
-    let Some(mut redis) = Redis::start() else {
-        return;
-    };
+    let mut redis = Redis::start();
     let port = redis.port;
     let server = Server::start(
         &config(),
@@ -210,9 +222,7 @@ async fn redis_killed_mid_load_the_policy_holds_within_the_deadline_and_redis_co
     assert!(refused > 0, "fail closed refused while Redis was down");
     assert!(degraded(&server) > before, "and counted it");
     // Redis back on the same port: used again within a second.
-    let Some(_again) = Redis::start_on(port) else {
-        return;
-    };
+    let _again = Redis::start_on(port);
     let back = Instant::now();
     let mut c = client(&server).await;
     while !ok(&mut c, &r).await {
@@ -227,9 +237,13 @@ async fn redis_killed_mid_load_the_policy_holds_within_the_deadline_and_redis_co
     assert!(took <= Duration::from_secs(1), "{took:?}");
 }
 
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_costs_no_call_more_than_the_deadline() {
-    let Some(redis) = Redis::start() else { return };
+    let redis = Redis::start();
     let server = Server::start(
         &config(),
         &["--redis", &redis.url(), "--store-deadline", "10ms"],
@@ -257,6 +271,10 @@ async fn a_paused_redis_costs_no_call_more_than_the_deadline() {
     assert!(degraded(&server) > before, "and counted it");
 }
 
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_the_error_policy_answers_unavailable_and_local_holds_a_share() {
     let nowhere = format!("redis://127.0.0.1:{}", free_port());

@@ -132,6 +132,9 @@ fn http_serves_json_health_metrics_status_and_rules() {
         status_json.contains(r#""name":"per_user""#) && status_json.contains(r#""over_limit":2"#),
         "{status_json}"
     );
+    let (status, _, page) = http_get(server.http, "/", &[]);
+    assert_eq!(status, 200);
+    assert!(page.contains("<title>ratewise-server</title>"), "{page}");
     let (_, _, rules) = http_get(server.http, "/rules", &[]);
     assert!(rules.contains("edge.user"), "{rules}");
     // A bounded sample of live keys: the first call of a rule is sampled.

@@ -38,6 +38,10 @@ use crate::scenario::{Scenario, StateSharing};
 use crate::server::Response;
 use crate::strategies::{StrategyInfo, StrategyParams};
 
+/// SplitMix64, the mixer every seed of a run is derived with; it lives
+/// with the strategies' seeds ([`crate::strategies::split_mix`]).
+pub use crate::strategies::split_mix;
+
 /// The most chart samples kept per series; beyond it the trace's
 /// resolution is halved (see `Engine::decimate_if_full`).
 pub const MAX_SAMPLES: usize = 4096;
@@ -100,14 +104,6 @@ struct Thread {
     call_wait: f64,
     last_sleep: f64,
     record: ThreadRecord,
-}
-
-/// SplitMix64: a fixed, portable mixer used to derive independent seeds.
-pub fn split_mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 struct Engine<'a> {

@@ -32,7 +32,8 @@ use ratewise_client::secs_to_duration;
 use serde::Deserialize;
 
 use crate::error::{non_negative, positive, SimError};
-use crate::server::{core_limiter, LimiterAlgorithm, Response, ServerModel, Wire};
+use crate::server::limiter::{core_limiter, LimiterAlgorithm};
+use crate::server::model::{Response, ServerModel, Wire};
 
 /// Simulated time zero on the wire's wall clock: 2023-11-14T22:13:20Z, so
 /// an epoch reset is a plausible ten-digit number.

@@ -74,21 +74,33 @@ fn a_seconds_latency_counts_the_answers_that_came_after_it() {
     assert!(worst > 2.0 * s.timeout_ms as f64, "{worst}");
 }
 
-#[test]
-fn the_report_charts_every_controller_in_a_browser() {
+/// The overload report's page for the capacity-halving scenario, one run
+/// per controller, and the number of controllers.
+fn overload_page() -> (String, usize) {
     let s = OverloadScenario::capacity_halving();
     let results: Vec<_> = Controller::ALL.iter().map(|&c| run(&s, c, 1)).collect();
     let n = results.len();
-    let html = ratewise_sim::overload::html(&[(s, results)]);
+    (ratewise_sim::overload::html(&[(s, results)]), n)
+}
+
+#[test]
+fn the_report_charts_every_controller() {
+    let (html, n) = overload_page();
     // Structure: one chart per controller, every one with its in-flight
     // and latency series, labelled axes.
     assert_eq!(html.matches("<svg class=\"overload-chart\"").count(), n);
     assert!(html.matches("class=\"series inflight\"").count() == n);
     assert!(html.matches("class=\"series latency\"").count() >= n);
     assert!(html.contains("p99 latency (ms)") && html.contains("time (s)"));
-    if !chromium::available() {
-        return;
-    }
+}
+
+#[test]
+#[cfg_attr(
+    ratewise_no_chromium,
+    ignore = "needs chromium (apt-get install chromium)"
+)]
+fn the_report_charts_every_controller_in_a_browser() {
+    let (html, n) = overload_page();
     let dom = chromium::dump_dom_of(&html, "overload");
     assert!(
         dom.contains(&format!("data-charts=\"{n}\"")),

@@ -8,6 +8,17 @@ use http::header::{HeaderName, FORWARDED};
 use http::{Extensions, HeaderMap, Method, Request, Uri};
 use ipnet::IpNet;
 
+/// Whether a policy charges each [`Key`] its own state or every request
+/// one shared state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// One limiter per key.
+    PerKey,
+    /// One limiter shared by every key.
+    Global,
+}
+
 /// The identity a request is charged to. Cheap to clone and hash; this is
 /// the key of the per-key limiters (and what a shared backend such as Redis
 /// stores, through its [`Display`](fmt::Display) form).

@@ -18,11 +18,12 @@ use ratewise::{Clock, MonotonicClock, Quota, Timestamp};
 use tower::{Layer, Service};
 
 use crate::body::ReplyBody;
+use crate::key::Scope;
 use crate::key::{FoundKey, Key, KeyRef, KeySource, MissingKey, RequestInfo};
 use crate::observe::{BackendStatus, LayerMetrics, PolicyStatus, SetStatus, Status, WarnGate};
-use crate::policy::{Policy, PolicyRuntime, PolicySet, Refusal, Scope, MAX_POLICIES};
+use crate::policy::{Policy, PolicyRuntime, PolicySet, Refusal};
 use crate::problem;
-use crate::verdict::{PolicyState, ReadyHeaders, Verdict};
+use crate::verdict::{PolicyState, ReadyHeaders, Verdict, MAX_POLICIES};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u64 + Send + Sync>;
@@ -570,7 +571,8 @@ impl Shared {
     }
 
     fn refusal(&self, set: &PolicySet, v: &Verdict, grpc: bool) -> Response<Bytes> {
-        let mut res = problem::quota_exceeded(set, v, grpc);
+        let mut res =
+            problem::quota_exceeded(grpc, set.violated(v), v.retry_after, || set.refusal_body(v));
         v.write_headers(set, self.style, res.headers_mut());
         res
     }

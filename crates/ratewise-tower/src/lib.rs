@@ -59,11 +59,11 @@ pub use body::{RateLimitBody, ReplyBody};
 pub use client_concurrency::ClientConcurrencyLayer;
 pub use client_throttle::{ClientError, ThrottleLayer, ThrottleService};
 pub use key::{
-    IpGrouping, Key, KeyFn, KeySource, MissingKey, ProxyHeader, RequestInfo, TrustedProxies,
+    IpGrouping, Key, KeyFn, KeySource, MissingKey, ProxyHeader, RequestInfo, Scope, TrustedProxies,
 };
 pub use layer::{
     BackendFailure, BuildError, RateLimit, RateLimitHandle, RateLimitLayer, RateLimitLayerBuilder,
     ResponseFuture, Route, UnknownPolicy, MAX_NAME_LEN,
 };
-pub use policy::{Policy, Scope, DEFAULT_MAX_KEYS, MAX_POLICIES};
-pub use verdict::{PolicyState, Verdict};
+pub use policy::{Policy, DEFAULT_MAX_KEYS};
+pub use verdict::{PolicyState, Verdict, MAX_POLICIES};

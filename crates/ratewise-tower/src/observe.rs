@@ -35,7 +35,7 @@ use metrics::{Counter, Gauge, Histogram};
 use ratewise::striped::StripedCounter;
 use serde::Serialize;
 
-use crate::policy::Scope;
+use crate::key::Scope;
 
 pub(crate) struct PolicyHandles {
     pub(crate) admitted: Counter,

@@ -14,12 +14,8 @@ use ratewise::striped::StripedCounter;
 use ratewise::{CheckError, Decision, Gcra, Quota, RateLimiter, Timestamp};
 
 use crate::interned;
-use crate::key::{Key, KeyRef};
-use crate::verdict::{PolicyState, Verdict};
-
-/// The most policies one request can be checked against (a verdict holds
-/// their states inline, so deciding allocates nothing).
-pub const MAX_POLICIES: usize = 8;
+use crate::key::{Key, KeyRef, Scope};
+use crate::verdict::{PolicyNames, PolicyState, Verdict};
 
 /// A named limit: its quota and whether each key gets its own.
 ///
@@ -50,16 +46,6 @@ impl std::fmt::Debug for Policy {
             .field("shadow", &self.shadow)
             .finish()
     }
-}
-
-/// Whether a policy keeps one state per key or one for all requests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    /// One limiter per key.
-    PerKey,
-    /// One limiter shared by every key.
-    Global,
 }
 
 /// Default cap on keys tracked per policy; see [`Policy::per_key_with`].
@@ -433,6 +419,20 @@ pub(crate) struct PolicySet {
     /// The refusal body when policy `i` alone refused, rendered once
     /// (interned: see [`crate::interned`]).
     refusal_bodies: Vec<Bytes>,
+}
+
+impl PolicyNames for PolicySet {
+    #[inline]
+    fn policy_header(&self) -> HeaderValue {
+        PolicySet::policy_header(self)
+    }
+
+    #[inline]
+    fn policy_name(&self, index: u8) -> &str {
+        self.policies
+            .get(usize::from(index))
+            .map_or("", |p| &p.name)
+    }
 }
 
 impl PolicySet {

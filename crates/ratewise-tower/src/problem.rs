@@ -8,9 +8,6 @@ use http::{header, HeaderValue, Response, StatusCode};
 use ratewise::headers_out::QUOTA_EXCEEDED_TYPE;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::PolicySet;
-use crate::verdict::Verdict;
-
 /// The `application/problem+json` media type.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -104,7 +101,7 @@ pub(crate) fn grpc(status: StatusCode, message: &str, retry: Option<Duration>) -
 ///
 /// It names no wait (the `Retry-After` and `RateLimit` headers carry it),
 /// so a policy set renders the body for each single policy once
-/// ([`PolicySet::refusal_body`]) and a refusal clones it: under a flood of
+/// (`PolicySet::refusal_body`) and a refusal clones it: under a flood of
 /// refused requests, refusing costs no more than admitting.
 pub(crate) fn quota_exceeded_body(violated: &[&str]) -> Bytes {
     let detail = match violated {
@@ -124,18 +121,24 @@ pub(crate) fn quota_exceeded_body(violated: &[&str]) -> Bytes {
     Bytes::from(serde_json::to_vec(&problem).unwrap_or_default())
 }
 
-/// `429 Too Many Requests` with the draft's quota-exceeded problem, or for a
-/// gRPC call `RESOURCE_EXHAUSTED` with the retry delay.
-pub(crate) fn quota_exceeded(set: &PolicySet, v: &Verdict, grpc_call: bool) -> Response<Bytes> {
+/// `429 Too Many Requests` with the draft's quota-exceeded problem (`body`,
+/// as [`quota_exceeded_body`] renders it for the `violated` policies), or
+/// for a gRPC call `RESOURCE_EXHAUSTED` naming them, with the retry delay.
+pub(crate) fn quota_exceeded<'a>(
+    grpc_call: bool,
+    violated: impl Iterator<Item = &'a str>,
+    retry_after: Option<Duration>,
+    body: impl FnOnce() -> Bytes,
+) -> Response<Bytes> {
     if grpc_call {
-        let violated: Vec<&str> = set.violated(v).collect();
+        let violated: Vec<&str> = violated.collect();
         return grpc(
             StatusCode::TOO_MANY_REQUESTS,
             &format!("quota exceeded for policy {}", violated.join(", ")),
-            v.retry_after,
+            retry_after,
         );
     }
-    let mut res = Response::new(set.refusal_body(v));
+    let mut res = Response::new(body());
     *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     res.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));

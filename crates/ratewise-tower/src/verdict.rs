@@ -8,7 +8,20 @@ use ratewise::backend::DecisionSource;
 use ratewise::headers_out::{self, HeaderBuf, HeaderStyle};
 use ratewise::Decision;
 
-use crate::policy::{PolicySet, MAX_POLICIES};
+/// The most policies one request can be checked against: a verdict holds
+/// their states inline, so deciding allocates nothing (and a set's shadow
+/// refusals fit one byte of bits).
+pub const MAX_POLICIES: usize = 8;
+
+/// What rendering a verdict's headers needs from the policy set it was
+/// decided against: the set's `RateLimit-Policy` value and each policy's
+/// name by position.
+pub(crate) trait PolicyNames {
+    /// The set's `RateLimit-Policy` header value.
+    fn policy_header(&self) -> HeaderValue;
+    /// The name of the set's policy at `index` (empty if there is none).
+    fn policy_name(&self, index: u8) -> &str;
+}
 
 /// One policy's state after a decision: what `RateLimit` says about it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,7 +118,7 @@ impl Verdict {
     /// result until the response exists, so it is kept small (two values
     /// inline, the opt-in legacy trio boxed): a large future is copied
     /// with `memcpy` at every layer of the server that moves it.
-    pub(crate) fn render(&self, set: &PolicySet, style: HeaderStyle) -> ReadyHeaders {
+    pub(crate) fn render(&self, set: &impl PolicyNames, style: HeaderStyle) -> ReadyHeaders {
         let mut out = ReadyHeaders {
             policy: None,
             state: None,
@@ -147,7 +160,7 @@ impl Verdict {
     /// [`Verdict::render`]), and `Retry-After` on a refusal.
     pub(crate) fn write_headers(
         &self,
-        set: &PolicySet,
+        set: &impl PolicyNames,
         style: HeaderStyle,
         headers: &mut HeaderMap,
     ) {
@@ -199,14 +212,11 @@ impl ReadyHeaders {
 impl Verdict {
     fn write_limits<const N: usize>(
         &self,
-        set: &PolicySet,
+        set: &impl PolicyNames,
         buf: &mut HeaderBuf<N>,
     ) -> Result<(), headers_out::HeaderWriteError> {
         for s in self.states() {
-            let name = set
-                .policies
-                .get(usize::from(s.index))
-                .map_or("", |p| &p.name);
+            let name = set.policy_name(s.index);
             buf.push_limit(name, s.remaining, Duration::from_secs(s.reset_secs))?;
         }
         Ok(())

@@ -24,8 +24,12 @@ fn app(layer: RateLimitLayer) -> Router {
 }
 
 #[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
 fn two_replicas_share_one_quota_through_redis() {
-    let server = redis_or_skip!();
+    let server = common::RedisServer::start();
     let rt = common::multi_thread_runtime();
     rt.block_on(async {
         // 3 per minute per API key, held in Redis.

@@ -50,26 +50,4 @@ impl Decision {
     pub const fn is_allowed(&self) -> bool {
         self.allowed
     }
-
-    /// The legacy three-field headers this decision implies, values in
-    /// whole seconds rounded up (a client that waits the advertised time is
-    /// never early): `RateLimit-Limit`, `RateLimit-Remaining`,
-    /// `RateLimit-Reset`, and on denial `Retry-After` (at least 1).
-    ///
-    /// This is the drafts' form up to -06 and allocates a `String` per
-    /// header. For the current form (`RateLimit-Policy` / `RateLimit`) and
-    /// an allocation-free path, use [`Decision::write_headers`] (module
-    /// [`headers_out`](crate::headers_out)).
-    pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
-        use crate::headers_out::{ceil_secs, retry_after_secs};
-        let mut out = vec![
-            ("RateLimit-Limit", self.limit.to_string()),
-            ("RateLimit-Remaining", self.remaining.to_string()),
-            ("RateLimit-Reset", ceil_secs(self.reset_after).to_string()),
-        ];
-        if let (false, Some(retry)) = (self.allowed, self.retry_after) {
-            out.push(("Retry-After", retry_after_secs(retry).to_string()));
-        }
-        out.into_iter()
-    }
 }

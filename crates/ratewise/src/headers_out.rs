@@ -513,6 +513,26 @@ pub fn write_retry_after(d: Duration, mut emit: impl FnMut(&'static str, &[u8]))
 }
 
 impl Decision {
+    /// The legacy three-field headers this decision implies, values in
+    /// whole seconds rounded up (a client that waits the advertised time is
+    /// never early): `RateLimit-Limit`, `RateLimit-Remaining`,
+    /// `RateLimit-Reset`, and on denial `Retry-After` (at least 1).
+    ///
+    /// This is the drafts' form up to -06 and allocates a `String` per
+    /// header. For the current form (`RateLimit-Policy` / `RateLimit`) and
+    /// an allocation-free path, use [`Decision::write_headers`].
+    pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
+        let mut out = vec![
+            ("RateLimit-Limit", self.limit.to_string()),
+            ("RateLimit-Remaining", self.remaining.to_string()),
+            ("RateLimit-Reset", ceil_secs(self.reset_after).to_string()),
+        ];
+        if let (false, Some(retry)) = (self.allowed, self.retry_after) {
+            out.push(("Retry-After", retry_after_secs(retry).to_string()));
+        }
+        out.into_iter()
+    }
+
     /// Writes the response headers for this decision of the one policy
     /// `policy`, in the forms `style` selects, plus `Retry-After` on a
     /// refusal. Each header is handed to `emit` as a lower-case name and

@@ -374,11 +374,11 @@ impl<Req: ?Sized> std::fmt::Debug for Hierarchy<Req> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gcra::Gcra;
+    use crate::algorithms::gcra::Gcra;
+    use crate::algorithms::token_bucket::TokenBucket;
     use crate::keyed::NoClock;
     use crate::quota::Quota;
     use crate::test_support::ms;
-    use crate::token_bucket::TokenBucket;
 
     struct Req {
         user: u32,

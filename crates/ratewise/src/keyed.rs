@@ -46,10 +46,10 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
+use crate::algorithms::gcra::math;
+use crate::algorithms::gcra::QuotaCell;
 use crate::decision::Decision;
 use crate::error::{CheckError, ReserveError};
-use crate::gcra::math;
-use crate::gcra::QuotaCell;
 use crate::limiter::{validate_weight, RateLimiter, Reservation};
 use crate::quota::Quota;
 use crate::sync::{ShardGuard, ShardLock};
@@ -240,19 +240,17 @@ impl GcraState {
     }
 
     /// `now` relative to the origin, moving the origin first when `now` is
-    /// too far past it; `Err(origin)` when `now` is before the origin (see
-    /// `gcra::math::Off::Behind`).
+    /// too far past it; `Err(origin)` when `now` is before the origin. The
+    /// one rule `Gcra` follows too ([`math::Frame::place`]).
     #[inline(always)]
     fn relative(&mut self, now: Timestamp) -> Result<u64, u64> {
-        let now = now.as_nanos();
-        match math::relative(now, self.origin) {
-            Ok(rel) => Ok(rel),
-            Err(math::Off::Ahead) => {
-                (self.origin, self.tat) = math::rebase(self.tat, self.origin, now);
-                Ok(now - self.origin)
-            }
-            Err(math::Off::Behind) => Err(self.origin),
-        }
+        let frame = math::Frame {
+            origin: self.origin,
+            tat: self.tat,
+        };
+        let (frame, rel) = frame.place(now.as_nanos());
+        (self.origin, self.tat) = (frame.origin, frame.tat);
+        rel
     }
 }
 
@@ -1130,8 +1128,8 @@ impl<K, L, C, S> std::fmt::Debug for KeyedLimiter<K, L, C, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::token_bucket::TokenBucket;
     use crate::test_support::ms;
-    use crate::token_bucket::TokenBucket;
 
     fn small(max_keys: usize, shards: usize) -> KeyedLimiter<u64> {
         KeyedLimiter::<u64>::builder(Quota::per_second(10).unwrap())

@@ -45,6 +45,7 @@
 // feature-gated items; `doc_cfg` is nightly-only, so stable never sees it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod algorithms;
 pub mod backend;
 pub mod borrowing;
 #[cfg(feature = "concurrency")]
@@ -52,29 +53,27 @@ pub mod borrowing;
 pub mod concurrency;
 pub mod decision;
 pub mod error;
-pub mod fixed_window;
-pub mod gcra;
 pub mod headers_out;
 pub mod hierarchy;
 pub mod keyed;
-pub mod leaky_meter;
-pub mod leaky_queue;
 pub mod limiter;
-mod locked;
 pub mod quota;
 pub mod sharded;
-pub mod sliding_window_counter;
-pub mod sliding_window_log;
 pub mod striped;
 mod sync;
 #[cfg(test)]
 mod test_support;
 pub mod time;
-pub mod token_bucket;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod wait;
 
+// The seven algorithms live in `algorithms/`; their modules stay public at
+// the crate's root (`ratewise::gcra`, `ratewise::token_bucket`, …).
+pub use algorithms::{
+    fixed_window, gcra, leaky_meter, leaky_queue, sliding_window_counter, sliding_window_log,
+    token_bucket,
+};
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError, ReserveError};
 pub use fixed_window::FixedWindow;

@@ -7,6 +7,13 @@ use crate::error::{CheckError, QuotaError, ReserveError};
 use crate::quota::Quota;
 use crate::time::Timestamp;
 
+/// The longest any reservation may wait (2^60 − 2 ns, about 36 years),
+/// whatever `max_wait` the caller allows: every algorithm caps the wait
+/// here, so that an act time, and the lock-free GCRA's arrival time after
+/// it, stay inside the timeline's exact range. Also reachable as
+/// `ratewise::gcra::MAX_RESERVE_WAIT`.
+pub const MAX_RESERVE_WAIT: Duration = Duration::from_nanos((1 << 60) - 2);
+
 /// A claim on future capacity, returned by
 /// [`RateLimiter::reserve_within_at`].
 ///
@@ -22,8 +29,7 @@ use crate::time::Timestamp;
 /// Go's would, never more. The window algorithms may have booked a future
 /// window and stay conservative after a cancel (see each module).
 ///
-/// No reservation waits longer than
-/// [`MAX_RESERVE_WAIT`](crate::gcra::MAX_RESERVE_WAIT) (about 36 years),
+/// No reservation waits longer than [`MAX_RESERVE_WAIT`] (about 36 years),
 /// whatever `max_wait` allows.
 ///
 /// A reservation is neither `Copy` nor `Clone`, and cancelling consumes it,
@@ -87,6 +93,28 @@ impl Reservation {
     pub const fn cost(&self) -> u64 {
         self.cost
     }
+}
+
+/// Go `x/time/rate`'s cancellation rule, in nanoseconds of capacity (one
+/// unit = one emission interval, so time and capacity share a scale), shared
+/// by the bucket-family limiters and GCRA: the rule
+/// [`RateLimiter::cancel_at`] documents. A reservation of `weight` units
+/// acting at `act` gives back its `cost` (capped at what `weight` units cost
+/// under `q`, so a forged reservation never returns more than its weight)
+/// minus the stretch from `act` to the latest grant's act time `last_act`,
+/// which later grants were promised. `None` if nothing comes back; otherwise
+/// the capacity given back.
+///
+/// Unlike Go, `last_act` is never moved back when the latest grant is
+/// cancelled: "the grant before it acts at `act − cost`" is wrong once an
+/// earlier cancellation has let a later grant be booked at the same act
+/// time, and the stretch that grant was promised would then be given out
+/// again (an over-admission the mixed reservation property found). Keeping
+/// it only makes later cancellations give back less.
+pub(crate) fn give_back(cost: u64, weight: u64, q: Quota, act: u64, last_act: u64) -> Option<u64> {
+    let cost = cost.min(q.cost_nanos(weight));
+    let restore = cost.saturating_sub(last_act.saturating_sub(act));
+    (restore > 0).then_some(restore)
 }
 
 /// The shared API of every rate-limiting algorithm in ratewise.

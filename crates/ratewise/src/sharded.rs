@@ -26,9 +26,9 @@
 
 use crossbeam_utils::CachePadded;
 
+use crate::algorithms::gcra::Gcra;
 use crate::decision::Decision;
 use crate::error::{CheckError, QuotaError};
-use crate::gcra::Gcra;
 use crate::keyed::NoClock;
 use crate::limiter::RateLimiter;
 use crate::quota::Quota;

@@ -51,7 +51,7 @@ use std::time::Duration;
 /// [`Timestamp::from_nanos`] is pinned at `MAX`; time then stands still, which
 /// only ever makes a limiter stricter. Every limiter answers exactly on the
 /// whole timeline: with a quota's window at most 2^61 ns and reservations
-/// waiting at most [`MAX_RESERVE_WAIT`](crate::gcra::MAX_RESERVE_WAIT), a time
+/// waiting at most [`MAX_RESERVE_WAIT`](crate::limiter::MAX_RESERVE_WAIT), a time
 /// plus what the algorithms add to it stays inside `u64`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(u64);

@@ -1,8 +1,9 @@
 //! Test harness: a private `redis-server` on a free loopback port in a
 //! temporary directory, no persistence, stopped (SIGKILL) on drop.
 //!
-//! Without the binary the tests print why and skip — unless `CI` is set,
-//! where they fail.
+//! Without the binary the build (`build.rs`) marks every test that needs it
+//! ignored, so `cargo test` counts them as ignored with the reason — unless
+//! `CI` is set, where they run and fail.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
@@ -154,26 +155,20 @@ pub struct RedisServer {
     extra: Vec<String>,
 }
 
-/// Starts a server or returns from the calling test (skip) when the binary
-/// is missing outside CI.
-#[macro_export]
-macro_rules! redis_or_skip {
-    () => {
-        match common::RedisServer::start() {
-            Some(s) => s,
-            None => return,
-        }
-    };
-}
-
-fn binary_present() -> bool {
-    Command::new("redis-server")
+/// Panics, naming the install command, when `program` is not installed. A
+/// test that needs it is marked ignored when the build finds it missing
+/// (this crate's `build.rs`: cfg `ratewise_no_redis_server`,
+/// `ratewise_no_redis_cli`), so `cargo test` reports it ignored, never
+/// passed; it runs anyway under CI, or when asked (`--include-ignored`),
+/// and then it fails here rather than pass having run nothing.
+fn require(program: &str, install: &str) {
+    let present = Command::new(program)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+        .is_ok_and(|s| s.success());
+    assert!(present, "{program} is not installed: {install}");
 }
 
 fn free_port() -> u16 {
@@ -198,23 +193,15 @@ fn free_cluster_port() -> u16 {
 }
 
 impl RedisServer {
-    /// A fresh server, or `None` (skip) when `redis-server` is not installed
-    /// and `CI` is unset.
-    pub fn start() -> Option<RedisServer> {
+    /// A fresh server; panics when `redis-server` is not installed (see
+    /// [`require`]).
+    pub fn start() -> RedisServer {
         RedisServer::start_with(&[])
     }
 
     /// A fresh server with extra command-line arguments.
-    pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
-        if !binary_present() {
-            if std::env::var_os("CI").is_some() {
-                panic!("redis-server is not installed; CI must install it (apt-get install redis-server redis-tools)");
-            }
-            eprintln!(
-                "not run: redis-server is not installed (install redis-server; under CI this fails)"
-            );
-            return None;
-        }
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        require("redis-server", "apt-get install redis-server redis-tools");
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "ratewise-redis-test-{}-{}",
@@ -237,7 +224,7 @@ impl RedisServer {
                 extra: extra.iter().map(|a| a.to_string()).collect(),
             };
             if s.spawn() {
-                return Some(s);
+                return s;
             }
         }
         panic!("could not start redis-server on a free port after 5 attempts");
@@ -367,29 +354,15 @@ impl RedisServer {
 }
 
 /// A Redis Cluster of `masters` servers (no replicas), created with
-/// `redis-cli --cluster create`; `None` (skip) outside CI without the
-/// binaries.
+/// `redis-cli --cluster create`; panics without the binaries (see
+/// [`require`]).
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
-    pub fn start(masters: usize) -> Option<RedisCluster> {
-        let cli = Command::new("redis-cli")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !cli {
-            if std::env::var_os("CI").is_some() {
-                panic!("redis-cli is not installed; CI must install redis-tools");
-            }
-            eprintln!(
-                "not run: redis-cli is not installed (install redis-tools; under CI this fails)"
-            );
-            return None;
-        }
+    pub fn start(masters: usize) -> RedisCluster {
+        require("redis-cli", "apt-get install redis-tools");
         let mut nodes = Vec::new();
         for _ in 0..masters {
             let conf = "nodes.conf";
@@ -400,7 +373,7 @@ impl RedisCluster {
                 conf,
                 "--cluster-require-full-coverage",
                 "no",
-            ])?);
+            ]));
         }
         let addrs: Vec<String> = nodes
             .iter()
@@ -419,7 +392,7 @@ impl RedisCluster {
         );
         let cluster = RedisCluster { nodes };
         cluster.wait_ok();
-        Some(cluster)
+        cluster
     }
 
     /// Waits (at most 10 s) until every live node reports `cluster_state:ok`

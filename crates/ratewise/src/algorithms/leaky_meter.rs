@@ -34,9 +34,9 @@
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
-use crate::locked::Fields;
+use crate::algorithms::locked::Fields;
+use crate::algorithms::token_bucket::Bucket;
 use crate::time::MonotonicClock;
-use crate::token_bucket::Bucket;
 
 /// A leaky bucket used as a meter. See the [module docs](self).
 ///
@@ -60,7 +60,7 @@ pub struct LeakyMeter<C = MonotonicClock> {
 /// The meter's view of a [`Bucket`]: its level.
 pub(crate) enum Level {}
 
-crate::locked::impl_rate_limiter!(LeakyMeter, "An empty meter");
+crate::algorithms::locked::impl_rate_limiter!(LeakyMeter, "An empty meter");
 
 impl Fields for Bucket<Level> {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {

@@ -16,9 +16,9 @@ use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::algorithms::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
 use crate::decision::Decision;
-use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
+use crate::limiter::{give_back, Reservation};
 use crate::quota::Quota;
 use crate::time::{Clock, MonotonicClock, Timestamp};
 
@@ -222,27 +222,6 @@ impl<V> Adjust for Bucket<V> {
     }
 }
 
-/// Go `x/time/rate`'s cancellation rule, in nanoseconds of capacity (one
-/// unit = one emission interval, so time and capacity share a scale), shared
-/// by the bucket-family limiters and GCRA. A reservation of `weight` units
-/// acting at `act` gives back its `cost` (capped at what `weight` units cost
-/// under `q`, so a forged reservation never returns more than its weight)
-/// minus the stretch from `act` to the latest grant's act time `last_act`,
-/// which later grants were promised. `None` if nothing comes back; otherwise
-/// the capacity given back.
-///
-/// Unlike Go, `last_act` is never moved back when the latest grant is
-/// cancelled: "the grant before it acts at `act − cost`" is wrong once an
-/// earlier cancellation has let a later grant be booked at the same act
-/// time, and the stretch that grant was promised would then be given out
-/// again (an over-admission the mixed reservation property found). Keeping
-/// it only makes later cancellations give back less.
-pub(crate) fn give_back(cost: u64, weight: u64, q: Quota, act: u64, last_act: u64) -> Option<u64> {
-    let cost = cost.min(q.cost_nanos(weight));
-    let restore = cost.saturating_sub(last_act.saturating_sub(act));
-    (restore > 0).then_some(restore)
-}
-
 fn clamp_u64(v: i128) -> u64 {
     u64::try_from(v.max(0)).unwrap_or(u64::MAX)
 }
@@ -259,7 +238,7 @@ impl<C: Clock> TokenBucket<C> {
     }
 }
 
-crate::locked::impl_rate_limiter!(TokenBucket, "A full bucket");
+crate::algorithms::locked::impl_rate_limiter!(TokenBucket, "A full bucket");
 
 impl Fields for Bucket<Tokens> {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {

@@ -28,9 +28,9 @@ use std::fmt::DebugStruct;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::algorithms::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
 use crate::decision::Decision;
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
 use crate::quota::Quota;
 use crate::time::{MonotonicClock, Timestamp};
 
@@ -186,7 +186,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        if crate::locked::past_act(&mut self.last, now, &reservation) {
+        if crate::algorithms::locked::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         // Only the last request in the queue can leave without leaving a hole
@@ -199,7 +199,7 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(LeakyQueue, "An empty queue");
+crate::algorithms::locked::impl_rate_limiter!(LeakyQueue, "An empty queue");
 
 impl Fields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {

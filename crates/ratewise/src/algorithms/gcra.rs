@@ -61,7 +61,7 @@ pub struct Gcra<C = MonotonicClock> {
     /// so a cancel never misses a reservation that was promised room after
     /// it (a stale, higher value only makes cancels return less), and never
     /// lowered, not even by cancelling the latest reservation (see
-    /// [`give_back`](crate::token_bucket::give_back)). Checks do not touch
+    /// [`give_back`](crate::limiter::give_back)). Checks do not touch
     /// it: an admitted check acts at `now`, never after an outstanding
     /// reservation.
     last_act: CacheAligned<AtomicU64>,
@@ -96,6 +96,18 @@ pub struct Gcra<C = MonotonicClock> {
 // most `REBASE_AT + MAX_WINDOW_NANOS + MAX_RESERVE_WAIT = TAT_MAX`, and every
 // intermediate sum is below 2^63: exact, with no clamp anywhere on the path
 // that decides.
+//
+// Where the origin sits must not change an answer, except in the one
+// documented way (a caller more than `REBASE_SLACK` behind the latest time
+// that moved it is decided at the origin, `math::Off::Behind`). So the
+// origin moves by one rule, `math::Frame::place`, which the keyed
+// `GcraState` follows too: only a `now` more than `REBASE_AT` past it moves
+// it, and only on a call that may write (check, reserve, cancel, quota
+// change) — a peek places a copy. The one clamp off the deciding path (a
+// debt converted to a much slower quota) is measured from `now`, never from
+// the origin (`MAX_AHEAD`). The property tests in `tests/gcra_agreement.rs`
+// hold `Gcra` to this: a peek changes nothing, and the keyed state answers
+// exactly as `Gcra`, over the whole domain.
 const GEN_BITS: u32 = 2;
 const VALUE_MASK: u64 = u64::MAX >> GEN_BITS;
 /// The word while a re-configuration converts it; no real word equals it
@@ -109,10 +121,17 @@ pub(crate) const REBASE_AT: u64 = 1 << 60;
 /// that callers whose `now` is a little stale (up to 18 years) are still
 /// measured from their own `now`.
 pub(crate) const REBASE_SLACK: u64 = 1 << 59;
-/// The longest a reservation may wait (2^60 − 2 ns, about 36 years),
-/// whatever `max_wait` the caller allows.
-pub const MAX_RESERVE_WAIT: Duration =
-    Duration::from_nanos(TAT_MAX - REBASE_AT - crate::quota::MAX_WINDOW_NANOS);
+/// The longest a reservation may wait; defined beside [`Reservation`] (every
+/// algorithm caps its waits there) and exactly what the word leaves room for.
+pub use crate::limiter::MAX_RESERVE_WAIT;
+const _: () = assert!(
+    MAX_RESERVE_WAIT.as_nanos() == (TAT_MAX - REBASE_AT - crate::quota::MAX_WINDOW_NANOS) as u128
+);
+/// The furthest an arrival time is ever committed ahead of the `now` that
+/// commits it (a full window plus the longest reservation wait): with a
+/// relative `now` of at most [`REBASE_AT`], every committed time is at most
+/// [`TAT_MAX`], wherever the origin sits.
+pub(crate) const MAX_AHEAD: u64 = TAT_MAX - REBASE_AT;
 
 #[inline]
 fn split(word: u64) -> (u64, u64) {
@@ -175,17 +194,17 @@ impl<C: Clock> Gcra<C> {
     }
 
     /// Replaces the quota and the TAT with what `f(quota, tat, now)` makes
-    /// of them, `tat` and `now` relative to the origin, which moves up
-    /// behind `now` first (a re-configuration is one anyway), so the new
-    /// time has the relative range to itself. Writers are serialised;
-    /// checks go on until they meet the sentinel.
+    /// of them, `tat` and `now` relative to the origin, placed first as any
+    /// call that writes places it ([`math::Frame::place`]; a `now` before
+    /// the origin is taken at the origin). Writers are serialised; checks go
+    /// on until they meet the sentinel.
     fn reconfigure_at(&self, now: Timestamp, f: impl FnOnce(Quota, u64, u64) -> (Quota, u64)) {
-        let now = now.as_nanos();
         let writer = self.config.lock_writer();
         let (old, origin) = self.config.load();
         let (generation, tat) = split(self.tat.swap(RECONFIGURING, Ordering::AcqRel));
-        let (origin, tat) = math::rebase(tat, origin, now);
-        let now = math::relative(now, origin).unwrap_or(0);
+        let (frame, now) = math::Frame { origin, tat }.place(now.as_nanos());
+        let (origin, tat) = (frame.origin, frame.tat);
+        let now = now.unwrap_or(0);
         let (quota, new_tat) = f(old, tat, now);
         let next_generation = generation.wrapping_add(VALUE_MASK + 1);
         self.config.store_locked(&writer, quota, origin);
@@ -240,10 +259,11 @@ impl<C: Clock> Gcra<C> {
         }
     }
 
-    /// `now_abs` relative to `snap`'s origin. A `now_abs` too far past the
-    /// origin moves the origin up first ([`Gcra::rebase`]) and replaces
-    /// `snap` with the state after it; one before the origin is
-    /// `Err(origin)`, for the caller to decide at the origin.
+    /// `now_abs` relative to `snap`'s origin, for a call that may write. A
+    /// `now_abs` too far past the origin moves the stored origin up first
+    /// ([`Gcra::rebase`]) and replaces `snap` with the state after it; one
+    /// before the origin is `Err(origin)`, for the caller to decide at the
+    /// origin. (A peek places a copy instead: [`math::Frame::place`].)
     #[inline(always)]
     fn relative_now(&self, snap: &mut Snapshot, now_abs: u64) -> Result<u64, u64> {
         loop {
@@ -277,10 +297,10 @@ impl<C: Clock> Gcra<C> {
         let (quota, origin) = self.config.load();
         if matches!(math::relative(now, origin), Err(math::Off::Ahead)) {
             let (generation, tat) = split(self.tat.swap(RECONFIGURING, Ordering::AcqRel));
-            let (origin, tat) = math::rebase(tat, origin, now);
-            self.config.store_locked(&writer, quota, origin);
+            let (frame, _) = math::Frame { origin, tat }.place(now);
+            self.config.store_locked(&writer, quota, frame.origin);
             self.tat.store(
-                generation.wrapping_add(VALUE_MASK + 1) | tat,
+                generation.wrapping_add(VALUE_MASK + 1) | frame.tat,
                 Ordering::Release,
             );
         }
@@ -337,17 +357,24 @@ impl<C: Clock> RateLimiter for Gcra<C> {
 
     fn peek_at(&self, n: u64, now: Timestamp) -> Result<Decision, CheckError> {
         let now_abs = now.as_nanos();
-        let mut snap = self.snapshot();
-        let now = match self.relative_now(&mut snap, now_abs) {
-            Ok(now) => now,
-            Err(origin) => {
-                let d = self.peek_at(n, Timestamp::from_nanos(origin))?;
+        let snap = self.snapshot();
+        let (_, tat) = split(snap.word);
+        // Placed on a copy: a peek moves no origin (a stored move would
+        // change how a later stale caller is answered).
+        let frame = math::Frame {
+            origin: snap.origin,
+            tat,
+        };
+        let (frame, now) = match frame.place(now_abs) {
+            (frame, Ok(now)) => (frame, now),
+            (frame, Err(origin)) => {
+                validate_weight(n, snap.quota.burst())?;
+                let d = math::peek(frame.tat, 0, n, snap.quota);
                 return Ok(math::later(d, origin - now_abs));
             }
         };
-        let (_, tat) = split(snap.word);
         validate_weight(n, snap.quota.burst())?;
-        Ok(math::peek(tat, now, n, snap.quota))
+        Ok(math::peek(frame.tat, now, n, snap.quota))
     }
 
     fn reserve_within_at(
@@ -455,7 +482,7 @@ impl<C: Clock> RateLimiter for Gcra<C> {
 pub(crate) mod math {
     use std::time::Duration;
 
-    use super::{MAX_RESERVE_WAIT, REBASE_AT, REBASE_SLACK, TAT_MAX};
+    use super::{MAX_AHEAD, MAX_RESERVE_WAIT, REBASE_AT, REBASE_SLACK, TAT_MAX};
     use crate::decision::Decision;
     use crate::error::ReserveError;
     use crate::quota::Quota;
@@ -490,16 +517,46 @@ pub(crate) mod math {
         d
     }
 
-    /// Moves the origin from `origin` up to [`REBASE_SLACK`] before `now`,
-    /// re-expressing the relative arrival time `tat`: `(new origin, new
-    /// tat)`. An origin already there or later stays. An arrival time that
-    /// falls before the new origin is in the past either way (full capacity),
-    /// so it becomes the origin: the same state.
-    pub(crate) fn rebase(tat: u64, origin: u64, now: u64) -> (u64, u64) {
-        let target = now.saturating_sub(REBASE_SLACK);
-        match target.checked_sub(origin) {
-            Some(shift) if shift > 0 => (target, tat.saturating_sub(shift)),
-            _ => (origin, tat),
+    /// A GCRA's arrival time in its frame: `tat` nanoseconds after
+    /// `origin`. Every holder of a GCRA state ([`Gcra`](super::Gcra) and
+    /// the keyed [`GcraState`](crate::keyed::GcraState)) moves its frame by
+    /// [`Frame::place`] and nothing else, so that where the origin sits —
+    /// which decides how a caller more than [`REBASE_SLACK`] behind is
+    /// answered ([`Off::Behind`]) — is a function of the calls that may
+    /// write (check, reserve, cancel, quota change) and of nothing else: a
+    /// peek places a copy and stores nothing.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) struct Frame {
+        /// Absolute nanoseconds on the clock's scale.
+        pub(crate) origin: u64,
+        /// The arrival time, relative to `origin`.
+        pub(crate) tat: u64,
+    }
+
+    impl Frame {
+        /// The frame `now` is measured in, and `now` relative to it:
+        /// `Ok(relative now)`, or `Err(origin)` for a `now` before the
+        /// origin ([`Off::Behind`]: decided at the origin). A `now` more
+        /// than [`REBASE_AT`] past the origin first moves the origin up to
+        /// [`REBASE_SLACK`] before `now`; only such a `now` moves it. An
+        /// arrival time that falls before the new origin is in the past at
+        /// every `now` the new frame measures (full capacity), so it
+        /// becomes the origin.
+        #[inline(always)]
+        pub(crate) fn place(self, now: u64) -> (Frame, Result<u64, u64>) {
+            match relative(now, self.origin) {
+                Ok(rel) => (self, Ok(rel)),
+                Err(Off::Behind) => (self, Err(self.origin)),
+                Err(Off::Ahead) => {
+                    let origin = now - REBASE_SLACK;
+                    let shift = origin - self.origin;
+                    let moved = Frame {
+                        origin,
+                        tat: self.tat.saturating_sub(shift),
+                    };
+                    (moved, Ok(REBASE_SLACK))
+                }
+            }
         }
     }
 
@@ -609,7 +666,7 @@ pub(crate) mod math {
 
     /// Cancelling a reservation (act time `act`, `cost`, `weight`) at `now`
     /// when the latest reservation acts at `last_act`: Go `x/time/rate`'s
-    /// rule ([`give_back`](crate::token_bucket::give_back)) — later
+    /// rule ([`give_back`](crate::limiter::give_back)) — later
     /// reservations were promised the stretch from `act` to `last_act`; only
     /// the rest comes back, and a forged reservation never returns more than
     /// its weight. `None` if nothing comes back; otherwise the new TAT.
@@ -625,15 +682,18 @@ pub(crate) mod math {
         q: Quota,
         last_act: u64,
     ) -> Option<u64> {
-        let restore = crate::token_bucket::give_back(cost, weight, q, act, last_act)?;
+        let restore = crate::limiter::give_back(cost, weight, q, act, last_act)?;
         Some(tat.saturating_sub(restore).max(now.min(tat)))
     }
 
     /// The TAT that keeps the number of available units when the quota
     /// changes from `old` to `new` at `now` (capped at the new burst; a debt
-    /// stays a debt, re-expressed in the new interval — up to [`TAT_MAX`]
-    /// past `now`, about 146 years, beyond which a debt converted to a much
-    /// slower rate is capped).
+    /// stays a debt, re-expressed in the new interval — up to [`MAX_AHEAD`]
+    /// past `now`, about 110 years, beyond which a debt converted to a much
+    /// slower rate is capped). The cap is measured from `now`, not from the
+    /// origin, so the answer does not depend on where the frame sits. A
+    /// change that leaves the limiter full keeps a past arrival time as it
+    /// is: re-applying the same quota is the identity.
     pub(crate) fn convert(tat: u64, now: u64, old: Quota, new: Quota) -> u64 {
         let ahead = u128::from(tat.saturating_sub(now));
         let old_e = u128::from(old.emission_nanos());
@@ -643,8 +703,15 @@ pub(crate) mod math {
         let new_ahead = debt_new
             .saturating_add(burst_shift.saturating_mul(i128::try_from(new_e).unwrap_or(i128::MAX)))
             .max(0);
-        let new_ahead = u64::try_from(new_ahead).unwrap_or(u64::MAX);
-        now.saturating_add(new_ahead).min(TAT_MAX)
+        let new_ahead = u64::try_from(new_ahead).unwrap_or(u64::MAX).min(MAX_AHEAD);
+        debug_assert!(now <= REBASE_AT);
+        if new_ahead == 0 {
+            // Full capacity either way: an arrival time already in the past
+            // stays where it is, so a change to the same quota changes
+            // nothing (not even for a caller whose `now` is stale).
+            return tat.min(now);
+        }
+        now + new_ahead
     }
 }
 

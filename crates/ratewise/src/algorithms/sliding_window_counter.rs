@@ -22,8 +22,8 @@
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
+use crate::algorithms::locked::{Adjust, Earliest, Fields, Fresh};
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Earliest, Fields, Fresh};
 use crate::quota::Quota;
 use crate::time::{MonotonicClock, Timestamp};
 
@@ -97,7 +97,7 @@ impl Earliest for State {
     }
 
     fn settle(&mut self, now: u64) -> (u64, u64) {
-        crate::locked::raise(&mut self.last, now)
+        crate::algorithms::locked::raise(&mut self.last, now)
     }
 
     /// The earliest time at or after `now` at which `n` units pass.
@@ -204,7 +204,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        if crate::locked::past_act(&mut self.last, now, &reservation) {
+        if crate::algorithms::locked::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         let slot = if reservation.mark == self.index {
@@ -220,7 +220,7 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(
+crate::algorithms::locked::impl_rate_limiter!(
     SlidingWindowCounter,
     "A sliding-window counter with nothing counted yet"
 );

@@ -19,8 +19,8 @@ use std::collections::VecDeque;
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
+use crate::algorithms::locked::{Adjust, Earliest, Fields, Fresh};
 use crate::limiter::Reservation;
-use crate::locked::{Adjust, Earliest, Fields, Fresh};
 use crate::quota::Quota;
 use crate::time::{MonotonicClock, Timestamp};
 
@@ -170,12 +170,12 @@ impl Fresh for State {
 impl<C> SlidingWindowLog<C> {
     /// How many entries the log holds now (at most the burst).
     pub fn len(&self) -> usize {
-        crate::locked::lock(&self.state).log.len()
+        crate::algorithms::locked::lock(&self.state).log.len()
     }
 
     /// `true` if the log holds no entries.
     pub fn is_empty(&self) -> bool {
-        crate::locked::lock(&self.state).log.is_empty()
+        crate::algorithms::locked::lock(&self.state).log.is_empty()
     }
 }
 
@@ -187,7 +187,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        if crate::locked::past_act(&mut self.last, now, &reservation) {
+        if crate::algorithms::locked::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         let Ok(i) = self.log.binary_search_by_key(&reservation.mark, |e| e.at) else {
@@ -206,7 +206,7 @@ impl Adjust for State {
     }
 }
 
-crate::locked::impl_rate_limiter!(
+crate::algorithms::locked::impl_rate_limiter!(
     SlidingWindowLog,
     "An empty sliding-window log (it allocates on first use)"
 );

@@ -245,7 +245,7 @@ pub(crate) fn reserve<S: Admission>(
     // No reservation waits longer than MAX_RESERVE_WAIT: it keeps every
     // booked time a bounded distance past the timeline's end, well inside
     // `u64` (see `Timestamp`).
-    let allowed = max_wait.min(crate::gcra::MAX_RESERVE_WAIT);
+    let allowed = max_wait.min(crate::limiter::MAX_RESERVE_WAIT);
     if wait > duration_to_nanos_saturating(allowed) {
         return Err(ReserveError::WouldWaitTooLong {
             wait: Duration::from_nanos(wait),
@@ -315,7 +315,9 @@ macro_rules! impl_rate_limiter {
             pub fn with_clock(quota: $crate::quota::Quota, clock: C) -> Self {
                 let now = $crate::time::Clock::now(&clock).as_nanos();
                 $ty {
-                    state: ::std::sync::Mutex::new($crate::locked::Fresh::fresh(quota, now)),
+                    state: ::std::sync::Mutex::new($crate::algorithms::locked::Fresh::fresh(
+                        quota, now,
+                    )),
                     clock,
                 }
             }
@@ -328,23 +330,33 @@ macro_rules! impl_rate_limiter {
 
         impl<C: $crate::time::Clock> $crate::limiter::RateLimiter for $ty<C> {
             fn quota(&self) -> $crate::quota::Quota {
-                $crate::locked::Admission::quota(&*$crate::locked::lock(&self.state))
+                $crate::algorithms::locked::Admission::quota(&*$crate::algorithms::locked::lock(
+                    &self.state,
+                ))
             }
 
             fn set_quota_at(&self, quota: $crate::quota::Quota, now: $crate::time::Timestamp) {
-                $crate::locked::Adjust::set_quota(
-                    &mut *$crate::locked::lock(&self.state),
+                $crate::algorithms::locked::Adjust::set_quota(
+                    &mut *$crate::algorithms::locked::lock(&self.state),
                     quota,
                     now,
                 )
             }
 
-            fn check_at(&self, n: u64, now: $crate::time::Timestamp) -> $crate::locked::Checked {
-                $crate::locked::decide(&self.state, n, now, true)
+            fn check_at(
+                &self,
+                n: u64,
+                now: $crate::time::Timestamp,
+            ) -> $crate::algorithms::locked::Checked {
+                $crate::algorithms::locked::decide(&self.state, n, now, true)
             }
 
-            fn peek_at(&self, n: u64, now: $crate::time::Timestamp) -> $crate::locked::Checked {
-                $crate::locked::decide(&self.state, n, now, false)
+            fn peek_at(
+                &self,
+                n: u64,
+                now: $crate::time::Timestamp,
+            ) -> $crate::algorithms::locked::Checked {
+                $crate::algorithms::locked::decide(&self.state, n, now, false)
             }
 
             fn reserve_within_at(
@@ -353,7 +365,7 @@ macro_rules! impl_rate_limiter {
                 now: $crate::time::Timestamp,
                 max_wait: ::std::time::Duration,
             ) -> Result<$crate::limiter::Reservation, $crate::error::ReserveError> {
-                $crate::locked::reserve(&self.state, n, now, max_wait)
+                $crate::algorithms::locked::reserve(&self.state, n, now, max_wait)
             }
 
             fn cancel_at(
@@ -361,8 +373,8 @@ macro_rules! impl_rate_limiter {
                 reservation: $crate::limiter::Reservation,
                 now: $crate::time::Timestamp,
             ) -> u64 {
-                $crate::locked::Adjust::cancel(
-                    &mut *$crate::locked::lock(&self.state),
+                $crate::algorithms::locked::Adjust::cancel(
+                    &mut *$crate::algorithms::locked::lock(&self.state),
                     reservation,
                     now,
                 )
@@ -375,10 +387,10 @@ macro_rules! impl_rate_limiter {
 
         impl<C> ::std::fmt::Debug for $ty<C> {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                let s = $crate::locked::lock(&self.state);
+                let s = $crate::algorithms::locked::lock(&self.state);
                 let mut d = f.debug_struct(stringify!($ty));
-                d.field("quota", &$crate::locked::Admission::quota(&*s));
-                $crate::locked::Fields::fields(&*s, &mut d);
+                d.field("quota", &$crate::algorithms::locked::Admission::quota(&*s));
+                $crate::algorithms::locked::Fields::fields(&*s, &mut d);
                 d.finish_non_exhaustive()
             }
         }
