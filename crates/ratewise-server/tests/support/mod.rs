@@ -242,7 +242,7 @@ impl Redis {
             "redis-server to answer PING",
             || redis.command(&["PING"]).is_some_and(|r| r.contains("PONG")),
         );
-        Some(redis)
+        redis
     }
 
     /// The URL to give the service.
