@@ -19,49 +19,22 @@
 //! # Ok::<(), ratewise_client::ConfigError>(())
 //! ```
 //!
-//! Every strategy is a sans-IO state machine behind one small trait,
-//! [`Strategy`]: it is asked how long to wait before a call
-//! ([`Strategy::before_call`]) and told what each attempt produced
-//! ([`Strategy::after_attempt`]), answering whether to retry and after how
-//! long. It never sleeps and never reads a clock, so the same object runs in
-//! an async driver and in the `ratewise-sim` simulator. Randomness (jitter)
-//! comes from a seed given at construction, so a simulation replays exactly.
+//! Every strategy is a sans-IO state machine behind one trait, [`Strategy`]:
+//! asked how long to wait before a call, told what each attempt produced. It
+//! never sleeps or reads a clock, so the same object runs in an async driver
+//! and in the `ratewise-sim` simulator; jitter comes from a seed.
 //!
-//! # The strategies
-//!
-//! Sources are cited by number as in the repository's `docs/references.md`
-//! ("post 000" is the responsive-backoff post, 001 the adaptive-rate post,
-//! 002 Heroku's, 004 Google's).
-//!
-//! | module | strategy | source |
-//! |---|---|---|
-//! | [`heroku`] | [`Null`](heroku::Null) pass-through; Heroku's EB, EIGD, EIPD, EIPRD | Heroku's `rate_throttle_client` |
-//! | [`backoff`] | constant, linear, exponential, Google, AWS standard; jitter none / full / equal / decorrelated / proportional / additive, cap first | posts 000, 004; AWS SDKs |
-//! | [`auto_sleeper`] | the AutoSleeper: delay up ×1.5 on failure, down ×0.9 after 10 successes | post 000 |
-//! | [`aimd`] | AIMD rate + backoff whose retry count decays after quiet requests | post 001 |
-//! | [`cubic`] | CUBIC rate of the AWS SDKs' adaptive mode | AWS SDKs |
-//! | [`flood_guard`] | a log of our own sends, waiting exactly enough to stay under a known quota | post 004 |
-//! | [`sre`] | local rejection with probability `(requests − K·accepts)/(requests + 1)` | Google SRE book |
-//! | [`budget`] | retry token bucket: 500 tokens, 5 per retry, 10 per timeout | AWS standard mode |
-//! | [`hints`] | `RateLimit-Remaining` over the time to reset lowers the pace | IETF drafts, GitHub |
-//! | [`throttle_strategy`] | one [`Throttle`] partition as a [`Strategy`], for simulation | — |
-//!
-//! Rate strategies drive a core limiter ([`pacer::Pacer`], a [`Gcra`](ratewise::Gcra))
-//! instead of re-implementing one. [`throttle::Throttle`] composes a pacer, a
-//! controller, a pause on throttling, a backoff, a budget and the SRE throttle
-//! per partition for many concurrent tasks; its async handle
-//! ([`AsyncThrottle`], feature `tokio`) owns the timer and runtime state
-//! around it and runs calls ([`AsyncThrottle::run`]).
-//!
-//! # Features
-//!
-//! * `tokio` — [`AsyncThrottle`]: `run`, `run_with`, first contact.
-//! * `http` — classification of `http` crate responses; with `tokio`,
-//!   [`exchange`], the request loop the reqwest and tower drivers share.
-//! * `observe` — `ratewise_client_*` metrics and `tracing` events from
-//!   [`exchange`].
-//!
-//! Without features the crate is the sans-IO strategies and [`Throttle`].
+//! Strategies: [`heroku`] (Heroku's EB, EIGD, EIPD, EIPRD), [`backoff`]
+//! (constant to decorrelated jitter, AWS standard), [`auto_sleeper`], [`aimd`],
+//! [`cubic`] (the AWS SDKs' adaptive mode), [`flood_guard`], [`sre`] (Google's
+//! client-side throttling), [`budget`] (retry tokens), [`hints`] (server
+//! headers as a pace). [`Throttle`] composes a pacer (a core
+//! [`Gcra`](ratewise::Gcra)), a controller, a pause on throttling, a backoff,
+//! a budget and the SRE throttle per partition; its async handle
+//! [`AsyncThrottle`] (feature `tokio`) owns the timer and runtime state and
+//! runs calls. Features: `tokio`; `http` (classification of `http` responses
+//! and, with `tokio`, [`exchange`], the loop the reqwest and tower drivers
+//! share); `observe` (its metrics and `tracing` events).
 
 #![warn(missing_docs)]
 // docs.rs labels feature-gated items; `doc_cfg` is nightly-only.
