@@ -153,6 +153,17 @@ pub async fn run(
             tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
             stopped(stop_rx.clone()),
         );
+    // The exporter keeps histogram samples until upkeep folds them in:
+    // without it they would pile up for as long as the process lives.
+    let upkeep = prometheus.clone().map(|handle| {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                handle.run_upkeep();
+            }
+        })
+    });
     let history = Arc::new(History::default());
     let sampler = tokio::spawn(sample(
         Arc::clone(&engine),
@@ -179,6 +190,9 @@ pub async fn run(
     let (grpc, http) = tokio::join!(grpc, async { http.await.map_err(ServeError::Http) });
     reload.abort();
     sampler.abort();
+    if let Some(u) = upkeep {
+        u.abort();
+    }
     grpc?;
     http?;
     Ok(())
