@@ -190,11 +190,10 @@ impl Engine {
         request: &RateLimitRequest,
         now: Timestamp,
     ) -> Result<RateLimitResponse, RequestError> {
-        let started = std::time::Instant::now();
         let rules = self.rules.load();
         let mut plan = self.plan(&rules, request, now)?;
         self.decide_charges(&mut plan.charges);
-        Ok(self.finish(request, &plan, started))
+        Ok(self.finish(request, &plan))
     }
 
     /// Matches `request` to the rules: the charges to decide. Charges that
@@ -252,12 +251,7 @@ impl Engine {
     }
 
     /// Records the plan's outcome and builds the response.
-    pub(crate) fn finish(
-        &self,
-        request: &RateLimitRequest,
-        plan: &Plan<'_>,
-        started: std::time::Instant,
-    ) -> RateLimitResponse {
+    pub(crate) fn finish(&self, request: &RateLimitRequest, plan: &Plan<'_>) -> RateLimitResponse {
         for c in &plan.charges {
             if let Some(v) = &c.verdict {
                 v.record(&c.rule.metrics, c.rule.shadow);
@@ -269,9 +263,6 @@ impl Engine {
             self.options.headers,
             self.options.dynamic_metadata,
         );
-        self.metrics
-            .decision_seconds
-            .record(started.elapsed().as_secs_f64());
         if answer.overall_code == crate::rls::Code::OverLimit as i32 {
             self.metrics.requests_over.increment(1);
         } else {

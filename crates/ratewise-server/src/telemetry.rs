@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use metrics::{Counter, Histogram};
+use metrics::Counter;
 
 /// A rule's metric handles and its own totals (for `/status`).
 #[derive(Debug)]
@@ -94,7 +94,6 @@ pub(crate) struct ServiceMetrics {
     pub(crate) requests_over: Counter,
     pub(crate) requests_invalid: Counter,
     pub(crate) unknown_domain: Counter,
-    pub(crate) decision_seconds: Histogram,
 }
 
 impl ServiceMetrics {
@@ -105,7 +104,6 @@ impl ServiceMetrics {
             requests_over: requests("over_limit"),
             requests_invalid: requests("invalid"),
             unknown_domain: requests("unknown_domain"),
-            decision_seconds: metrics::histogram!("ratewise_server_decision_seconds"),
         }
     }
 }
