@@ -63,8 +63,18 @@
 //! |---|---|---|
 //! | `FailOpen` (default) | admit | the limit protects against abuse, and an outage should not become one |
 //! | `FailClosed` | refuse, `retry_after` = time to the next probe | the limit protects a fragile or paid resource |
-//! | `LocalFallback` ([`FailurePolicy::local_share`](crate::FailurePolicy::local_share)) | an in-memory limiter with this instance's share of the quota | the limit should roughly hold through an outage |
+//! | `LocalFallback` ([`FailurePolicy::local_share`](crate::FailurePolicy::local_share)) | an in-memory limiter with this instance's share of the quota ([`LocalShare`](crate::LocalShare)) | the limit should hold through an outage |
 //! | `Error` | `Err(Error::Redis / Timeout / CircuitOpen)` | the caller decides |
+//!
+//! A local share starts **spent** for each key an outage finds (the fleet
+//! may have spent the burst just before), so a fleet whose shares add up
+//! to the quota admits at most the quota's rate while Redis is away; and
+//! what it admitted is **charged to Redis** on the key's first decision
+//! after Redis answers again (at most what Redis has left), so the refill
+//! Redis saw meanwhile is not admitted a second time as a burst. Keep the
+//! divisor current with [`Fleet`](crate::Fleet) heartbeats and
+//! [`LocalShare::set_instances`](crate::LocalShare::set_instances): a
+//! count one short lets the fleet exceed the rate by 1/N.
 //!
 //! Every decision carries its
 //! [`source`](ratewise::backend::BackendDecision), and

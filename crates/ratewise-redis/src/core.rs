@@ -165,20 +165,24 @@ impl Core {
             }
             FailurePolicy::FailOpen => policy_decision(true, limit, Duration::ZERO),
             FailurePolicy::FailClosed => policy_decision(false, limit, wait),
-            FailurePolicy::LocalFallback(local) => {
-                let key = key.to_vec();
-                let answer = if peek {
-                    local.peek(&key, n).map_err(ratewise::KeyedError::from)
-                } else {
-                    local.check(&key, n)
-                };
+            FailurePolicy::LocalFallback(local) => local
+                .decide(key, n, peek)
                 // A weight above the local share's burst, or a full table:
                 // refuse until Redis is back.
-                answer.unwrap_or_else(|_| policy_decision(false, limit, wait))
-            }
+                .unwrap_or_else(|| policy_decision(false, limit, wait)),
         };
         self.res.stats.decided(source, decision.allowed);
         Ok(BackendDecision { decision, source })
+    }
+
+    /// What `key` owes Redis for admissions made by the local share while
+    /// Redis could not answer (at most once per outage and key); the caller
+    /// charges it. One atomic load when nothing is owed.
+    pub(crate) fn owed(&self, key: &[u8]) -> Option<u64> {
+        match &self.policy {
+            FailurePolicy::LocalFallback(local) if local.owes() => local.take_owed(key),
+            _ => None,
+        }
     }
 
     /// Counts a decision Redis made.

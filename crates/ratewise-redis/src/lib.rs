@@ -35,6 +35,9 @@
 //!   every decision says where it came from.
 //! * [`TwoTierLimiter`] admits hot keys in process from tokens leased out of
 //!   Redis; [`MultiLimiter`] checks several levels all-or-nothing.
+//! * [`Fleet`] counts the instances sharing the quotas (heartbeats on
+//!   Redis), so each [`LocalShare`] holds its part of the quota in an
+//!   outage.
 //! * Metrics go to the [`metrics`] facade under `ratewise_redis_*`.
 //!
 //! The [`_guide`] covers state, batching, failure, Cluster and metrics.
@@ -44,7 +47,9 @@ mod batch;
 mod connection;
 mod core;
 mod error;
+mod fleet;
 mod limiter;
+mod local_share;
 mod multi;
 mod policy;
 pub mod two_tier;
@@ -52,7 +57,9 @@ pub mod two_tier;
 pub use crate::core::{MAX_KEY_LEN, MAX_MICROS};
 pub use connection::{connect, connect_cluster, connect_lazy, manager_config, Connection};
 pub use error::Error;
+pub use fleet::Fleet;
 pub use limiter::{Algorithm, Options, RedisLimiter, Timed};
+pub use local_share::LocalShare;
 pub use multi::{MultiDecision, MultiLimiter};
 pub use policy::{FailurePolicy, ResilienceConfig, StatsSnapshot};
 pub use redis::aio::ConnectionManager;

@@ -548,8 +548,34 @@ impl RedisLimiter {
                 .map(Timed::untimed),
         };
         let own = answer(0, &first);
-        let others = rest.iter().enumerate().map(|(i, r)| answer(i + 1, r));
-        (own, others.collect())
+        let others: Vec<Answer> = rest
+            .iter()
+            .enumerate()
+            .map(|(i, r)| answer(i + 1, r))
+            .collect();
+        if let Ok(v) = &outcome {
+            // Back from an outage: charge what the local share admitted
+            // meanwhile, at most what Redis has left, so the refill Redis saw
+            // during the outage is not admitted twice.
+            if let Some(owed) = core.owed(key) {
+                let left = q.decision(&v[5 * (count - 1)..]).remaining;
+                let charge = owed.min(left);
+                if charge > 0 {
+                    let mut inv = algorithm.script().prepare_invoke();
+                    inv.key(core.full_key(key))
+                        .arg(first.now)
+                        .arg(q.emission_us)
+                        .arg(q.burst)
+                        .arg(charge)
+                        .arg(0u8)
+                        .arg(core.slack_ms);
+                    // Best effort: a failure leaves the debt unpaid (the
+                    // limit then errs by that much); the answers stand.
+                    let _ = core.res.run(inv.invoke_async::<Vec<i64>>(&mut conn)).await;
+                }
+            }
+        }
+        (own, others)
     }
 }
 

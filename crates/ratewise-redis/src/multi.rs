@@ -176,6 +176,24 @@ impl MultiLimiter {
                 .min_by_key(|d| d.remaining)
                 .unwrap_or(&decisions[0]),
         };
+        // Back from an outage: charge every level what the local share
+        // admitted meanwhile, at most what the tightest level has left.
+        if let Some(owed) = core.owed(first) {
+            let left = decisions.iter().map(|d| d.remaining).min().unwrap_or(0);
+            let charge = owed.min(left);
+            if charge > 0 {
+                let mut inv = script().prepare_invoke();
+                for k in keys {
+                    inv.key(core.full_key(k.as_ref()));
+                }
+                inv.arg(now).arg(0u8).arg(core.slack_ms).arg(charge);
+                for q in levels {
+                    inv.arg(q.emission_us).arg(q.burst);
+                }
+                // Best effort, as for a single key.
+                let _ = core.res.run(inv.invoke_async::<Vec<i64>>(&mut conn)).await;
+            }
+        }
         Ok(MultiDecision {
             overall: BackendDecision::from_backend(overall),
             denied_level,

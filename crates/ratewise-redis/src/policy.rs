@@ -7,8 +7,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use ratewise::backend::DecisionSource;
-use ratewise::keyed::KeyedLimiter;
 use ratewise::{Decision, Quota, QuotaError};
+
+use crate::local_share::LocalShare;
 
 /// How a limiter decides when Redis is unreachable, too slow, or its
 /// circuit breaker is open. See the crate docs' failure-policy guide.
@@ -22,10 +23,11 @@ pub enum FailurePolicy {
     /// [`DecisionSource::FailClosed`]; `retry_after` is the time until the
     /// breaker probes Redis again.
     FailClosed,
-    /// Decide with an in-memory limiter holding this instance's share of the
-    /// quota ([`FailurePolicy::local_share`]). Decisions say
+    /// Decide in memory with this instance's share of the quota
+    /// ([`FailurePolicy::local_share`]): a key's share starts spent, and
+    /// what it admits is charged to Redis when Redis is back. Decisions say
     /// [`DecisionSource::LocalFallback`].
-    LocalFallback(Arc<KeyedLimiter<Vec<u8>>>),
+    LocalFallback(Arc<LocalShare>),
     /// Return the error ([`Error::Redis`](crate::Error::Redis),
     /// [`Error::Timeout`](crate::Error::Timeout),
     /// [`Error::CircuitOpen`](crate::Error::CircuitOpen)) and let the caller
@@ -34,25 +36,18 @@ pub enum FailurePolicy {
 }
 
 impl FailurePolicy {
-    /// A local fallback holding `1/instances` of `quota`: the rate divided
-    /// by `instances` (emission interval multiplied) and the burst divided,
-    /// rounded down but at least 1. With every instance on its fallback,
-    /// the fleet admits about what Redis would have.
+    /// A local fallback holding `1/instances` of `quota` ([`LocalShare`]):
+    /// the rate divided by `instances` and the burst divided, rounded down
+    /// but at least 1. With every instance on its fallback, the fleet admits
+    /// at most the quota's rate; keep the count current with
+    /// [`LocalShare::set_instances`].
+    ///
+    /// # Errors
+    /// [`QuotaError`] when the share's emission interval overflows.
     pub fn local_share(quota: Quota, instances: u32) -> Result<FailurePolicy, QuotaError> {
-        let instances = u64::from(instances.max(1));
-        let emission =
-            quota
-                .emission_nanos()
-                .checked_mul(instances)
-                .ok_or(QuotaError::TooLarge {
-                    what: "emission interval × instances",
-                    got: instances,
-                    limit: u64::MAX / quota.emission_nanos(),
-                })?;
-        let share = Quota::from_parts(emission, (quota.burst() / instances).max(1))?;
-        Ok(FailurePolicy::LocalFallback(Arc::new(
-            KeyedLimiter::builder(share).build(),
-        )))
+        Ok(FailurePolicy::LocalFallback(Arc::new(LocalShare::new(
+            quota, instances,
+        )?)))
     }
 
     pub(crate) fn source(&self) -> DecisionSource {
@@ -69,10 +64,7 @@ impl std::fmt::Debug for FailurePolicy {
         match self {
             FailurePolicy::FailOpen => f.write_str("FailOpen"),
             FailurePolicy::FailClosed => f.write_str("FailClosed"),
-            FailurePolicy::LocalFallback(l) => f
-                .debug_tuple("LocalFallback")
-                .field(&l.default_quota())
-                .finish(),
+            FailurePolicy::LocalFallback(l) => f.debug_tuple("LocalFallback").field(l).finish(),
             FailurePolicy::Error => f.write_str("Error"),
         }
     }

@@ -186,12 +186,14 @@ fn kill_mid_load(policy: FailurePolicy) {
         DecisionSource::FailOpen => assert!(degraded.iter().all(|s| s.allowed)),
         DecisionSource::FailClosed => assert!(degraded.iter().all(|s| !s.allowed)),
         _ => {
-            // The local share: 1000/s over 4 instances = 250/s, burst 250,
-            // per key; 4 keys, over the span of degraded decisions.
+            // The local share: 1000/s over 4 instances = 250/s per key, 4
+            // keys, over the span of degraded decisions. A key's share
+            // starts spent, so no burst: the rate alone (and one unit for
+            // the rounding of each key's first refill).
             let first = degraded.iter().map(|s| s.at).min().unwrap();
             let last = degraded.iter().map(|s| s.at + s.latency).max().unwrap();
             let allowed = degraded.iter().filter(|s| s.allowed).count() as f64;
-            let bound = 4.0 * (250.0 + 250.0 * (last - first).as_secs_f64());
+            let bound = 4.0 * (1.0 + 250.0 * (last - first).as_secs_f64());
             assert!(allowed > 0.0 && allowed <= bound, "{allowed} > {bound}");
         }
     }
@@ -360,4 +362,89 @@ fn two_tier_survives_kill_9() {
         }
     });
     assert!(t.elapsed() <= Duration::from_secs(1), "{:?}", t.elapsed());
+}
+
+/// The whole quota spent on Redis, then an outage under load, then Redis
+/// back: the local share admits no burst (it starts spent), and what it
+/// admitted is charged to Redis on the key's first decision afterwards, so
+/// the refill Redis saw during the outage is not admitted a second time.
+/// Over the whole run the key admits no more than the quota allows over
+/// that time (burst + rate × elapsed).
+#[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+fn an_outage_admits_no_burst_and_is_charged_when_redis_returns() {
+    const RATE: u64 = 100;
+    let mut server = common::RedisServer::start();
+    let rt = common::multi_thread_runtime();
+    let quota = Quota::per_second(RATE).unwrap();
+    let conn = rt.block_on(connect(&server.url())).expect("connect");
+    let l = RedisLimiter::with_options(
+        conn,
+        quota,
+        Algorithm::Gcra,
+        Options {
+            policy: FailurePolicy::local_share(quota, 1).unwrap(),
+            resilience: ResilienceConfig {
+                timeout: TIMEOUT,
+                failure_threshold: 3,
+                cool_down: COOL_DOWN,
+            },
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let started = Instant::now();
+    let check = |n: u64| rt.block_on(l.check("k", n)).expect("the policy answers");
+    let spend = check(RATE);
+    assert!(spend.decision.allowed && spend.source == DecisionSource::Backend);
+    let mut admitted = RATE;
+    server.kill9();
+    // Demand well above the rate for a little over a second of outage
+    // (the load's length, not a wait for anything).
+    let killed = Instant::now();
+    let mut local = 0;
+    while killed.elapsed() < Duration::from_millis(1200) {
+        let d = check(1);
+        assert!(d.source.is_degraded());
+        if d.decision.allowed {
+            local += 1;
+        }
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(2)).await });
+    }
+    let outage = killed.elapsed().as_secs_f64();
+    assert!(
+        local > 0,
+        "the local share admitted nothing in {outage:.2} s"
+    );
+    assert!(
+        local as f64 <= 1.0 + RATE as f64 * outage,
+        "{local} admitted in a {outage:.2} s outage at {RATE}/s: a burst"
+    );
+    admitted += local;
+    server.restart();
+    until_backend(&rt, &l);
+    // Every unit Redis will give now, in a tight loop.
+    let mut after = 0;
+    loop {
+        let d = check(1);
+        if !d.decision.allowed {
+            break;
+        }
+        assert_eq!(d.source, DecisionSource::Backend);
+        after += 1;
+    }
+    admitted += after;
+    let elapsed = started.elapsed().as_secs_f64();
+    let bound = (RATE as f64 * (1.0 + elapsed)).ceil() as u64 + 1;
+    println!(
+        "outage {outage:.2} s: {local} admitted locally, {after} by Redis right after; \
+         {admitted} in {elapsed:.2} s (bound {bound})"
+    );
+    assert!(
+        admitted <= bound,
+        "{admitted} admitted in {elapsed:.2} s; the quota allows {bound}"
+    );
 }

@@ -52,6 +52,11 @@ impl RateLimiter {
         self
     }
 
+    /// The Redis store, when the counters are on Redis.
+    pub fn redis(&self) -> Option<&Arc<RedisStore>> {
+        self.redis.as_ref()
+    }
+
     /// Whether the counters are on Redis.
     pub fn is_shared(&self) -> bool {
         self.redis.is_some()

@@ -299,6 +299,9 @@ struct ConfigReport {
 struct StoreReport {
     kind: &'static str,
     healthy: bool,
+    /// Instances sharing the quotas, as heartbeats on Redis last said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instances: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -356,6 +359,7 @@ async fn status(State(state): State<HttpState>) -> Json<StatusReport> {
                 "memory"
             },
             healthy: true,
+            instances: state.limiter.redis().map(|r| r.instances()),
         },
         rules,
     })

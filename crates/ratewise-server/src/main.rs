@@ -61,12 +61,13 @@ struct Args {
     store_deadline: Duration,
     /// What a decision does when Redis cannot answer in time, for domains
     /// that do not say (`failure_policy:` in their file): open (admit),
-    /// closed (refuse), local (this instance's share of each limit, see
-    /// --instances) or error (answer UNAVAILABLE; Envoy's failure_mode_deny
+    /// closed (refuse), local (this instance's share of each limit: the
+    /// limit divided by the instances heartbeats on Redis last saw) or error (answer UNAVAILABLE; Envoy's failure_mode_deny
     /// decides). Every such decision is counted.
     #[arg(long, default_value = "open")]
     store_failure: FailureMode,
-    /// How many instances share the quotas (sizes the local fallback).
+    /// How many instances to assume share the quotas until the first
+    /// heartbeat on Redis answers (sizes the local fallback).
     #[arg(long, default_value_t = 1)]
     instances: u32,
     /// Log filter (tracing's syntax), e.g. info or ratewise_server=debug.

@@ -6,13 +6,14 @@
 //! is counted.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ratewise::backend::{BackendDecision, DecisionSource};
 use ratewise::Quota;
 use ratewise_redis::{
-    Algorithm, Connection, Error, FailurePolicy, MultiLimiter, Options, RedisLimiter,
+    Algorithm, Connection, Error, FailurePolicy, LocalShare, MultiLimiter, Options, RedisLimiter,
     ResilienceConfig,
 };
 
@@ -28,8 +29,9 @@ pub struct RedisSettings {
     pub deadline: Duration,
     /// The failure policy of domains that set none.
     pub failure: FailureMode,
-    /// How many instances share the quotas: under the `local` policy each
-    /// holds `1/instances` of every limit.
+    /// How many instances share the quotas until heartbeats on Redis say
+    /// otherwise ([`RedisStore::set_instances`]): under the `local` policy
+    /// each holds `1/instances` of every limit.
     pub instances: u32,
 }
 
@@ -57,6 +59,10 @@ pub struct RedisStore {
     settings: RedisSettings,
     single: Mutex<HashMap<SingleKey, RedisLimiter>>,
     multi: Mutex<HashMap<(Vec<Quota>, FailureMode), MultiLimiter>>,
+    /// The instance count the local shares divide by.
+    instances: AtomicU32,
+    /// Every local share handed out, resized with the fleet.
+    shares: Mutex<Vec<Arc<LocalShare>>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -87,7 +93,38 @@ impl RedisStore {
             settings,
             single: Mutex::new(HashMap::new()),
             multi: Mutex::new(HashMap::new()),
+            instances: AtomicU32::new(settings.instances.max(1)),
+            shares: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The connection decisions go through.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The number of instances the local fallback divides every limit by.
+    pub fn instances(&self) -> u32 {
+        self.instances.load(Ordering::Relaxed)
+    }
+
+    /// Divides every limit's local fallback by `instances` from now on (the
+    /// count heartbeats on Redis last saw; 0 counts as 1).
+    pub fn set_instances(&self, instances: u32) {
+        let instances = instances.max(1);
+        if self.instances.swap(instances, Ordering::Relaxed) == instances {
+            return;
+        }
+        let shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
+        for share in shares.iter() {
+            if let Err(e) = share.set_instances(instances) {
+                tracing::warn!(error = %e, "a local fallback keeps its share");
+            }
+        }
+        tracing::info!(
+            instances,
+            "the local fallback divides every limit by the live instance count"
+        );
     }
 
     fn options(&self, mode: FailureMode, quota: Quota) -> Options {
@@ -95,8 +132,17 @@ impl RedisStore {
             FailureMode::Open => FailurePolicy::FailOpen,
             FailureMode::Closed => FailurePolicy::FailClosed,
             FailureMode::Error => FailurePolicy::Error,
-            FailureMode::Local => FailurePolicy::local_share(quota, self.settings.instances)
-                .unwrap_or(FailurePolicy::FailOpen),
+            FailureMode::Local => match LocalShare::new(quota, self.instances()) {
+                Ok(share) => {
+                    let share = Arc::new(share);
+                    self.shares
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(Arc::clone(&share));
+                    FailurePolicy::LocalFallback(share)
+                }
+                Err(_) => FailurePolicy::FailOpen,
+            },
         };
         Options {
             prefix: "ratewise-server:".into(),

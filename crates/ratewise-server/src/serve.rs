@@ -19,6 +19,7 @@ use crate::http::{router, HttpState, ReloadStatus};
 use crate::redis_store::{RedisSettings, RedisStore};
 use crate::telemetry::record_reload;
 use crate::{Engine, EngineOptions};
+use ratewise_redis::Fleet;
 
 /// What [`run`] serves, and where.
 #[derive(Clone, Debug)]
@@ -129,6 +130,13 @@ pub async fn run(
         };
         limiter = limiter.with_redis(Arc::new(RedisStore::new(conn, options.redis_settings)));
     }
+    let fleet = limiter.redis().map(|store| {
+        Arc::new(Fleet::new(
+            store.connection().clone(),
+            "ratewise-server:",
+            FLEET_TTL,
+        ))
+    });
 
     let grpc_listener = bind("gRPC", options.grpc).await?;
     let http_listener = bind("HTTP", options.http).await?;
@@ -164,6 +172,10 @@ pub async fn run(
             }
         })
     });
+    let heartbeat = fleet
+        .clone()
+        .zip(limiter.redis().cloned())
+        .map(|(fleet, store)| tokio::spawn(heartbeat(fleet, store)));
     let history = Arc::new(History::default());
     let sampler = tokio::spawn(sample(
         Arc::clone(&engine),
@@ -190,6 +202,14 @@ pub async fn run(
     let (grpc, http) = tokio::join!(grpc, async { http.await.map_err(ServeError::Http) });
     reload.abort();
     sampler.abort();
+    if let Some(h) = heartbeat {
+        h.abort();
+    }
+    if let Some(fleet) = fleet {
+        // Best effort: otherwise the others count this instance until its
+        // heartbeat lapses.
+        let _ = tokio::time::timeout(Duration::from_millis(200), fleet.leave()).await;
+    }
     if let Some(u) = upkeep {
         u.abort();
     }
@@ -274,5 +294,32 @@ async fn sample(engine: Arc<Engine>, history: Arc<History>, every: Duration) {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         history.record(&engine.rules(), unix_ms);
+    }
+}
+
+/// How often an instance on Redis says it is alive.
+pub const FLEET_HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long an instance counts as alive after its last heartbeat.
+pub const FLEET_TTL: Duration = Duration::from_secs(3);
+
+/// Beats this instance's heartbeat and resizes the local fallback to the
+/// live instance count. While Redis is away the last count stands.
+async fn heartbeat(fleet: Arc<Fleet>, store: Arc<RedisStore>) {
+    let gauge = metrics::gauge!("ratewise_server_fleet_instances");
+    gauge.set(f64::from(store.instances()));
+    let mut tick = tokio::time::interval(FLEET_HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match tokio::time::timeout(FLEET_HEARTBEAT, fleet.beat()).await {
+            Ok(Ok(live)) => {
+                store.set_instances(live);
+                gauge.set(f64::from(live));
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "heartbeat not recorded; the instance count stands")
+            }
+            Err(_) => tracing::debug!("heartbeat timed out; the instance count stands"),
+        }
     }
 }

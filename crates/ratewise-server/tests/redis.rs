@@ -298,7 +298,9 @@ async fn with_redis_down_the_error_policy_answers_unavailable_and_local_holds_a_
         r#"{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"x"}]}]}"#,
     );
     assert_eq!(code, 503, "{body}");
-    // `local`: each of 2 instances holds half of the 10 per minute.
+    // `local`: each of 2 instances holds half of the 10 per minute, and a
+    // key's share starts spent (the fleet may have spent the limit just
+    // before): refused, and full again only a whole minute later.
     let local = Server::start(
         &config(),
         &[
@@ -315,6 +317,12 @@ async fn with_redis_down_the_error_policy_answers_unavailable_and_local_holds_a_
     for _ in 0..10 {
         admitted += usize::from(ok(&mut c, &r).await);
     }
-    assert_eq!(admitted, 5, "this instance's share");
-    assert!(degraded(&local) >= 10, "every decision counted as degraded");
+    assert_eq!(admitted, 0, "the share starts spent");
+    let refused = c.should_rate_limit(r.clone()).await.unwrap();
+    let reset = refused.statuses[0].duration_until_reset.unwrap();
+    assert!(
+        (55..=60).contains(&reset.seconds),
+        "a spent 5-per-minute share: {reset:?}"
+    );
+    assert!(degraded(&local) >= 11, "every decision counted as degraded");
 }
