@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use ratewise_server::config::{FailureMode, LoadOptions};
+use ratewise_server::quota::QuotaSettings;
 use ratewise_server::redis_store::RedisSettings;
 use ratewise_server::serve::{install_prometheus, run, RedisTarget, ServeOptions};
 use ratewise_server::{EngineOptions, HeaderMode};
 
-/// An Envoy-compatible rate-limit service (gRPC RLS v3 and HTTP /json).
+/// An Envoy-compatible rate-limit service (gRPC RLS v3 and RLQS v3, HTTP /json).
 #[derive(Debug, Parser)]
 #[command(name = "ratewise-server", version)]
 struct Args {
@@ -19,7 +20,8 @@ struct Args {
     /// (envoyproxy/ratelimit's format, with ratewise's extensions).
     #[arg(long)]
     config: PathBuf,
-    /// Where to serve gRPC (envoy.service.ratelimit.v3.RateLimitService).
+    /// Where to serve gRPC (envoy.service.ratelimit.v3.RateLimitService and
+    /// envoy.service.rate_limit_quota.v3.RateLimitQuotaService).
     #[arg(long, default_value = "127.0.0.1:8081")]
     grpc: SocketAddr,
     /// Where to serve HTTP: /json, /healthcheck, /metrics, /status, /rules.
@@ -70,6 +72,13 @@ struct Args {
     /// heartbeat on Redis answers (sizes the local fallback).
     #[arg(long, default_value_t = 1)]
     instances: u32,
+    /// How long a quota assignment (RLQS) holds; at least twice the data
+    /// planes' reporting interval.
+    #[arg(long, default_value = "2s", value_parser = parse_interval)]
+    quota_ttl: Duration,
+    /// A quota bucket (RLQS) reported idle this long is abandoned.
+    #[arg(long, default_value = "30s", value_parser = parse_interval)]
+    quota_abandon_after: Duration,
     /// Log filter (tracing's syntax), e.g. info or ratewise_server=debug.
     #[arg(long, default_value = "info")]
     log: String,
@@ -124,6 +133,11 @@ fn main() -> ExitCode {
             deadline: args.store_deadline,
             failure: args.store_failure,
             instances: args.instances.max(1),
+        },
+        quota: QuotaSettings {
+            assignment_ttl: args.quota_ttl,
+            abandon_after: args.quota_abandon_after,
+            store_deadline: args.store_deadline.max(Duration::from_millis(100)),
         },
     };
     let result = runtime.block_on(async {

@@ -16,6 +16,7 @@ use crate::config::{config_files, load_path, ConfigError, LoadOptions};
 use crate::grpc::RateLimiter;
 use crate::history::History;
 use crate::http::{router, HttpState, ReloadStatus};
+use crate::quota::{QuotaService, QuotaSettings};
 use crate::redis_store::{RedisSettings, RedisStore};
 use crate::telemetry::record_reload;
 use crate::{Engine, EngineOptions};
@@ -42,6 +43,8 @@ pub struct ServeOptions {
     pub redis: Option<RedisTarget>,
     /// Deadline and failure policy for the shared store.
     pub redis_settings: RedisSettings,
+    /// The quota service (RLQS): assignment time to live, abandoning.
+    pub quota: QuotaSettings,
 }
 
 /// A Redis deployment.
@@ -119,7 +122,7 @@ pub async fn run(
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
     let engine = Arc::new(Engine::new(rules, engine_options));
-    let mut limiter = RateLimiter::new(Arc::clone(&engine), clock);
+    let mut limiter = RateLimiter::new(Arc::clone(&engine), clock.clone());
     if let Some(target) = &options.redis {
         let conn: ratewise_redis::Connection = match target {
             RedisTarget::Single(url) => ratewise_redis::connect_lazy(url)?.into(),
@@ -155,8 +158,18 @@ pub async fn run(
         Arc::clone(&reloads),
         stop_rx.clone(),
     ));
+    let quota = match limiter.redis() {
+        Some(store) => QuotaService::on_redis(
+            Arc::clone(&engine),
+            clock.clone(),
+            store.connection().clone(),
+            options.quota,
+        ),
+        None => QuotaService::new(Arc::clone(&engine), clock.clone(), options.quota),
+    };
     let grpc = tonic::transport::Server::builder()
         .add_service(limiter.clone().into_server())
+        .add_service(quota.into_server())
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
             stopped(stop_rx.clone()),

@@ -1,0 +1,292 @@
+//! Global quotas for data planes that decide locally: the Rate Limit Quota
+//! Service (RLQS). Each data plane (Envoy's `rate_limit_quota` filter)
+//! reports its usage per bucket; the service answers with its part of the
+//! bucket's quota as a token bucket with a time to live. The parts are
+//! leases ([`Allocator`], or the same rule on Redis across instances), so
+//! they never add up to more than the quota.
+//!
+//! A bucket's `BucketId` is matched against the domain's descriptors as an
+//! RLS descriptor is ([`crate::config`]). A data plane's demand is what it
+//! reported (allowed + denied) over the time elapsed; its first report asks
+//! for the whole quota. A bucket reported idle for `abandon_after` is
+//! abandoned and its lease freed; a closed stream frees all of its leases.
+
+mod allocator;
+mod bucket;
+mod leases;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratewise::time::{Clock, MonotonicClock};
+use ratewise::Timestamp;
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+
+pub use allocator::{fair_share, Allocator};
+
+use crate::rlqs::{
+    AbandonAction, Action, AssignmentStream, BlanketRule, BucketAction, BucketId, BucketQuotaUsage,
+    QuotaAssignmentAction, RateLimitQuotaResponse, RateLimitQuotaService,
+    RateLimitQuotaServiceServer, RateLimitQuotaUsageReports,
+};
+use crate::Engine;
+use bucket::{blanket, limit_of, prost_duration, token_bucket, BucketLimit};
+use leases::Leases;
+
+/// Settings of the quota service.
+#[derive(Clone, Copy, Debug)]
+pub struct QuotaSettings {
+    /// How long an assignment holds (`assignment_time_to_live`); make it
+    /// at least twice the data planes' reporting interval. A lease is held
+    /// a little longer (1.5×), so a part is never given to another data
+    /// plane while the first may still enforce it.
+    pub assignment_ttl: Duration,
+    /// A bucket reported with no requests for this long is abandoned.
+    pub abandon_after: Duration,
+    /// The longest a lease waits on Redis; past it the bucket gets no new
+    /// assignment in this answer (the data plane keeps its current one
+    /// until it expires).
+    pub store_deadline: Duration,
+}
+
+impl Default for QuotaSettings {
+    fn default() -> Self {
+        QuotaSettings {
+            assignment_ttl: Duration::from_secs(2),
+            abandon_after: Duration::from_secs(30),
+            store_deadline: Duration::from_millis(100),
+        }
+    }
+}
+
+/// The RLQS service (cheap to clone: every clone shares the leases).
+#[derive(Clone)]
+pub struct QuotaService {
+    engine: Arc<Engine>,
+    leases: Arc<Leases>,
+    clock: MonotonicClock,
+    settings: QuotaSettings,
+    instance: Arc<str>,
+    streams: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for QuotaService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuotaService")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QuotaService {
+    /// A service dividing the quotas of `engine`'s rules, with the leases
+    /// in this process.
+    pub fn new(engine: Arc<Engine>, clock: MonotonicClock, settings: QuotaSettings) -> Self {
+        QuotaService {
+            engine,
+            leases: Arc::new(Leases::memory(clock.clone())),
+            clock,
+            settings,
+            instance: instance_name().into(),
+            streams: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The same with the leases on Redis, shared by every instance.
+    pub fn on_redis(
+        engine: Arc<Engine>,
+        clock: MonotonicClock,
+        conn: ratewise_redis::Connection,
+        settings: QuotaSettings,
+    ) -> Self {
+        QuotaService {
+            leases: Arc::new(Leases::Redis {
+                conn,
+                deadline: settings.store_deadline,
+            }),
+            ..QuotaService::new(engine, clock, settings)
+        }
+    }
+
+    /// The tonic service to add to a server.
+    pub fn into_server(self) -> RateLimitQuotaServiceServer<QuotaService> {
+        RateLimitQuotaServiceServer::from_arc(Arc::new(self))
+    }
+}
+
+fn instance_name() -> String {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{}-{started:x}", std::process::id())
+}
+
+/// One data plane's stream: its buckets and when each last saw traffic.
+struct Session {
+    client: String,
+    number: u64,
+    domain: Option<String>,
+    buckets: HashMap<BucketId, Tracked>,
+}
+
+struct Tracked {
+    lease: Option<String>,
+    last_busy: Timestamp,
+}
+
+impl QuotaService {
+    async fn answer(
+        &self,
+        s: &mut Session,
+        reports: RateLimitQuotaUsageReports,
+    ) -> RateLimitQuotaResponse {
+        if s.domain.is_none() && !reports.domain.is_empty() {
+            s.domain = Some(reports.domain.clone());
+        }
+        let domain = s.domain.clone().unwrap_or_default();
+        let usages = match reports.usages() {
+            Ok(u) => u,
+            Err(e) => {
+                metrics::counter!("ratewise_server_quota_reports_invalid_total").increment(1);
+                tracing::debug!(error = %e, "a usage report could not be read");
+                Vec::new()
+            }
+        };
+        let rules = self.engine.rules();
+        let mut actions = Vec::with_capacity(usages.len());
+        for usage in usages {
+            if let Some(action) = self.decide(s, &rules, &domain, usage).await {
+                actions.push(action);
+            }
+        }
+        RateLimitQuotaResponse {
+            bucket_action: actions,
+        }
+    }
+
+    async fn decide(
+        &self,
+        s: &mut Session,
+        rules: &crate::config::RuleSet,
+        domain: &str,
+        usage: BucketQuotaUsage,
+    ) -> Option<BucketAction> {
+        let id = usage.bucket_id.clone().filter(|b| !b.bucket.is_empty())?;
+        let now = self.clock.now();
+        let used = usage
+            .num_requests_allowed
+            .saturating_add(usage.num_requests_denied);
+        let first = !s.buckets.contains_key(&id);
+        let tracked = s.buckets.entry(id.clone()).or_insert(Tracked {
+            lease: None,
+            last_busy: now,
+        });
+        if used > 0 {
+            tracked.last_busy = now;
+        } else if !first
+            && now.saturating_duration_since(tracked.last_busy) >= self.settings.abandon_after
+        {
+            if let Some(lease) = s.buckets.remove(&id).and_then(|t| t.lease) {
+                self.leases.release(&lease, &s.client, s.number).await;
+            }
+            metrics::counter!("ratewise_server_quota_abandoned_total").increment(1);
+            return Some(BucketAction {
+                bucket_id: Some(id),
+                action: Some(Action::AbandonAction(AbandonAction {})),
+            });
+        }
+        let strategy = match limit_of(rules, domain, &id) {
+            BucketLimit::Unlimited => blanket(BlanketRule::AllowAll),
+            BucketLimit::Blocked => blanket(BlanketRule::DenyAll),
+            BucketLimit::Limited {
+                key,
+                rate_per_s,
+                burst,
+            } => {
+                let elapsed = usage
+                    .time_elapsed
+                    .and_then(|d| Duration::try_from(d).ok())
+                    .filter(|d| !d.is_zero());
+                let wants = match elapsed {
+                    Some(e) if !first => used as f64 / e.as_secs_f64(),
+                    // A first report (a subscription) asks for the whole.
+                    _ => rate_per_s,
+                };
+                let lease_ttl = self.settings.assignment_ttl.mul_f64(1.5);
+                let gets = match self
+                    .leases
+                    .assign(&key, &s.client, s.number, wants, rate_per_s, lease_ttl)
+                    .await
+                {
+                    Ok(gets) => gets,
+                    Err(e) => {
+                        metrics::counter!("ratewise_server_degraded_decisions_total", "reason" => "quota_store").increment(1);
+                        tracing::debug!(error = %e, "no assignment this round");
+                        return None;
+                    }
+                };
+                if let Some(t) = s.buckets.get_mut(&id) {
+                    t.lease = Some(key);
+                }
+                metrics::counter!("ratewise_server_quota_assignments_total").increment(1);
+                token_bucket(gets, rate_per_s, burst)
+            }
+        };
+        Some(BucketAction {
+            bucket_id: Some(id),
+            action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+                assignment_time_to_live: Some(prost_duration(self.settings.assignment_ttl)),
+                rate_limit_strategy: Some(strategy),
+            })),
+        })
+    }
+}
+
+impl RateLimitQuotaService for QuotaService {
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: tonic::Request<tonic::Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<tonic::Response<AssignmentStream>, tonic::Status> {
+        let number = self.streams.fetch_add(1, Ordering::Relaxed);
+        let mut session = Session {
+            client: format!("{}/{number}", self.instance),
+            number,
+            domain: None,
+            buckets: HashMap::new(),
+        };
+        let mut reports = request.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        // The service is shared by every stream; the task owns a handle.
+        let this = self.clone();
+        tokio::spawn(async move {
+            metrics::gauge!("ratewise_server_quota_streams").increment(1.0);
+            loop {
+                let next = tokio::select! {
+                    next = reports.message() => next,
+                    () = tx.closed() => break,
+                };
+                match next {
+                    Ok(Some(r)) => {
+                        let answer = this.answer(&mut session, r).await;
+                        if !answer.bucket_action.is_empty() && tx.send(Ok(answer)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            for t in session.buckets.values() {
+                if let Some(lease) = &t.lease {
+                    this.leases
+                        .release(lease, &session.client, session.number)
+                        .await;
+                }
+            }
+            metrics::gauge!("ratewise_server_quota_streams").decrement(1.0);
+        });
+        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
