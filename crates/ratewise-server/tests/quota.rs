@@ -96,13 +96,8 @@ fn rate(action: &Action) -> f64 {
     let Action::QuotaAssignmentAction(a) = action else {
         panic!("an assignment, not {action:?}")
     };
-    assert_eq!(
-        a.assignment_time_to_live,
-        Some(prost_types::Duration {
-            seconds: 2,
-            nanos: 0
-        })
-    );
+    let ttl = a.assignment_time_to_live.unwrap();
+    assert!(ttl.seconds >= 1 && ttl.nanos == 0, "whole seconds: {ttl:?}");
     match a
         .rate_limit_strategy
         .as_ref()

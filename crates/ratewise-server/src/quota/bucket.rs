@@ -94,22 +94,27 @@ pub(crate) fn blanket(rule: BlanketRule) -> RateLimitStrategy {
 }
 
 /// The token bucket enforcing `gets` requests per second out of a quota of
-/// `rate_per_s` with `burst`: one token every `1/gets` s, and the same part
-/// of the burst (at least 1), rounded down so the parts never sum above
-/// the whole. Nothing to give is deny-all.
+/// `rate_per_s` with `burst`: whole tokens per whole second (Envoy 1.40
+/// truncates a fill interval to whole seconds), so `floor(gets)` tokens a
+/// second, or one token every `ceil(1/gets)` seconds below 1/s; and the same
+/// part of the burst (at least 1). Every rounding is down, so the parts
+/// never sum above the whole. Nothing to give is deny-all.
 pub(crate) fn token_bucket(gets: f64, rate_per_s: f64, burst: u64) -> RateLimitStrategy {
     if gets.is_nan() || gets <= 1e-9 || rate_per_s <= 0.0 {
         return blanket(BlanketRule::DenyAll);
     }
     let part = (gets / rate_per_s).min(1.0);
     let max_tokens = ((burst as f64 * part).floor() as u64).clamp(1, u64::from(u32::MAX)) as u32;
-    let interval =
-        Duration::from_secs_f64((1.0 / gets).min(86_400.0 * 365.0)).max(Duration::from_micros(1));
+    let (tokens, interval_s) = if gets >= 1.0 {
+        (gets.floor().min(f64::from(u32::MAX)) as u32, 1)
+    } else {
+        (1, (1.0 / gets).ceil().min(86_400.0 * 365.0) as u64)
+    };
     RateLimitStrategy {
         strategy: Some(Strategy::TokenBucket(TokenBucket {
             max_tokens,
-            tokens_per_fill: Some(1),
-            fill_interval: Some(prost_duration(interval)),
+            tokens_per_fill: Some(tokens),
+            fill_interval: Some(prost_duration(Duration::from_secs(interval_s))),
         })),
     }
 }
@@ -190,10 +195,18 @@ descriptors:
             panic!("a token bucket")
         };
         assert_eq!(t.max_tokens, 25);
-        assert_eq!(t.tokens_per_fill, Some(1));
+        assert_eq!(t.tokens_per_fill, Some(25));
         assert_eq!(
             t.fill_interval,
-            Some(prost_duration(Duration::from_millis(40)))
+            Some(prost_duration(Duration::from_secs(1)))
+        );
+        let Some(Strategy::TokenBucket(f)) = token_bucket(23.9, 100.0, 100).strategy else {
+            panic!("a token bucket")
+        };
+        assert_eq!(
+            (f.tokens_per_fill, f.max_tokens),
+            (Some(23), 23),
+            "rounded down"
         );
         assert_eq!(token_bucket(0.0, 100.0, 100), blanket(BlanketRule::DenyAll));
         let Some(Strategy::TokenBucket(small)) = token_bucket(0.5, 100.0, 10).strategy else {

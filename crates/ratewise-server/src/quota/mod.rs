@@ -38,10 +38,11 @@ use leases::Leases;
 /// Settings of the quota service.
 #[derive(Clone, Copy, Debug)]
 pub struct QuotaSettings {
-    /// How long an assignment holds (`assignment_time_to_live`); make it
-    /// at least twice the data planes' reporting interval. A lease is held
-    /// a little longer (1.5×), so a part is never given to another data
-    /// plane while the first may still enforce it.
+    /// How long an assignment holds (`assignment_time_to_live`, whole
+    /// seconds: Envoy 1.40 reads only the seconds); make it at least twice
+    /// the data planes' reporting interval (Envoy 1.40 reports every 5 s).
+    /// A lease is held a little longer (1.5×), so a part is never given to
+    /// another data plane while the first may still enforce it.
     pub assignment_ttl: Duration,
     /// A bucket reported with no requests for this long is abandoned.
     pub abandon_after: Duration,
@@ -54,7 +55,7 @@ pub struct QuotaSettings {
 impl Default for QuotaSettings {
     fn default() -> Self {
         QuotaSettings {
-            assignment_ttl: Duration::from_secs(2),
+            assignment_ttl: Duration::from_secs(12),
             abandon_after: Duration::from_secs(30),
             store_deadline: Duration::from_millis(100),
         }
@@ -167,6 +168,14 @@ impl QuotaService {
         }
     }
 
+    /// The assignment's time to live in whole seconds (rounded up, at
+    /// least 1).
+    fn ttl(&self) -> Duration {
+        let t = self.settings.assignment_ttl;
+        Duration::from_secs(t.as_secs() + u64::from(t.subsec_nanos() > 0))
+            .max(Duration::from_secs(1))
+    }
+
     async fn decide(
         &self,
         s: &mut Session,
@@ -215,7 +224,7 @@ impl QuotaService {
                     // A first report (a subscription) asks for the whole.
                     _ => rate_per_s,
                 };
-                let lease_ttl = self.settings.assignment_ttl.mul_f64(1.5);
+                let lease_ttl = self.ttl().mul_f64(1.5);
                 let gets = match self
                     .leases
                     .assign(&key, &s.client, s.number, wants, rate_per_s, lease_ttl)
@@ -228,6 +237,7 @@ impl QuotaService {
                         return None;
                     }
                 };
+                tracing::debug!(bucket = %key, client = %s.client, used, ?elapsed, wants, gets, "quota assigned");
                 if let Some(t) = s.buckets.get_mut(&id) {
                     t.lease = Some(key);
                 }
@@ -238,7 +248,7 @@ impl QuotaService {
         Some(BucketAction {
             bucket_id: Some(id),
             action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
-                assignment_time_to_live: Some(prost_duration(self.settings.assignment_ttl)),
+                assignment_time_to_live: Some(prost_duration(self.ttl())),
                 rate_limit_strategy: Some(strategy),
             })),
         })
