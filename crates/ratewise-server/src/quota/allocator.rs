@@ -20,7 +20,7 @@
 //! assert!(a.held("edge|user=alice", now) <= 100.0);
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use ratewise::Timestamp;
@@ -49,7 +49,8 @@ pub fn fair_share(wants: f64, others_wants: f64, others: usize, capacity: f64) -
 /// Leases per bucket, per data plane.
 #[derive(Debug, Default)]
 pub struct Allocator {
-    buckets: HashMap<Box<str>, HashMap<u64, Lease>>,
+    // Leases in a BTreeMap: sums in one order, so results repeat exactly.
+    buckets: HashMap<Box<str>, BTreeMap<u64, Lease>>,
 }
 
 impl Allocator {

@@ -13,6 +13,7 @@
 
 mod allocator;
 mod bucket;
+pub mod envelope;
 mod leases;
 
 use std::collections::HashMap;
