@@ -183,7 +183,7 @@ pub fn run(p: &Params) -> Outcome {
     let mut worst = 0u64;
     for k in 0..steps {
         let now = Timestamp::from_nanos(k * 1_000_000);
-        if k > 0 && k % shift_steps == 0 {
+        if k > 0 && k.is_multiple_of(shift_steps) {
             share = shares(&mut rng, n);
         }
         let mut admitted_now = 0u64;
@@ -205,7 +205,7 @@ pub fn run(p: &Params) -> Outcome {
                     used[i] = 0;
                 }
             }
-            if subscribed[i] && (k + phase[i]) % interval_steps == 0 {
+            if subscribed[i] && (k + phase[i]).is_multiple_of(interval_steps) {
                 let wants = used[i] as f64 / p.report_interval.as_secs_f64();
                 used[i] = 0;
                 let gets = allocator.assign("b", i as u64, wants, p.rate_per_s, ttl(p), now);
