@@ -108,21 +108,19 @@ fn chart(grid: &[(u64, usize, u64, f64, f64, f64)]) -> String {
     let worst_over = grid.iter().map(|g| g.3).fold(0.0, f64::max);
     let colors = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a"];
     let mut s = String::new();
-    let _ = write!(
+    let _ = writeln!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
 <text x="{left}" y="22" font-size="14">Quota service: share of the quota used, by report interval</text>
-<text x="{left}" y="{note_y}" font-size="12">over-admission at every point of the sweep: at most {over:.2} % (parts never sum above the quota)</text>
-"#,
+<text x="{left}" y="{note_y}" font-size="12">over-admission at every point of the sweep: at most {over:.2} % (parts never sum above the quota)</text>"#,
         note_y = top + ph - 8.0,
         over = worst_over * 100.0
     );
     for u in [0.5, 0.625, 0.75, 0.875, 1.0] {
-        let _ = write!(
+        let _ = writeln!(
             s,
-            r##"<line x1="{left}" x2="{}" y1="{yy}" y2="{yy}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{:.1} %</text>
-"##,
+            r##"<line x1="{left}" x2="{}" y1="{yy}" y2="{yy}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{:.1} %</text>"##,
             left + pw,
             left - 6.0,
             y(u) + 4.0,
@@ -131,10 +129,9 @@ fn chart(grid: &[(u64, usize, u64, f64, f64, f64)]) -> String {
         );
     }
     for ms in INTERVALS_MS {
-        let _ = write!(
+        let _ = writeln!(
             s,
-            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>
-"#,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
             x(ms),
             top + ph + 18.0,
             if ms >= 1000 {
@@ -144,10 +141,9 @@ fn chart(grid: &[(u64, usize, u64, f64, f64, f64)]) -> String {
             }
         );
     }
-    let _ = write!(
+    let _ = writeln!(
         s,
-        r#"<text x="{}" y="{}" text-anchor="middle">report interval (demand 2× the quota, shifting every 3 s)</text>
-"#,
+        r#"<text x="{}" y="{}" text-anchor="middle">report interval (demand 2× the quota, shifting every 3 s)</text>"#,
         left + pw / 2.0,
         h - 16.0
     );
@@ -162,25 +158,22 @@ fn chart(grid: &[(u64, usize, u64, f64, f64, f64)]) -> String {
             .map(|(ms, u, _)| format!("{:.1},{:.1}", x(*ms), y(u.min(1.0))))
             .collect();
         let color = colors[k % colors.len()];
-        let _ = write!(
+        let _ = writeln!(
             s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>
-"#,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
             path.join(" ")
         );
         for (ms, u, _) in &points {
-            let _ = write!(
+            let _ = writeln!(
                 s,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>
-"#,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
                 x(*ms),
                 y(u.min(1.0)),
             );
         }
-        let _ = write!(
+        let _ = writeln!(
             s,
-            r#"<text x="{}" y="{}" fill="{color}">{n} instances</text>
-"#,
+            r#"<text x="{}" y="{}" fill="{color}">{n} instances</text>"#,
             left + pw + 12.0,
             top + 20.0 + 18.0 * k as f64
         );
