@@ -245,7 +245,7 @@ fn shares(rng: &mut ChaCha8Rng, n: usize) -> Vec<f64> {
 mod tests {
     use super::*;
 
-    /// The goal: ≤ 1 % over-admission with 8 instances reporting
+    /// The target: ≤ 1 % over-admission with 8 instances reporting
     /// every 100 ms while their demand shifts every few seconds.
     #[test]
     fn eight_instances_at_100_ms_reports_over_admit_at_most_one_percent() {
