@@ -18,7 +18,9 @@
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
-use crate::algorithms::locked::{Adjust, Earliest, Fields, Fresh};
+use crate::algorithms::mutex_limiter::{
+    DebugFields, EarliestTimeState, InitialState, ReconfigureCancel,
+};
 use crate::limiter::Reservation;
 use crate::quota::Quota;
 use crate::time::{MonotonicClock, Timestamp};
@@ -76,13 +78,13 @@ impl State {
     }
 }
 
-impl Earliest for State {
+impl EarliestTimeState for State {
     fn quota(&self) -> Quota {
         self.quota
     }
 
     fn settle(&mut self, now: u64) -> (u64, u64) {
-        crate::algorithms::locked::raise(&mut self.last, now)
+        crate::algorithms::mutex_limiter::raise(&mut self.last, now)
     }
 
     /// The earliest time at or after `now` at which `n` units fit.
@@ -123,7 +125,7 @@ impl Earliest for State {
     }
 }
 
-impl Fresh for State {
+impl InitialState for State {
     fn fresh(quota: Quota, now: u64) -> Self {
         State {
             quota,
@@ -134,7 +136,7 @@ impl Fresh for State {
     }
 }
 
-impl Adjust for State {
+impl ReconfigureCancel for State {
     fn set_quota(&mut self, quota: Quota, now: Timestamp) {
         self.last = self.last.max(now.as_nanos());
         let now = self.last;
@@ -154,7 +156,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        if crate::algorithms::locked::past_act(&mut self.last, now, &reservation)
+        if crate::algorithms::mutex_limiter::past_act(&mut self.last, now, &reservation)
             || reservation.mark != self.index
         {
             return 0;
@@ -165,12 +167,12 @@ impl Adjust for State {
     }
 }
 
-crate::algorithms::locked::impl_rate_limiter!(
+crate::algorithms::mutex_limiter::impl_rate_limiter!(
     FixedWindow,
     "A fixed-window counter with nothing counted yet"
 );
 
-impl Fields for State {
+impl DebugFields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
         d.field("index", &self.index).field("count", &self.count);
     }

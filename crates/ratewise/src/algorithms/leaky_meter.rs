@@ -34,7 +34,7 @@
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
-use crate::algorithms::locked::Fields;
+use crate::algorithms::mutex_limiter::DebugFields;
 use crate::algorithms::token_bucket::Bucket;
 use crate::time::MonotonicClock;
 
@@ -60,9 +60,9 @@ pub struct LeakyMeter<C = MonotonicClock> {
 /// The meter's view of a [`Bucket`]: its level.
 pub(crate) enum Level {}
 
-crate::algorithms::locked::impl_rate_limiter!(LeakyMeter, "An empty meter");
+crate::algorithms::mutex_limiter::impl_rate_limiter!(LeakyMeter, "An empty meter");
 
-impl Fields for Bucket<Level> {
+impl DebugFields for Bucket<Level> {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
         d.field("level_nanos", &self.level());
     }

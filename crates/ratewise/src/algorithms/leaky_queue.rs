@@ -28,7 +28,9 @@ use std::fmt::DebugStruct;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::algorithms::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
+use crate::algorithms::mutex_limiter::{
+    BookedReservation, DebugFields, InitialState, MutexState, PlanOutcome, ReconfigureCancel,
+};
 use crate::decision::Decision;
 use crate::limiter::Reservation;
 use crate::quota::Quota;
@@ -105,7 +107,7 @@ impl State {
     }
 }
 
-impl Placement for Slot {
+impl PlanOutcome for Slot {
     fn passes(&self) -> bool {
         self.wait == 0
     }
@@ -117,7 +119,7 @@ impl Placement for Slot {
     }
 }
 
-impl Admission for State {
+impl MutexState for State {
     type Plan = Slot;
 
     fn quota(&self) -> Quota {
@@ -158,9 +160,9 @@ impl Admission for State {
         }
     }
 
-    fn book(&mut self, _n: u64, slot: &Slot) -> Booking {
+    fn book(&mut self, _n: u64, slot: &Slot) -> BookedReservation {
         self.tail = slot.tail_after;
-        Booking {
+        BookedReservation {
             act: slot.departure,
             mark: slot.tail_after,
             cost: slot.tail_after - slot.departure,
@@ -168,7 +170,7 @@ impl Admission for State {
     }
 }
 
-impl Fresh for State {
+impl InitialState for State {
     fn fresh(quota: Quota, now: u64) -> Self {
         State {
             quota,
@@ -178,7 +180,7 @@ impl Fresh for State {
     }
 }
 
-impl Adjust for State {
+impl ReconfigureCancel for State {
     fn set_quota(&mut self, quota: Quota, now: Timestamp) {
         self.last = self.last.max(now.as_nanos());
         // `tail` is kept: scheduled departures stand (see the module docs).
@@ -186,7 +188,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        if crate::algorithms::locked::past_act(&mut self.last, now, &reservation) {
+        if crate::algorithms::mutex_limiter::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         // Only the last request in the queue can leave without leaving a hole
@@ -199,9 +201,9 @@ impl Adjust for State {
     }
 }
 
-crate::algorithms::locked::impl_rate_limiter!(LeakyQueue, "An empty queue");
+crate::algorithms::mutex_limiter::impl_rate_limiter!(LeakyQueue, "An empty queue");
 
-impl Fields for State {
+impl DebugFields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
         d.field("tail_nanos", &self.tail);
     }

@@ -2,14 +2,14 @@
 //! [`RateLimiter`](crate::RateLimiter) trait; re-exported at the crate's
 //! root (`ratewise::gcra`, `ratewise::token_bucket`, …). GCRA is lock-free
 //! and stands alone; the six others are mutex-protected and share
-//! `locked`, the one implementation of their checks, peeks and
+//! `mutex_limiter`, the one implementation of their checks, peeks and
 //! reservations.
 
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_meter;
 pub mod leaky_queue;
-pub(crate) mod locked;
+pub(crate) mod mutex_limiter;
 pub mod sliding_window_counter;
 pub mod sliding_window_log;
 pub mod token_bucket;

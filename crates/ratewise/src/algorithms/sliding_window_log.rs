@@ -19,7 +19,9 @@ use std::collections::VecDeque;
 use std::fmt::DebugStruct;
 use std::sync::Mutex;
 
-use crate::algorithms::locked::{Adjust, Earliest, Fields, Fresh};
+use crate::algorithms::mutex_limiter::{
+    DebugFields, EarliestTimeState, InitialState, ReconfigureCancel,
+};
 use crate::limiter::Reservation;
 use crate::quota::Quota;
 use crate::time::{MonotonicClock, Timestamp};
@@ -89,7 +91,7 @@ impl State {
     }
 }
 
-impl Earliest for State {
+impl EarliestTimeState for State {
     fn quota(&self) -> Quota {
         self.quota
     }
@@ -155,7 +157,7 @@ impl Earliest for State {
     }
 }
 
-impl Fresh for State {
+impl InitialState for State {
     fn fresh(quota: Quota, now: u64) -> Self {
         State {
             quota,
@@ -170,16 +172,20 @@ impl Fresh for State {
 impl<C> SlidingWindowLog<C> {
     /// How many entries the log holds now (at most the burst).
     pub fn len(&self) -> usize {
-        crate::algorithms::locked::lock(&self.state).log.len()
+        crate::algorithms::mutex_limiter::lock(&self.state)
+            .log
+            .len()
     }
 
     /// `true` if the log holds no entries.
     pub fn is_empty(&self) -> bool {
-        crate::algorithms::locked::lock(&self.state).log.is_empty()
+        crate::algorithms::mutex_limiter::lock(&self.state)
+            .log
+            .is_empty()
     }
 }
 
-impl Adjust for State {
+impl ReconfigureCancel for State {
     fn set_quota(&mut self, quota: Quota, now: Timestamp) {
         self.quota = quota;
         // Drop what has left the new window.
@@ -187,7 +193,7 @@ impl Adjust for State {
     }
 
     fn cancel(&mut self, reservation: Reservation, now: Timestamp) -> u64 {
-        if crate::algorithms::locked::past_act(&mut self.last, now, &reservation) {
+        if crate::algorithms::mutex_limiter::past_act(&mut self.last, now, &reservation) {
             return 0;
         }
         let Ok(i) = self.log.binary_search_by_key(&reservation.mark, |e| e.at) else {
@@ -206,12 +212,12 @@ impl Adjust for State {
     }
 }
 
-crate::algorithms::locked::impl_rate_limiter!(
+crate::algorithms::mutex_limiter::impl_rate_limiter!(
     SlidingWindowLog,
     "An empty sliding-window log (it allocates on first use)"
 );
 
-impl Fields for State {
+impl DebugFields for State {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
         d.field("entries", &self.log.len())
             .field("total", &self.total);

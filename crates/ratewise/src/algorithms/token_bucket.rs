@@ -16,7 +16,9 @@ use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::algorithms::locked::{Adjust, Admission, Booking, Fields, Fresh, Placement};
+use crate::algorithms::mutex_limiter::{
+    BookedReservation, DebugFields, InitialState, MutexState, PlanOutcome, ReconfigureCancel,
+};
 use crate::decision::Decision;
 use crate::limiter::{give_back, Reservation};
 use crate::quota::Quota;
@@ -111,7 +113,7 @@ pub(crate) struct Cost {
     wait: u64,
 }
 
-impl Placement for Cost {
+impl PlanOutcome for Cost {
     fn passes(&self) -> bool {
         self.wait == 0
     }
@@ -121,14 +123,14 @@ impl Placement for Cost {
     }
 }
 
-impl<V> Fresh for Bucket<V> {
+impl<V> InitialState for Bucket<V> {
     /// A full bucket (an empty meter).
     fn fresh(quota: Quota, now: u64) -> Self {
         Bucket::with_tokens(quota, now, quota.burst())
     }
 }
 
-impl<V> Admission for Bucket<V> {
+impl<V> MutexState for Bucket<V> {
     type Plan = Cost;
 
     fn quota(&self) -> Quota {
@@ -174,11 +176,11 @@ impl<V> Admission for Bucket<V> {
     /// The reservation acts when the cost fits, measured from the bucket's
     /// latest time (the caller's `now`, unless the caller's clock ran
     /// backwards), and becomes the latest grant if it acts last.
-    fn book(&mut self, _n: u64, plan: &Cost) -> Booking {
+    fn book(&mut self, _n: u64, plan: &Cost) -> BookedReservation {
         self.credit -= i128::from(plan.cost);
         let act = self.last.saturating_add(plan.short);
         self.last_act = self.last_act.max(act);
-        Booking {
+        BookedReservation {
             act,
             mark: act,
             cost: plan.cost,
@@ -186,7 +188,7 @@ impl<V> Admission for Bucket<V> {
     }
 }
 
-impl<V> Adjust for Bucket<V> {
+impl<V> ReconfigureCancel for Bucket<V> {
     fn set_quota(&mut self, quota: Quota, now: Timestamp) {
         self.refill(now.as_nanos());
         // Keep the number of tokens, re-scaled to the new interval rounding
@@ -238,9 +240,9 @@ impl<C: Clock> TokenBucket<C> {
     }
 }
 
-crate::algorithms::locked::impl_rate_limiter!(TokenBucket, "A full bucket");
+crate::algorithms::mutex_limiter::impl_rate_limiter!(TokenBucket, "A full bucket");
 
-impl Fields for Bucket<Tokens> {
+impl DebugFields for Bucket<Tokens> {
     fn fields(&self, d: &mut DebugStruct<'_, '_>) {
         d.field("credit_nanos", &self.credit);
     }

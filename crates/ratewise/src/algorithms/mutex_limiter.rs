@@ -11,15 +11,15 @@
 //! `with_clock`, `clock`) and its whole `RateLimiter` and `Debug` impls
 //! around them. What really differs — how time is settled, when a request
 //! passes, what admitting it changes, what the decision reports — stays in
-//! each algorithm's module, in its state's [`Admission`] (or [`Earliest`])
-//! impl; so do its starting state ([`Fresh`]), its cancellation and
-//! re-configuration rules ([`Adjust`]) and its `Debug` fields ([`Fields`]).
+//! each algorithm's module, in its state's [`MutexState`] (or [`EarliestTimeState`])
+//! impl; so do its starting state ([`InitialState`]), its cancellation and
+//! re-configuration rules ([`ReconfigureCancel`]) and its `Debug` fields ([`DebugFields`]).
 //!
 //! # Invariants
 //!
 //! * The lock is held for the whole of one call, so the plan, the admission
 //!   and the decision all see one state.
-//! * `peek` runs the same [`Admission::plan`] as `check` (bringing the state
+//! * `peek` runs the same [`MutexState::plan`] as `check` (bringing the state
 //!   up to date — refilling, draining, pruning — is not consuming) and never
 //!   admits; a denied `check` changes nothing more than `peek` would.
 //! * A reservation that would wait longer than `max_wait` changes nothing
@@ -50,7 +50,7 @@ pub(crate) fn lock<S>(state: &Mutex<S>) -> MutexGuard<'_, S> {
 /// What a reservation books: its act time and the two bookkeeping words of
 /// [`Reservation::new`].
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Booking {
+pub(crate) struct BookedReservation {
     /// When the caller may act, in nanoseconds.
     pub(crate) act: u64,
     /// The algorithm's first bookkeeping word.
@@ -59,8 +59,8 @@ pub(crate) struct Booking {
     pub(crate) cost: u64,
 }
 
-/// Where a request would go, as an [`Admission::plan`] found it.
-pub(crate) trait Placement: Copy {
+/// Where a request would go, as an [`MutexState::plan`] found it.
+pub(crate) trait PlanOutcome: Copy {
     /// Whether a check admits the planned request now.
     fn passes(&self) -> bool;
 
@@ -70,13 +70,13 @@ pub(crate) trait Placement: Copy {
 }
 
 /// A mutex-protected limiter state that can say where a request would go and
-/// admit it there. The shared paths call, in order: [`Admission::plan`],
-/// then [`Placement::passes`], [`Admission::admit`] and
-/// [`Admission::decision`] (check and peek), or [`Placement::reserve_wait`]
-/// and [`Admission::book`] (reserve).
-pub(crate) trait Admission {
-    /// What [`Admission::plan`] learns about one request.
-    type Plan: Placement;
+/// admit it there. The shared paths call, in order: [`MutexState::plan`],
+/// then [`PlanOutcome::passes`], [`MutexState::admit`] and
+/// [`MutexState::decision`] (check and peek), or [`PlanOutcome::reserve_wait`]
+/// and [`MutexState::book`] (reserve).
+pub(crate) trait MutexState {
+    /// What [`MutexState::plan`] learns about one request.
+    type Plan: PlanOutcome;
 
     /// The current quota.
     fn quota(&self) -> Quota;
@@ -94,15 +94,15 @@ pub(crate) trait Admission {
     fn decision(&self, plan: &Self::Plan, allowed: bool) -> Decision;
 
     /// Books the planned request at the earliest time it can act.
-    fn book(&mut self, n: u64, plan: &Self::Plan) -> Booking;
+    fn book(&mut self, n: u64, plan: &Self::Plan) -> BookedReservation;
 }
 
 /// A state that places every request at an absolute time — the earliest at
 /// which it passes — and admits it there (the window counters and the log).
-/// Every such state is an [`Admission`]: a check passes when that time is
+/// Every such state is an [`MutexState`]: a check passes when that time is
 /// not after the clamped `now`, a denial's `retry_after` is that time, and a
 /// reservation is booked at it.
-pub(crate) trait Earliest {
+pub(crate) trait EarliestTimeState {
     /// The current quota.
     fn quota(&self) -> Quota;
 
@@ -127,7 +127,7 @@ pub(crate) trait Earliest {
 }
 
 /// Raises `last` (the latest time a state has seen) to `now` and returns it
-/// twice, as [`Earliest::settle`] does for a state that keeps nothing else
+/// twice, as [`EarliestTimeState::settle`] does for a state that keeps nothing else
 /// up to date.
 pub(crate) fn raise(last: &mut u64, now: u64) -> (u64, u64) {
     *last = (*last).max(now);
@@ -143,7 +143,7 @@ pub(crate) fn past_act(last: &mut u64, now: Timestamp, reservation: &Reservation
     *last > reservation.act_at.as_nanos()
 }
 
-/// Where an [`Earliest`] state places a request.
+/// Where an [`EarliestTimeState`] state places a request.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Placed {
     /// The caller's `now`.
@@ -154,7 +154,7 @@ pub(crate) struct Placed {
     at: u64,
 }
 
-impl Placement for Placed {
+impl PlanOutcome for Placed {
     fn passes(&self) -> bool {
         self.at <= self.now
     }
@@ -164,11 +164,11 @@ impl Placement for Placed {
     }
 }
 
-impl<S: Earliest> Admission for S {
+impl<S: EarliestTimeState> MutexState for S {
     type Plan = Placed;
 
     fn quota(&self) -> Quota {
-        Earliest::quota(self)
+        EarliestTimeState::quota(self)
     }
 
     fn plan(&mut self, n: u64, now: u64) -> Placed {
@@ -189,7 +189,7 @@ impl<S: Earliest> Admission for S {
         let after = |at: u64| Duration::from_nanos(at.saturating_sub(plan.caller));
         Decision {
             allowed,
-            limit: Earliest::quota(self).burst(),
+            limit: EarliestTimeState::quota(self).burst(),
             remaining,
             reset_after: after(reset_at),
             retry_after: (!allowed).then(|| after(plan.at)),
@@ -197,9 +197,9 @@ impl<S: Earliest> Admission for S {
         }
     }
 
-    fn book(&mut self, n: u64, plan: &Placed) -> Booking {
+    fn book(&mut self, n: u64, plan: &Placed) -> BookedReservation {
         self.admit_at(n, plan.at);
-        Booking {
+        BookedReservation {
             act: plan.at,
             mark: self.mark(plan.at),
             cost: n,
@@ -214,7 +214,7 @@ pub(crate) type Checked = Result<Decision, CheckError>;
 /// [`RateLimiter::check_at`](crate::RateLimiter::check_at) (`consume`) or
 /// [`RateLimiter::peek_at`](crate::RateLimiter::peek_at) (not `consume`) for
 /// a mutex-protected state.
-pub(crate) fn decide<S: Admission>(
+pub(crate) fn decide<S: MutexState>(
     state: &Mutex<S>,
     n: u64,
     now: Timestamp,
@@ -232,7 +232,7 @@ pub(crate) fn decide<S: Admission>(
 
 /// [`RateLimiter::reserve_within_at`](crate::RateLimiter::reserve_within_at)
 /// for a mutex-protected state.
-pub(crate) fn reserve<S: Admission>(
+pub(crate) fn reserve<S: MutexState>(
     state: &Mutex<S>,
     n: u64,
     now: Timestamp,
@@ -267,7 +267,7 @@ pub(crate) fn reserve<S: Admission>(
 /// [`RateLimiter::set_quota_at`](crate::RateLimiter::set_quota_at) and
 /// [`RateLimiter::cancel_at`](crate::RateLimiter::cancel_at) with the lock
 /// held.
-pub(crate) trait Adjust {
+pub(crate) trait ReconfigureCancel {
     /// Replaces the quota at `now`.
     fn set_quota(&mut self, quota: Quota, now: Timestamp);
 
@@ -276,7 +276,7 @@ pub(crate) trait Adjust {
 }
 
 /// How a mutex-protected limiter's state starts.
-pub(crate) trait Fresh {
+pub(crate) trait InitialState {
     /// The state of a limiter created at `now` under `quota`, before any
     /// request.
     fn fresh(quota: Quota, now: u64) -> Self;
@@ -284,23 +284,23 @@ pub(crate) trait Fresh {
 
 /// The fields a mutex-protected limiter's `Debug` output shows after its
 /// quota.
-pub(crate) trait Fields {
+pub(crate) trait DebugFields {
     /// Adds the state's own fields to `d`.
     fn fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>);
 }
 
 /// Implements the constructors, [`RateLimiter`](crate::RateLimiter) and
 /// `Debug` for a mutex-protected limiter `$ty<C>`: a struct with the fields
-/// `state: Mutex<S>`, where `S:` [`Fresh`] `+` [`Admission`] `+` [`Adjust`]
-/// `+` [`Fields`], and `clock: C`, where `C: Clock`.
+/// `state: Mutex<S>`, where `S:` [`InitialState`] `+` [`MutexState`] `+` [`ReconfigureCancel`]
+/// `+` [`DebugFields`], and `clock: C`, where `C: Clock`.
 ///
 /// * `new(quota)` (on the production clock) and `with_clock(quota, clock)`
-///   start from the state's [`Fresh::fresh`] at the clock's current time;
+///   start from the state's [`InitialState::fresh`] at the clock's current time;
 ///   `$what` is what they make (their docs are `"$what, on …"`). `clock()`
 ///   returns the clock.
 /// * Every `RateLimiter` method locks the state once and hands it to the
-///   shared paths above or to the state's own [`Adjust`] rules.
-/// * `Debug` shows the type's name, its quota and the state's [`Fields`].
+///   shared paths above or to the state's own [`ReconfigureCancel`] rules.
+/// * `Debug` shows the type's name, its quota and the state's [`DebugFields`].
 macro_rules! impl_rate_limiter {
     ($ty:ident, $what:literal) => {
         impl $ty<$crate::time::MonotonicClock> {
@@ -315,9 +315,9 @@ macro_rules! impl_rate_limiter {
             pub fn with_clock(quota: $crate::quota::Quota, clock: C) -> Self {
                 let now = $crate::time::Clock::now(&clock).as_nanos();
                 $ty {
-                    state: ::std::sync::Mutex::new($crate::algorithms::locked::Fresh::fresh(
-                        quota, now,
-                    )),
+                    state: ::std::sync::Mutex::new(
+                        $crate::algorithms::mutex_limiter::InitialState::fresh(quota, now),
+                    ),
                     clock,
                 }
             }
@@ -330,14 +330,14 @@ macro_rules! impl_rate_limiter {
 
         impl<C: $crate::time::Clock> $crate::limiter::RateLimiter for $ty<C> {
             fn quota(&self) -> $crate::quota::Quota {
-                $crate::algorithms::locked::Admission::quota(&*$crate::algorithms::locked::lock(
-                    &self.state,
-                ))
+                $crate::algorithms::mutex_limiter::MutexState::quota(
+                    &*$crate::algorithms::mutex_limiter::lock(&self.state),
+                )
             }
 
             fn set_quota_at(&self, quota: $crate::quota::Quota, now: $crate::time::Timestamp) {
-                $crate::algorithms::locked::Adjust::set_quota(
-                    &mut *$crate::algorithms::locked::lock(&self.state),
+                $crate::algorithms::mutex_limiter::ReconfigureCancel::set_quota(
+                    &mut *$crate::algorithms::mutex_limiter::lock(&self.state),
                     quota,
                     now,
                 )
@@ -347,16 +347,16 @@ macro_rules! impl_rate_limiter {
                 &self,
                 n: u64,
                 now: $crate::time::Timestamp,
-            ) -> $crate::algorithms::locked::Checked {
-                $crate::algorithms::locked::decide(&self.state, n, now, true)
+            ) -> $crate::algorithms::mutex_limiter::Checked {
+                $crate::algorithms::mutex_limiter::decide(&self.state, n, now, true)
             }
 
             fn peek_at(
                 &self,
                 n: u64,
                 now: $crate::time::Timestamp,
-            ) -> $crate::algorithms::locked::Checked {
-                $crate::algorithms::locked::decide(&self.state, n, now, false)
+            ) -> $crate::algorithms::mutex_limiter::Checked {
+                $crate::algorithms::mutex_limiter::decide(&self.state, n, now, false)
             }
 
             fn reserve_within_at(
@@ -365,7 +365,7 @@ macro_rules! impl_rate_limiter {
                 now: $crate::time::Timestamp,
                 max_wait: ::std::time::Duration,
             ) -> Result<$crate::limiter::Reservation, $crate::error::ReserveError> {
-                $crate::algorithms::locked::reserve(&self.state, n, now, max_wait)
+                $crate::algorithms::mutex_limiter::reserve(&self.state, n, now, max_wait)
             }
 
             fn cancel_at(
@@ -373,8 +373,8 @@ macro_rules! impl_rate_limiter {
                 reservation: $crate::limiter::Reservation,
                 now: $crate::time::Timestamp,
             ) -> u64 {
-                $crate::algorithms::locked::Adjust::cancel(
-                    &mut *$crate::algorithms::locked::lock(&self.state),
+                $crate::algorithms::mutex_limiter::ReconfigureCancel::cancel(
+                    &mut *$crate::algorithms::mutex_limiter::lock(&self.state),
                     reservation,
                     now,
                 )
@@ -387,10 +387,13 @@ macro_rules! impl_rate_limiter {
 
         impl<C> ::std::fmt::Debug for $ty<C> {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                let s = $crate::algorithms::locked::lock(&self.state);
+                let s = $crate::algorithms::mutex_limiter::lock(&self.state);
                 let mut d = f.debug_struct(stringify!($ty));
-                d.field("quota", &$crate::algorithms::locked::Admission::quota(&*s));
-                $crate::algorithms::locked::Fields::fields(&*s, &mut d);
+                d.field(
+                    "quota",
+                    &$crate::algorithms::mutex_limiter::MutexState::quota(&*s),
+                );
+                $crate::algorithms::mutex_limiter::DebugFields::fields(&*s, &mut d);
                 d.finish_non_exhaustive()
             }
         }
