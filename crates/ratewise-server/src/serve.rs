@@ -159,12 +159,16 @@ pub async fn run(
         stop_rx.clone(),
     ));
     let quota = match limiter.redis() {
-        Some(store) => QuotaService::on_redis(
-            Arc::clone(&engine),
-            clock.clone(),
-            store.connection().clone(),
-            options.quota,
-        ),
+        Some(store) => {
+            let fleet = Arc::clone(store);
+            QuotaService::on_redis(
+                Arc::clone(&engine),
+                clock.clone(),
+                store.connection().clone(),
+                options.quota,
+                move || fleet.instances(),
+            )
+        }
         None => QuotaService::new(Arc::clone(&engine), clock.clone(), options.quota),
     };
     let grpc = tonic::transport::Server::builder()

@@ -201,3 +201,41 @@ async fn an_idle_bucket_is_abandoned_and_its_part_freed() {
     assert!(abandoned, "an idle bucket was never abandoned");
     assert!(close(b.gets(&bob, 50).await, 100.0));
 }
+
+/// Redis unreachable: the quota's parts come from this instance's share
+/// (the quota over the instance count it last knew), answered within the
+/// store's deadline, and counted as degraded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_the_parts_come_from_this_instances_share() {
+    let nowhere = format!("redis://127.0.0.1:{}", free_port());
+    let dir = config_dir(CONFIG);
+    let server = Server::start(
+        &dir,
+        &[
+            "--redis",
+            &nowhere,
+            "--instances",
+            "4",
+            "--store-deadline",
+            "50ms",
+        ],
+    );
+    let alice = [("user", "alice")];
+    let (mut a, mut b) = (
+        DataPlane::connect(&server).await,
+        DataPlane::connect(&server).await,
+    );
+    let started = std::time::Instant::now();
+    // 100/s over 4 instances: 25 for this one, divided among its data planes.
+    assert!(close(a.gets(&alice, 0).await, 25.0));
+    assert_eq!(b.gets(&alice, 0).await, 0.0);
+    let ga = a.gets(&alice, 10).await;
+    let gb = b.gets(&alice, 30).await;
+    assert!(ga + gb <= 25.0 + 1e-6, "{ga} + {gb}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let (_, _, metrics) = http_get(server.http, "/metrics", &[]);
+    assert!(
+        metrics.contains("reason=\"quota_local_fallback\""),
+        "degraded assignments are counted"
+    );
+}

@@ -72,6 +72,10 @@ pub struct QuotaService {
     settings: QuotaSettings,
     instance: Arc<str>,
     streams: Arc<AtomicU64>,
+    /// Leases decided here while the shared store cannot answer, each
+    /// bucket's quota divided by the live instance count.
+    fallback: Arc<std::sync::Mutex<Allocator>>,
+    instances: Arc<dyn Fn() -> u32 + Send + Sync>,
 }
 
 impl std::fmt::Debug for QuotaService {
@@ -93,21 +97,28 @@ impl QuotaService {
             settings,
             instance: instance_name().into(),
             streams: Arc::new(AtomicU64::new(0)),
+            fallback: Arc::new(std::sync::Mutex::new(Allocator::default())),
+            instances: Arc::new(|| 1),
         }
     }
 
-    /// The same with the leases on Redis, shared by every instance.
+    /// The same with the leases on Redis, shared by every instance. While
+    /// Redis cannot answer, each bucket's parts come from this instance's
+    /// share of its quota (the quota divided by `instances()`, the live
+    /// instance count), and every such assignment is counted.
     pub fn on_redis(
         engine: Arc<Engine>,
         clock: MonotonicClock,
         conn: ratewise_redis::Connection,
         settings: QuotaSettings,
+        instances: impl Fn() -> u32 + Send + Sync + 'static,
     ) -> Self {
         QuotaService {
             leases: Arc::new(Leases::Redis {
                 conn,
                 deadline: settings.store_deadline,
             }),
+            instances: Arc::new(instances),
             ..QuotaService::new(engine, clock, settings)
         }
     }
@@ -169,6 +180,15 @@ impl QuotaService {
         }
     }
 
+    /// Ends a session's lease on `bucket`, shared and local.
+    async fn release(&self, bucket: &str, s: &Session) {
+        self.leases.release(bucket, &s.client, s.number).await;
+        self.fallback
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .release(bucket, s.number);
+    }
+
     /// The assignment's time to live in whole seconds (rounded up, at
     /// least 1).
     fn ttl(&self) -> Duration {
@@ -200,7 +220,7 @@ impl QuotaService {
             && now.saturating_duration_since(tracked.last_busy) >= self.settings.abandon_after
         {
             if let Some(lease) = s.buckets.remove(&id).and_then(|t| t.lease) {
-                self.leases.release(&lease, &s.client, s.number).await;
+                self.release(&lease, s).await;
             }
             metrics::counter!("ratewise_server_quota_abandoned_total").increment(1);
             return Some(BucketAction {
@@ -233,9 +253,16 @@ impl QuotaService {
                 {
                     Ok(gets) => gets,
                     Err(e) => {
-                        metrics::counter!("ratewise_server_degraded_decisions_total", "reason" => "quota_store").increment(1);
-                        tracing::debug!(error = %e, "no assignment this round");
-                        return None;
+                        // This instance's share of the quota, for as long as
+                        // the shared store is away.
+                        metrics::counter!("ratewise_server_degraded_decisions_total", "reason" => "quota_local_fallback").increment(1);
+                        tracing::debug!(error = %e, "the quota's parts come from this instance's share");
+                        let share = rate_per_s / f64::from((self.instances)().max(1));
+                        let now = self.clock.now();
+                        self.fallback
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .assign(&key, s.number, wants.min(share), share, lease_ttl, now)
                     }
                 };
                 tracing::debug!(bucket = %key, client = %s.client, used, ?elapsed, wants, gets, "quota assigned");
@@ -291,9 +318,7 @@ impl RateLimitQuotaService for QuotaService {
             }
             for t in session.buckets.values() {
                 if let Some(lease) = &t.lease {
-                    this.leases
-                        .release(lease, &session.client, session.number)
-                        .await;
+                    this.release(lease, &session).await;
                 }
             }
             metrics::gauge!("ratewise_server_quota_streams").decrement(1.0);
