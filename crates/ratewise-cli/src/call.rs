@@ -33,7 +33,7 @@ use reqwest_middleware::{ClientWithMiddleware, Middleware, Next};
 /// The arguments of `ratewise call`.
 #[derive(Debug, Args)]
 pub struct CallArgs {
-    /// The endpoint to call, an `http://` URL.
+    /// The endpoint to call, an `http://` or `https://` URL.
     url: String,
     /// Calls to make (retries not counted).
     #[arg(long, default_value_t = 100)]
@@ -168,23 +168,16 @@ impl Plan {
             Ok(u) => u,
             Err(e) => {
                 return usage(format!(
-                    "{}: not a URL ({e}); give one such as http://127.0.0.1:8080/items",
+                    "{}: not a URL ({e}); give one such as https://api.example.com/items or http://127.0.0.1:8080/",
                     a.url
                 ))
             }
         };
         match url.scheme() {
-            "http" => {}
-            "https" => {
-                return usage(format!(
-                    "{}: this build of ratewise speaks plain HTTP only; call an http:// URL \
-                     (a local TLS-terminating proxy in front of the API works)",
-                    a.url
-                ))
-            }
+            "http" | "https" => {}
             other => {
                 return usage(format!(
-                    "{}: scheme `{other}` is not HTTP; give an http:// URL",
+                    "{}: scheme `{other}` is not HTTP; give an http:// or https:// URL",
                     a.url
                 ))
             }

@@ -291,7 +291,8 @@ fn nonsense_arguments_fail_in_one_line_before_any_request() {
     for (bad_url, says) in [
         ("ftp://127.0.0.1/", "scheme `ftp`"),
         ("127.0.0.1:8080", "http://"),
-        ("https://127.0.0.1/", "plain HTTP"),
+        ("mailto:someone@example.com", "scheme `mailto`"),
+        ("http://", "not a URL"),
         ("not a url", "not a URL"),
     ] {
         let o = ratewise(&["call", bad_url]);
