@@ -80,8 +80,26 @@ fn default_simulate_prints_the_table_and_writes_a_report() {
     // it as perfect.
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[1].starts_with("Answer: use `"), "{out}");
+    // The answer may wrap onto indented lines; the rule comes next, then
+    // what "never dominated" means.
+    let rule = 2 + lines[2..]
+        .iter()
+        .take_while(|l| l.starts_with("  "))
+        .count();
+    let answer: Vec<&str> = lines[1..rule].iter().map(|l| l.trim()).collect();
+    let answer = answer.join(" ");
     assert!(
-        lines[2].starts_with("Rule: ranked by Pareto tiers"),
+        answer.contains("if you know the server's quota")
+            && answer.contains("the best strategy that learns the quota")
+            && answer.contains("never dominated here"),
+        "{out}"
+    );
+    assert!(
+        lines[rule].starts_with("Rule: ranked by Pareto tiers"),
+        "{out}"
+    );
+    assert!(
+        out.contains("The default is never dominated: no strategy that is not handed"),
         "{out}"
     );
     assert!(out.contains("lower is better") && out.contains("higher is better"));

@@ -8,7 +8,12 @@
 //! * **`RateLimit-Remaining: 0` holds the rate**; a success with quota to
 //!   spare adds a fixed fraction of the rate pacing began at (the same step
 //!   after every cut, so clients sharing a quota converge to equal shares),
-//!   shrinking once less than `full_step_spare` of the limit is spare.
+//!   shrinking once less than `full_step_spare` of the limit is spare and
+//!   growing up to ten times as the quota left nears the whole limit
+//!   (capacity nobody uses is claimed in seconds).
+//! * **A refusal's remaining count is the empty mark**: a server that
+//!   refuses while its headers say quota is left over-states its quota, and
+//!   only the count above what the refusal said is spare.
 //! * **Without a remaining count the step probes**: a fraction of the rate
 //!   just before the latest cut, doubled every `probe_doubling` without a
 //!   cut, up to `probe_max_factor ×`.
@@ -67,9 +72,10 @@ pub struct AdaptiveConfig {
     pub increase_fraction_hinted: f64,
     /// With both a remaining count and a limit, the share of the limit left
     /// at which the hinted step is whole (default 0.5); below it the step
-    /// shrinks in proportion, to nothing at an empty quota. Clients that
-    /// share a quota all see it running low, so they slow their climb
-    /// together before it overflows. 0 turns this off.
+    /// shrinks in proportion, to nothing at an empty quota; above it the
+    /// step grows in proportion, to ten times at a quota nobody uses.
+    /// Clients that share a quota all see it running low, so they slow
+    /// their climb together before it overflows. 0 turns this off.
     pub full_step_spare: f64,
     /// The shortest time between two cuts (default 1 s).
     pub decrease_cooldown: Duration,
@@ -158,6 +164,10 @@ impl AdaptiveConfig {
     }
 }
 
+/// How many times the whole hinted step a success adds when the reported
+/// quota is entirely unused (in proportion above `full_step_spare`).
+const SPARE_BOOST: f64 = 10.0;
+
 /// Events counted in whole seconds: the current second and the one before,
 /// enough to measure the rate a client was sending at when first throttled
 /// (or the rate its successes came back at).
@@ -227,6 +237,11 @@ pub struct Adaptive {
     slow_start: bool,
     /// A driver let this partition's calls out in a slow start.
     slow_started: bool,
+    /// The remaining count the latest refusal carried: a server that
+    /// refuses while its count says quota is left over-states the quota by
+    /// that much (or counts another limit than the one refusing), so only
+    /// the count above it is spare.
+    refused_at_remaining: u64,
 }
 
 impl Adaptive {
@@ -248,6 +263,7 @@ impl Adaptive {
             gentle: 1.0,
             slow_start: false,
             slow_started: false,
+            refused_at_remaining: 0,
         })
     }
 
@@ -266,7 +282,13 @@ impl Adaptive {
     fn spare_scale(&self, remaining: u64, limit: Option<u64>) -> f64 {
         match limit {
             Some(l) if l > 0 && self.config.full_step_spare > 0.0 => {
-                (remaining as f64 / l as f64 / self.config.full_step_spare).min(1.0)
+                let spare = (remaining as f64 / l as f64).min(1.0);
+                let full = self.config.full_step_spare;
+                if spare <= full || full >= 1.0 {
+                    spare / full
+                } else {
+                    1.0 + (SPARE_BOOST - 1.0) * (spare - full) / (1.0 - full)
+                }
             }
             _ => 1.0,
         }
@@ -293,6 +315,9 @@ impl RateController for Adaptive {
     fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) -> Option<f64> {
         match outcome.signal {
             Signal::Throttled => {
+                if let Some(left) = outcome.hints.remaining {
+                    self.refused_at_remaining = left;
+                }
                 // A cut is judged by requests sent at the cut rate: at most
                 // one per cooldown, and at most one per interval at the
                 // current rate.
@@ -338,12 +363,16 @@ impl RateController for Adaptive {
             }
             Signal::Success => {
                 self.admitted.note(now);
-                let exhausted = outcome.hints.remaining == Some(0);
+                // Only the count above what the latest refusal said is spare.
+                let floor = self.refused_at_remaining;
+                let remaining = outcome.hints.remaining.map(|r| r.saturating_sub(floor));
+                let limit = outcome.hints.limit.map(|l| l.saturating_sub(floor));
+                let exhausted = remaining == Some(0);
                 if let (Some(r), false) = (self.rate, exhausted) {
-                    let mut step = if let Some(left) = outcome.hints.remaining {
+                    let mut step = if let Some(left) = remaining {
                         self.base
                             * self.config.increase_fraction_hinted
-                            * self.spare_scale(left, outcome.hints.limit)
+                            * self.spare_scale(left, limit)
                     } else {
                         // Where this client last found the limit, never above
                         // where pacing began (a first cut from an unpaced burst
@@ -598,7 +627,33 @@ mod tests {
     }
 
     #[test]
-    fn the_hinted_step_shrinks_as_the_reported_quota_runs_low() {
+    fn a_refusal_while_quota_is_reported_left_shows_how_much_the_count_overstates() {
+        let t = Timestamp::ZERO;
+        let (mut c, r) = additive_only_after_a_cut(t);
+        let said = |remaining: u64| {
+            Outcome::success().with_hints(ServerHints {
+                remaining: Some(remaining),
+                limit: Some(80),
+                ..ServerHints::default()
+            })
+        };
+        // Refused while the headers said 40 of 80 were left (a cut).
+        let refused = Outcome::throttled().with_hints(ServerHints {
+            remaining: Some(40),
+            limit: Some(80),
+            ..ServerHints::default()
+        });
+        let cut = c.on_outcome(t + ms(5_000), &refused).unwrap();
+        assert!(cut < r);
+        // 40 "left" is now an empty quota: the rate holds.
+        assert_eq!(c.on_outcome(t + ms(5_100), &said(40)), Some(cut));
+        // 60 of 80 is 20 of the 40 really there: half of it, the whole step.
+        let up = c.on_outcome(t + ms(5_200), &said(60)).unwrap();
+        assert!((up - cut - r * 0.003).abs() < 1e-9, "{up} {cut} {r}");
+    }
+
+    #[test]
+    fn the_hinted_step_follows_the_share_of_the_quota_left() {
         let t = Timestamp::ZERO;
         let step = |remaining: u64, limit: Option<u64>| {
             let (mut c, r) = additive_only_after_a_cut(t);
@@ -612,9 +667,11 @@ mod tests {
                 .unwrap();
             (up - r) / (r * 0.003)
         };
-        // Half the limit or more to spare: the whole step.
+        // Half the limit to spare: the whole step; above it, up to ten
+        // times the step for a quota nobody uses.
         assert!((step(20, Some(40)) - 1.0).abs() < 1e-9);
-        assert!((step(40, Some(40)) - 1.0).abs() < 1e-9);
+        assert!((step(30, Some(40)) - 5.5).abs() < 1e-9);
+        assert!((step(40, Some(40)) - 10.0).abs() < 1e-9);
         // Below half, in proportion: 8 of 40 left is 40 % of the step.
         assert!(
             (step(8, Some(40)) - 0.4).abs() < 1e-9,

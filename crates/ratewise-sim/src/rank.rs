@@ -307,7 +307,74 @@ pub fn rank(e: &ExperimentResult) -> Vec<Ranked> {
 /// composed `Throttle`. Highlighted wherever it appears.
 pub const DEFAULT_STRATEGY: &str = "throttle";
 
-/// One line: the answer, the Pareto front and where the default landed.
+/// Strategies handed the server's quota by the scenario (a user calling an
+/// unknown API has no such number): they may answer, but the answer then
+/// also names the best strategy that learns the quota.
+pub const HANDED_THE_QUOTA: &[&str] = &["flood-guard"];
+
+/// What the default promises, in one line.
+pub const NEVER_DOMINATED: &str = "never dominated: no strategy that is not handed the \
+    server's quota beats the default on both avg retry rate and time to clear with one of \
+    them better by more than 10 % (or 1 point of retry rate)";
+
+/// Whether `a` (retry %, time to clear s) beats the default `d` as
+/// [`NEVER_DOMINATED`] forbids: no worse on both, and more than 10 % faster
+/// or more than one point of retry rate lower.
+pub fn beats_the_default(a: (f64, f64), d: (f64, f64)) -> bool {
+    a.0 <= d.0 && a.1 <= d.1 && (d.0 - a.0 > 1.0 || a.1 * 1.10 < d.1)
+}
+
+/// The strategies of `e` that break [`NEVER_DOMINATED`]: each with its avg
+/// retry rate and time to clear; empty when the default holds (or was not
+/// run).
+pub fn dominating_the_default(e: &ExperimentResult) -> Vec<(String, f64, f64)> {
+    let Some(d) = e.results.iter().find(|r| r.strategy == DEFAULT_STRATEGY) else {
+        return Vec::new();
+    };
+    let d = objectives(d);
+    e.results
+        .iter()
+        .filter(|r| {
+            r.strategy != DEFAULT_STRATEGY && !HANDED_THE_QUOTA.contains(&r.strategy.as_str())
+        })
+        .map(|r| (r.strategy.clone(), objectives(r)))
+        .filter(|(_, a)| beats_the_default(*a, d))
+        .map(|(n, (retry, clear))| (n, retry, clear))
+        .collect()
+}
+
+/// The retry rate (%) above which a strategy that learns the quota is not
+/// named as the one to use without it, when one at or below it exists.
+pub const LEARNER_MAX_RETRY_PCT: f64 = 5.0;
+
+/// The best strategy that is not handed the quota: on the Pareto front of
+/// those strategies (flagged never-waiting ones aside), the fastest to
+/// clear with at most [`LEARNER_MAX_RETRY_PCT`] retries; the best ranked of
+/// them when none is that low.
+pub fn best_learner<'a>(e: &ExperimentResult, ranked: &'a [Ranked]) -> Option<&'a Ranked> {
+    let learners: Vec<&Ranked> = ranked
+        .iter()
+        .filter(|r| !HANDED_THE_QUOTA.contains(&e.results[r.index].strategy.as_str()))
+        .filter(|r| !r.never_waits())
+        .collect();
+    let points: Vec<(f64, f64)> = learners
+        .iter()
+        .map(|r| objectives(&e.results[r.index]))
+        .collect();
+    let tiers = pareto_tiers(&points);
+    learners
+        .iter()
+        .zip(&points)
+        .zip(&tiers)
+        .filter(|((_, p), &t)| t == 1 && p.0 <= LEARNER_MAX_RETRY_PCT)
+        .min_by(|((_, a), _), ((_, b), _)| a.1.total_cmp(&b.1))
+        .map(|((r, _), _)| *r)
+        .or_else(|| learners.first().copied())
+}
+
+/// One line: the answer (and, when it is handed the server's quota, the
+/// best strategy that learns it), the Pareto front, where the default
+/// landed and whether it is never dominated here.
 pub fn answer(e: &ExperimentResult, ranked: &[Ranked]) -> String {
     let name = |r: &Ranked| e.results[r.index].strategy.as_str();
     let Some(best) = ranked.first() else {
@@ -318,7 +385,23 @@ pub fn answer(e: &ExperimentResult, ranked: &[Ranked]) -> String {
         .filter(|r| r.tier == 1 && !r.never_waits())
         .map(name)
         .collect();
-    let mut s = format!("Answer: use `{}`.", name(best));
+    let mut s = if HANDED_THE_QUOTA.contains(&name(best)) {
+        match best_learner(e, ranked) {
+            Some(learner) => format!(
+                "Answer: use `{}` if you know the server's quota (it is handed it); without it, \
+                 use `{}`, the best strategy that learns the quota (the fastest of their Pareto \
+                 front at ≤ {LEARNER_MAX_RETRY_PCT} % retries).",
+                name(best),
+                e.results[learner.index].strategy
+            ),
+            None => format!(
+                "Answer: use `{}` (it is handed the server's quota).",
+                name(best)
+            ),
+        }
+    } else {
+        format!("Answer: use `{}`.", name(best))
+    };
     if !front.is_empty() {
         s.push_str(&format!(" Pareto front: {}.", front.join(", ")));
     }
@@ -330,6 +413,13 @@ pub fn answer(e: &ExperimentResult, ranked: &[Ranked]) -> String {
                 ranked.len(),
                 d.tier
             ));
+        }
+        let beaten = dominating_the_default(e);
+        if beaten.is_empty() {
+            s.push_str(" It is never dominated here.");
+        } else {
+            let who: Vec<String> = beaten.iter().map(|(n, _, _)| format!("`{n}`")).collect();
+            s.push_str(&format!(" It is dominated here by {}.", who.join(", ")));
         }
     }
     s
@@ -354,6 +444,23 @@ mod tests {
             pareto_tiers(&[(5.0, f64::INFINITY), (5.0, 10.0)]),
             vec![2, 1]
         );
+    }
+
+    #[test]
+    fn beating_the_default_needs_both_axes_and_a_real_margin() {
+        let d = (4.0, 100.0);
+        assert!(
+            beats_the_default((2.9, 100.0), d),
+            "1.1 points fewer retries"
+        );
+        assert!(beats_the_default((4.0, 90.0), d), "more than 10 % faster");
+        assert!(
+            !beats_the_default((3.5, 95.0), d),
+            "better on both, but by little"
+        );
+        assert!(!beats_the_default((0.0, 101.0), d), "slower");
+        assert!(!beats_the_default((4.1, 10.0), d), "more retries");
+        assert!(!beats_the_default((1.0, f64::INFINITY), d), "never cleared");
     }
 
     #[test]

@@ -286,6 +286,15 @@ pub fn table_with(e: &ExperimentResult, spread: bool) -> String {
         "{}",
         wrap(&format!("Rule: {}.", rank::RULE), TABLE_WIDTH, 2)
     );
+    let _ = writeln!(
+        out,
+        "{}",
+        wrap(
+            &format!("The default is {}.", rank::NEVER_DOMINATED),
+            TABLE_WIDTH,
+            2
+        )
+    );
     let _ = writeln!(out);
     for (i, row) in rows.iter().enumerate() {
         let line: Vec<String> = row
@@ -1061,11 +1070,12 @@ pub fn html(e: &ExperimentResult) -> String {
     );
     let _ = write!(
         out,
-        "<h1>ratewise simulation: {}</h1><p>{}</p><p class=\"answer\"><strong>{}</strong></p><p class=\"rule\">Rule: {}.</p>",
+        "<h1>ratewise simulation: {}</h1><p>{}</p><p class=\"answer\"><strong>{}</strong></p><p class=\"rule\">Rule: {}.</p><p class=\"rule\">The default is {}: in Figure 1, no dot other than a strategy handed the quota lies below and to the left of the large black one by more than that margin.</p>",
         esc(&e.scenario.name),
         esc(&e.scenario.description),
         esc(&rank::answer(e, &ranked)),
-        esc(rank::RULE)
+        esc(rank::RULE),
+        esc(rank::NEVER_DOMINATED)
     );
     out.push_str("<figure id=\"decision\">");
     decision_chart(&mut out, e, &ranked);

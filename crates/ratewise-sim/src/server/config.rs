@@ -15,6 +15,7 @@ use crate::server::fixed_window::FixedWindowServer;
 use crate::server::heroku_bucket::HerokuBucket;
 use crate::server::limiter::{core_limiter, LimiterAlgorithm, LimiterServer};
 use crate::server::model::ServerModel;
+use crate::server::overstated::{OverstatedServer, Overstatement};
 use crate::server::shared::{BackgroundLoad, SharedServer};
 
 /// Builds a quota of `rate` per second with burst `burst`, mapping the core
@@ -66,6 +67,28 @@ pub enum ServerConfig {
         /// Whether the limiter starts with its burst available.
         #[serde(default = "default_true")]
         start_full: bool,
+    },
+    /// A core limiter whose headers over-state its quota by `factor`
+    /// (`RateLimit-Limit`, `-Remaining`, `-Reset`, and `Retry-After` on a
+    /// refusal unless `retry_after = false`).
+    Overstated {
+        /// The core algorithm that really admits.
+        algorithm: LimiterAlgorithm,
+        /// Sustained requests per second it admits.
+        rate_per_s: f64,
+        /// Burst size in requests it admits.
+        burst: u64,
+        /// Whether the limiter starts with its burst available.
+        #[serde(default = "default_true")]
+        start_full: bool,
+        /// How many times the real quota the headers advertise (≥ 1).
+        factor: f64,
+        /// `offset` (the extra is always "remaining") or `scaled`.
+        #[serde(default)]
+        overstatement: Overstatement,
+        /// Whether a refusal carries `Retry-After`.
+        #[serde(default = "default_true")]
+        retry_after: bool,
     },
     /// "N requests per W seconds" in fixed windows aligned to time zero, as
     /// Google-style per-100-seconds quotas are counted.
@@ -217,6 +240,28 @@ impl ServerConfig {
                 }
                 quota(*rate_per_s, *burst, "server.burst").map(|_| ())
             }
+            ServerConfig::Overstated {
+                algorithm,
+                rate_per_s,
+                burst,
+                start_full,
+                factor,
+                ..
+            } => {
+                if !(factor.is_finite() && *factor >= 1.0) {
+                    return Err(SimError::invalid(
+                        "server.factor",
+                        format!("must be a number of at least 1 (the headers over-state the quota), got {factor}"),
+                    ));
+                }
+                ServerConfig::Limiter {
+                    algorithm: *algorithm,
+                    rate_per_s: *rate_per_s,
+                    burst: *burst,
+                    start_full: *start_full,
+                }
+                .validate()
+            }
             ServerConfig::FixedWindow { limit, window_s } => {
                 positive(*window_s, "server.window_s")?;
                 if *limit == 0 {
@@ -315,6 +360,16 @@ impl ServerConfig {
                 burst,
                 ..
             } => format!("{algorithm:?} limiter: {rate_per_s}/s, burst {burst}"),
+            ServerConfig::Overstated {
+                algorithm,
+                rate_per_s,
+                burst,
+                factor,
+                overstatement,
+                ..
+            } => format!(
+                "{algorithm:?} limiter: {rate_per_s}/s, burst {burst}, headers over-state it {factor}x ({overstatement:?})"
+            ),
             ServerConfig::FixedWindow { limit, window_s } => {
                 format!("fixed window: {limit} per {window_s} s")
             }
@@ -389,6 +444,12 @@ impl ServerConfig {
             } => Some((refill_per_s, starting)),
             ServerConfig::DecreaseOnly { .. } => None,
             ServerConfig::Limiter {
+                rate_per_s,
+                burst,
+                start_full,
+                ..
+            }
+            | ServerConfig::Overstated {
                 rate_per_s,
                 burst,
                 start_full,
@@ -472,6 +533,25 @@ impl ServerConfig {
                 let q = quota(rate_per_s, burst, "server.burst")?;
                 let limiter = core_limiter(algorithm, q, start_full);
                 Box::new(LimiterServer::new(limiter, start_full))
+            }
+            ServerConfig::Overstated {
+                algorithm,
+                rate_per_s,
+                burst,
+                start_full,
+                factor,
+                overstatement,
+                retry_after,
+            } => {
+                let q = quota(rate_per_s, burst, "server.burst")?;
+                let limiter = core_limiter(algorithm, q, start_full);
+                Box::new(OverstatedServer::new(
+                    limiter,
+                    start_full,
+                    factor,
+                    overstatement,
+                    retry_after,
+                ))
             }
             ServerConfig::FixedWindow { limit, window_s } => {
                 Box::new(FixedWindowServer::new(window_quota(limit, window_s)?))

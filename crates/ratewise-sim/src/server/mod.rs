@@ -25,6 +25,7 @@ pub(crate) mod fixed_window;
 pub(crate) mod heroku_bucket;
 pub(crate) mod limiter;
 pub(crate) mod model;
+pub(crate) mod overstated;
 pub(crate) mod shared;
 mod stock;
 
@@ -35,4 +36,5 @@ pub use fixed_window::FixedWindowServer;
 pub use heroku_bucket::HerokuBucket;
 pub use limiter::{LimiterAlgorithm, LimiterServer};
 pub use model::{Response, ServerModel, Wire};
+pub use overstated::{OverstatedServer, Overstatement};
 pub use shared::{BackgroundLoad, SharedServer};
