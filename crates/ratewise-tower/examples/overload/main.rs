@@ -1,17 +1,18 @@
 //! Overload over real HTTP: a server with a real bottleneck (20 workers,
-//! 50 ms a request: 400 requests/s) behind no limiter, tower's fixed
+//! 100 ms a request: 200 requests/s) behind no limiter, tower's fixed
 //! `ConcurrencyLimit` (+ `LoadShed`) and ratewise's adaptive
 //! `ConcurrencyLimitLayer` (`Knee`), driven open loop by the same arrivals
-//! at 1.4× and 2× capacity and through a capacity halving (20 → 10
-//! workers under 1.4× demand, so 2.8× the capacity left).
+//! at 1.4× and 2× capacity, through a capacity halving (20 → 10 workers
+//! under 1.4× demand, so 2.8× the capacity left) and, for contrast, a
+//! scale-out (20 → 40 workers under 2× the first capacity).
 //!
 //! ```sh
 //! cargo run --release -p ratewise-tower --example overload
 //! ```
 //!
-//! The latency objective is 150 ms (three service times); callers give up
-//! after 300 ms. Two fixed limits are shown: 40 (the workers plus a queue
-//! as long again: 100 ms, within the objective at the start) and 20 (the
+//! The latency objective is 300 ms (three service times); callers give up
+//! after 600 ms. Two fixed limits are shown: 40 (the workers plus a queue
+//! as long again: 200 ms, within the objective at the start) and 20 (the
 //! workers, no queue). Every scenario starts fresh servers. Figures and
 //! their reading: `benches/README.md`.
 
@@ -24,8 +25,8 @@ use bottleneck::{app, serve, Guard, Pool};
 use open_loop::{drive, Plan, Score, Target};
 
 const WORKERS: usize = 20;
-const SERVICE: Duration = Duration::from_millis(50);
-const CAPACITY: f64 = WORKERS as f64 / 0.05;
+const SERVICE: Duration = Duration::from_millis(100);
+const CAPACITY: f64 = WORKERS as f64 / 0.1;
 
 async fn targets(guards: &[Guard]) -> Vec<Target> {
     let mut out = Vec::new();
@@ -77,8 +78,8 @@ async fn main() {
         lead: Duration::ZERO,
         scored: Duration::from_secs(6),
         change: None,
-        deadline: Duration::from_millis(300),
-        objective: Duration::from_millis(150),
+        deadline: Duration::from_millis(600),
+        objective: Duration::from_millis(300),
         capacity: CAPACITY,
     };
     let scenarios = [
@@ -96,6 +97,16 @@ async fn main() {
                 lead: Duration::from_secs(3),
                 change: Some((WORKERS / 2, SERVICE)),
                 capacity: CAPACITY / 2.0,
+                ..base.clone()
+            },
+        ),
+        (
+            "capacity doubles (20 → 40 workers) under 2× demand; scored after the scale-out",
+            Plan {
+                rate: 2.0 * CAPACITY,
+                lead: Duration::from_secs(3),
+                change: Some((WORKERS * 2, SERVICE)),
+                capacity: CAPACITY * 2.0,
                 ..base.clone()
             },
         ),
