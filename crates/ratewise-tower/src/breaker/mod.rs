@@ -11,7 +11,7 @@
 //! use tower::{BoxError, ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn main() -> Result<(), BoxError> {
 //! let breaker = CircuitBreakerLayer::new(BreakerConfig::default().consecutive_failures(2))?;
 //! let svc = ServiceBuilder::new().layer(breaker.clone()).service_fn(|_req: Request<String>| async {
 //!     let mut res = Response::new(String::new());
