@@ -33,6 +33,8 @@
 //! without one it gets `503` and `Retry-After` at once. A `5xx`, `429` or
 //! error completes the permit as a drop, anything else as a success with its
 //! latency; a dropped future frees its slot. Clones share one limiter.
+//! A shed response carries [`LocalRefusal`] in its extensions, and
+//! [`ConcurrencyLimitLayer::health`] reports the share shed.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -44,10 +46,13 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use ratewise::concurrency::{Completion, ConcurrencyLimiter, LimitAlgorithm, Permit, Priority};
+use ratewise::striped::StripedCounter;
 use ratewise::{Clock, MonotonicClock};
 use tower::{Layer, Service};
 
 use crate::body::ReplyBody;
+use crate::observe::Health;
+use crate::refusal::LocalRefusal;
 
 type PriorityFn = Arc<dyn Fn(&http::request::Parts) -> Priority + Send + Sync>;
 
@@ -56,6 +61,15 @@ struct Settings {
     clock: Arc<dyn Clock>,
     retry_after: Duration,
     priority: Option<PriorityFn>,
+    alert_above: f64,
+    counts: Arc<Counts>,
+}
+
+/// Requests admitted and shed, shared by every clone.
+#[derive(Default)]
+struct Counts {
+    admitted: StripedCounter,
+    shed: StripedCounter,
 }
 
 /// A tower layer that sheds load above an adaptive concurrency limit; see
@@ -87,6 +101,8 @@ impl<A: LimitAlgorithm + 'static> ConcurrencyLimitLayer<A> {
                 clock: Arc::new(MonotonicClock::new()),
                 retry_after: Duration::from_secs(1),
                 priority: None,
+                alert_above: crate::observe::DEFAULT_ALERT_RATIO,
+                counts: Arc::default(),
             }),
         }
     }
@@ -96,6 +112,8 @@ impl<A: LimitAlgorithm + 'static> ConcurrencyLimitLayer<A> {
             clock: Arc::clone(&self.settings.clock),
             retry_after: self.settings.retry_after,
             priority: self.settings.priority.clone(),
+            alert_above: self.settings.alert_above,
+            counts: Arc::clone(&self.settings.counts),
         };
         f(&mut settings);
         ConcurrencyLimitLayer {
@@ -121,6 +139,24 @@ impl<A: LimitAlgorithm + 'static> ConcurrencyLimitLayer<A> {
         f: impl Fn(&http::request::Parts) -> Priority + Send + Sync + 'static,
     ) -> Self {
         self.with(|s| s.priority = Some(Arc::new(f)))
+    }
+
+    /// The refusal ratio above which [`health`](Self::health) raises its
+    /// alert (default 0.5).
+    pub fn alert_above(self, ratio: f64) -> Self {
+        self.with(|s| s.alert_above = ratio)
+    }
+
+    /// Requests admitted and shed so far, and whether the share shed is
+    /// above the alert threshold.
+    pub fn health(&self) -> Health {
+        let c = &self.settings.counts;
+        Health::new(
+            "concurrency_limit",
+            c.admitted.sum(),
+            c.shed.sum(),
+            self.settings.alert_above,
+        )
     }
 
     /// The current limit.
@@ -186,6 +222,7 @@ fn shed<B: ReplyBody>(retry_after: Duration) -> Response<B> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    res.extensions_mut().insert(LocalRefusal);
     res
 }
 
@@ -211,7 +248,13 @@ where
             .priority
             .as_ref()
             .map_or(Priority::Critical, |f| f(&parts));
-        match self.limiter.try_acquire_as(now, priority) {
+        let acquired = self.limiter.try_acquire_as(now, priority);
+        let counts = &self.settings.counts;
+        match &acquired {
+            None => counts.shed.add(1),
+            Some(_) => counts.admitted.add(1),
+        }
+        match acquired {
             None => ConcurrencyFuture {
                 state: Inner::Shed {
                     retry_after: Some(self.settings.retry_after),

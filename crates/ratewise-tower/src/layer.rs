@@ -20,7 +20,9 @@ use tower::{Layer, Service};
 use crate::body::ReplyBody;
 use crate::key::Scope;
 use crate::key::{FoundKey, Key, KeyRef, KeySource, MissingKey, RequestInfo};
-use crate::observe::{BackendStatus, LayerMetrics, PolicyStatus, SetStatus, Status, WarnGate};
+use crate::observe::{
+    BackendStatus, Health, LayerMetrics, PolicyStatus, SetStatus, Status, WarnGate,
+};
 use crate::policy::{Policy, PolicyRuntime, PolicySet, Refusal};
 use crate::problem;
 use crate::verdict::{PolicyState, ReadyHeaders, Verdict, MAX_POLICIES};
@@ -173,6 +175,7 @@ pub struct RateLimitLayerBuilder {
     backend: Option<(Box<dyn DynBackend>, String, Quota)>,
     on_error: BackendFailure,
     warn_interval: Duration,
+    alert_above: f64,
 }
 
 impl std::fmt::Debug for RateLimitLayerBuilder {
@@ -326,6 +329,14 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// The refusal ratio above which the [status](RateLimitHandle::status)
+    /// flags a policy (`alert: true`; default 0.5, see
+    /// [`observe::Health`](crate::observe::Health)).
+    pub fn refusal_alert(mut self, ratio: f64) -> Self {
+        self.alert_above = ratio;
+        self
+    }
+
     /// Builds the layer.
     ///
     /// # Errors
@@ -386,6 +397,7 @@ impl RateLimitLayerBuilder {
                 degraded: AtomicU64::new(0),
                 metrics: LayerMetrics::default(),
                 warn: WarnGate::new(self.warn_interval),
+                alert_above: self.alert_above,
             }),
         })
     }
@@ -458,6 +470,7 @@ pub(crate) struct Shared {
     degraded: AtomicU64,
     metrics: LayerMetrics,
     warn: WarnGate,
+    alert_above: f64,
 }
 
 thread_local! {
@@ -591,16 +604,21 @@ impl Shared {
                         .all_policies()
                         .map(|p| {
                             let q = p.quota();
+                            let (admitted, refused) = (p.admitted.sum(), p.refused.sum());
+                            let health =
+                                Health::new("rate_limit", admitted, refused, self.alert_above);
                             PolicyStatus {
                                 name: p.name.to_string(),
                                 scope: p.scope,
                                 quota: q.burst(),
                                 window_secs: q.window().as_secs_f64(),
                                 keys_tracked: p.store.as_ref().map(|s| s.keys()),
-                                admitted: p.admitted.sum(),
-                                refused: p.refused.sum(),
+                                admitted,
+                                refused,
                                 shadow_refused: p.shadow_refused.sum(),
                                 shadow: s.shadows.iter().any(|x| Arc::ptr_eq(x, p)),
+                                refusal_ratio: health.refusal_ratio,
+                                alert: health.alert,
                             }
                         })
                         .collect(),
@@ -659,6 +677,7 @@ impl RateLimitLayer {
             backend: None,
             on_error: BackendFailure::Admit,
             warn_interval: Duration::from_secs(1),
+            alert_above: crate::observe::DEFAULT_ALERT_RATIO,
         }
     }
 

@@ -35,13 +35,16 @@
 //! `RESOURCE_EXHAUSTED`). Clones share one set of limiters; a policy may be
 //! decided by Redis ([`RateLimitLayerBuilder::backend`]). [`RateLimitHandle`] changes
 //! quotas, shadow mode and the kill switch at run time; [`observe`] lists
-//! the metrics. [`concurrency`] holds an adaptive concurrency limit; on the
+//! the metrics. [`concurrency`] holds an adaptive concurrency limit and
+//! [`breaker`] a circuit breaker (the stack they make with the rate limit
+//! and a timeout is in the README); on the
 //! client side, [`ThrottleLayer`] paces and retries calls and
 //! [`ClientConcurrencyLayer`] caps the calls in flight to a dependency.
 
 #![warn(missing_docs)]
 
 mod body;
+pub mod breaker;
 pub mod client_concurrency;
 pub mod client_throttle;
 pub mod concurrency;
@@ -51,6 +54,7 @@ mod layer;
 pub mod observe;
 mod policy;
 pub mod problem;
+mod refusal;
 mod verdict;
 
 pub use body::{RateLimitBody, ReplyBody};
@@ -66,4 +70,5 @@ pub use layer::{
     ResponseFuture, Route, UnknownPolicy, MAX_NAME_LEN,
 };
 pub use policy::{Policy, DEFAULT_MAX_KEYS};
+pub use refusal::LocalRefusal;
 pub use verdict::{PolicyState, Verdict, MAX_POLICIES};

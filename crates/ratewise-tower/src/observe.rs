@@ -145,6 +145,49 @@ impl WarnGate {
     }
 }
 
+/// The refusal ratio above which a layer's [`Health`] raises its alert,
+/// unless configured otherwise.
+pub const DEFAULT_ALERT_RATIO: f64 = 0.5;
+
+/// One protection layer's refusals since it was built, for operators: a
+/// ratio above the layer's alert threshold means the layer is turning
+/// away a large share of the work (the dependency fails, or demand is
+/// above capacity) and someone should look. Two snapshots subtracted give
+/// the figures over an interval.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Health {
+    /// `rate_limit`, `circuit_breaker` or `concurrency_limit`.
+    pub layer: &'static str,
+    /// Requests let through.
+    pub admitted: u64,
+    /// Requests refused.
+    pub refused: u64,
+    /// `refused / (admitted + refused)`; 0 before the first request.
+    pub refusal_ratio: f64,
+    /// The ratio is above the layer's threshold.
+    pub alert: bool,
+}
+
+impl Health {
+    /// The health of a layer that let `admitted` through and refused
+    /// `refused`, alerting above `alert_above`.
+    pub fn new(layer: &'static str, admitted: u64, refused: u64, alert_above: f64) -> Self {
+        let total = admitted + refused;
+        let refusal_ratio = if total == 0 {
+            0.0
+        } else {
+            refused as f64 / total as f64
+        };
+        Health {
+            layer,
+            admitted,
+            refused,
+            refusal_ratio,
+            alert: refusal_ratio > alert_above,
+        }
+    }
+}
+
 /// A point-in-time view of the limiter, for a health or status endpoint
 /// (`serde_json::to_string(&handle.status())`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -191,6 +234,11 @@ pub struct PolicyStatus {
     /// A [dark-launched](crate::Policy::shadow) policy: counted, never
     /// enforced.
     pub shadow: bool,
+    /// `refused / (admitted + refused)` since the layer was built.
+    pub refusal_ratio: f64,
+    /// The refusal ratio is above the layer's threshold
+    /// ([`RateLimitLayerBuilder::refusal_alert`](crate::RateLimitLayerBuilder::refusal_alert)).
+    pub alert: bool,
 }
 
 /// The backend in a [`Status`].

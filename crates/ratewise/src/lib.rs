@@ -48,6 +48,7 @@
 mod algorithms;
 pub mod backend;
 pub mod borrowing;
+pub mod breaker;
 #[cfg(feature = "concurrency")]
 #[cfg_attr(docsrs, doc(cfg(feature = "concurrency")))]
 pub mod concurrency;
