@@ -336,7 +336,13 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
                     finished: false,
                     succeeded: false,
                 });
-                attempt(calls.len() - 1, &mut rng, &mut ev, &mut calls, &mut requests);
+                attempt(
+                    calls.len() - 1,
+                    &mut rng,
+                    &mut ev,
+                    &mut calls,
+                    &mut requests,
+                );
             }
             Kind::Retry => attempt(e.id, &mut rng, &mut ev, &mut calls, &mut requests),
             Kind::Workers => {
@@ -438,9 +444,7 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         .enumerate()
         .map(|(sec, &n)| {
             let from = sec as u64 * 1000;
-            let capacity: f64 = (0..10)
-                .map(|k| s.capacity_at(from + k * 100) * 0.1)
-                .sum();
+            let capacity: f64 = (0..10).map(|k| s.capacity_at(from + k * 100) * 0.1).sum();
             from < s.duration_ms && n as f64 > capacity
         })
         .collect();
@@ -538,7 +542,13 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         by_tenant[c.tenant].0 += 1;
         by_tenant[c.tenant].1 += u64::from(c.succeeded);
     }
-    let rate = |(n, ok): (u64, u64)| if n == 0 { f64::NAN } else { ok as f64 / n as f64 };
+    let rate = |(n, ok): (u64, u64)| {
+        if n == 0 {
+            f64::NAN
+        } else {
+            ok as f64 / n as f64
+        }
+    };
     let mut by_priority: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
     for (t, &(n, ok)) in tenants.iter().zip(&by_tenant) {
         let e = by_priority.entry(t.priority.name()).or_default();
@@ -558,8 +568,7 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         calls: calls.len() as u64,
         arrived,
         goodput_within_objective_per_s: good_objective as f64 / duration_s,
-        goodput_within_objective_share: good_objective as f64
-            / usable(0, s.duration_ms).max(1.0),
+        goodput_within_objective_share: good_objective as f64 / usable(0, s.duration_ms).max(1.0),
         p99_overloaded_ms,
         p999_overloaded_ms,
         overloaded_s,

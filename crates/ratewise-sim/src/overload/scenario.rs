@@ -231,16 +231,15 @@ impl OverloadScenario {
     /// # Errors
     /// [`SimError::Scenario`] for bad TOML or an out-of-range value.
     pub fn parse(src: &str, file: &str) -> Result<Self, SimError> {
-        let located = |line: Option<usize>, field: Option<String>, message: String| {
-            SimError::Scenario {
+        let located =
+            |line: Option<usize>, field: Option<String>, message: String| SimError::Scenario {
                 location: Location {
                     file: file.to_owned(),
                     line,
                     field,
                 },
                 message,
-            }
-        };
+            };
         let s: OverloadScenario = toml::from_str(src).map_err(|e| {
             let line = e
                 .span()
@@ -350,7 +349,10 @@ impl OverloadScenario {
 
     /// Every shipped server-side scenario.
     pub fn all() -> Vec<OverloadScenario> {
-        BUILT_IN.iter().map(|(n, src)| Self::shipped(n, src)).collect()
+        BUILT_IN
+            .iter()
+            .map(|(n, src)| Self::shipped(n, src))
+            .collect()
     }
 
     fn shipped(name: &str, src: &str) -> OverloadScenario {
@@ -507,7 +509,9 @@ mod tests {
     #[test]
     fn errors_name_the_line_and_field() {
         let src = "name = \"x\"\ndescription = \"y\"\nworkers = 0\n[arrivals]\nkind = \"poisson\"\nper_s = 10.0\n";
-        let e = OverloadScenario::parse(src, "f.toml").unwrap_err().to_string();
+        let e = OverloadScenario::parse(src, "f.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("f.toml:3: field `workers`"), "{e}");
         let e = OverloadScenario::parse("name = \"x\"\nbogus = 1\n", "f.toml")
             .unwrap_err()
