@@ -261,12 +261,14 @@ pub fn html(runs: &[(OverloadScenario, Vec<OverloadResult>)]) -> String {
     for (s, results) in runs {
         let _ = write!(
             out,
-            "<h2>{}</h2><p>{}; capacity {:.0}/s, no-load p99 {:.0} ms.</p><pre>{}</pre><div class=\"charts\">",
+            "<h2>{}</h2><p>{}; capacity {:.0}/s, no-load p99 {:.0} ms, objective {:.0} ms.</p><pre>{}</pre><p class=\"legend\">{}</p><div class=\"charts\">",
             esc(&s.name),
             esc(&s.description),
             s.capacity_per_s(),
             s.no_load_p99_ms(),
-            esc(&table(results))
+            s.objective_ms(),
+            esc(&table(results)),
+            esc(LEGEND)
         );
         for r in results {
             out.push_str(&timeline_svg(s, r));
