@@ -199,6 +199,27 @@ fn timeline_svg(s: &OverloadScenario, r: &OverloadResult) -> String {
         r##"<polyline class="series inflight" points="{}" fill="none" stroke="#2a9d5c" stroke-width="1.5"/>"##,
         line(pts)
     );
+    // Goodput within the objective, each second's share of the capacity
+    // there was to use, on the left axis's scale with 100 % at its top.
+    let pts: Vec<(f64, f64)> = r
+        .goodput_timeline
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.is_finite())
+        .map(|(i, g)| {
+            (
+                x(i as f64 + 1.0),
+                top + ph * (1.0 - g.clamp(0.0, 1.2) / 1.2),
+            )
+        })
+        .collect();
+    if pts.len() > 1 {
+        let _ = write!(
+            svg,
+            r##"<polyline class="series goodput" points="{}" fill="none" stroke="#7b3fa0" stroke-width="1.5"/>"##,
+            line(pts)
+        );
+    }
     // A second none of whose arrivals was answered by the end of the run
     // has no latency to draw (its requests are still queued): the line
     // breaks there instead of falling to zero.
@@ -255,7 +276,7 @@ pub fn html(runs: &[(OverloadScenario, Vec<OverloadResult>)]) -> String {
 <style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}pre{background:#f6f6f6;padding:1em;overflow:auto}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.legend span{margin-right:1.5em}</style></head><body>
 <h1>Admission control under overload</h1>
-<p class="legend"><span style="color:#1f4e9c">━ limit</span><span style="color:#2a9d5c">━ in flight</span><span style="color:#b5651d">╍ p99 latency of each second's arrivals (right axis)</span><span style="color:#e9a">━ 2 × no-load p99 of the server in force</span><span style="color:#d55">┆ capacity or latency change</span></p>
+<p class="legend"><span style="color:#1f4e9c">━ limit</span><span style="color:#2a9d5c">━ in flight</span><span style="color:#7b3fa0">━ goodput within the objective, share of the usable capacity (plot height = 120 %)</span><span style="color:#b5651d">╍ p99 latency of each second's arrivals (right axis)</span><span style="color:#e9a">━ 2 × no-load p99 of the server in force</span><span style="color:#d55">┆ capacity or latency change</span></p>
 "#,
     );
     for (s, results) in runs {

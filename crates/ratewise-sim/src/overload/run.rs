@@ -93,6 +93,11 @@ pub struct OverloadResult {
     /// end of the run; the limit is NaN without a controller).
     #[serde(skip)]
     pub timeline: Vec<(f64, f64, f64, f64)>,
+    /// One point a second: the goodput within the objective of the second
+    /// ending then (by response time), as a share of the capacity there was
+    /// to use in it.
+    #[serde(skip)]
+    pub goodput_timeline: Vec<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -534,6 +539,19 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         let mean = window.iter().sum::<f64>() / window.len() as f64;
         (max - min) / mean.max(1e-9)
     };
+    let per_bin_s = (1000 / BIN_MS) as usize;
+    let goodput_timeline = (0..(s.duration_ms / 1000) as usize)
+        .map(|sec| {
+            let from = sec * per_bin_s;
+            let got: u64 = objective_bins[from..from + per_bin_s].iter().sum();
+            let there = usable(sec as u64 * 1000, (sec as u64 + 1) * 1000);
+            if there > 0.0 {
+                got as f64 / there
+            } else {
+                f64::NAN
+            }
+        })
+        .collect();
     let last_from = s.duration_ms.saturating_sub(10_000);
     let last_good: u64 = objective_bins[(last_from / BIN_MS) as usize..].iter().sum();
     // Calls per tenant and class: (finished, succeeded).
@@ -598,6 +616,7 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         recovery_s,
         oscillation,
         timeline,
+        goodput_timeline,
     }
 }
 
