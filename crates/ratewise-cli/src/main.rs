@@ -65,13 +65,19 @@ enum Command {
     /// Server side: compare admission controllers (adaptive concurrency
     /// limits) in front of a server whose capacity moves.
     Overload {
-        /// A server-side scenario: steady-overload, capacity-halving,
-        /// latency-spike or bursty; all of them when omitted.
+        /// A shipped server-side scenario (steady-overload, capacity-halving,
+        /// latency-spike, bursty, step-1.4x, step-2x, scale-out, fleet-loss,
+        /// retry-storm, priorities) or a path to a scenario .toml file; all
+        /// shipped ones when omitted.
         #[arg(long)]
         scenario: Option<String>,
         /// The seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Print one JSON array (an object per scenario with every
+        /// controller's figures) instead of the tables.
+        #[arg(long)]
+        json: bool,
         /// Also write a self-contained HTML page charting each controller's
         /// limit, in-flight count and p99 latency over time.
         #[arg(long)]
@@ -223,49 +229,64 @@ fn list(out: &mut impl Write, rows: &[(&str, &str)]) -> io::Result<()> {
     Ok(())
 }
 
+/// `ratewise overload`: every controller on each scenario, as tables or
+/// JSON, and the HTML page when asked.
+fn overload(
+    scenario: Option<String>,
+    seed: u64,
+    json: bool,
+    report_path: Option<&Path>,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    use ratewise_sim::overload::{self, Controller, OverloadScenario};
+    // Opened first: a path that cannot be written costs no run.
+    let report = report_path.map(ReportFile::create).transpose()?;
+    let scenarios = match scenario {
+        None => OverloadScenario::all(),
+        Some(name) => vec![OverloadScenario::load(&name).map_err(|e| match e {
+            SimError::UnknownScenario(_) => CliError::Usage(format!(
+                "--scenario {name}: no such server-side scenario or file (there are: {})",
+                overload::BUILT_IN
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            other => CliError::Sim(other),
+        })?],
+    };
+    let mut runs = Vec::new();
+    for s in scenarios {
+        let results: Vec<_> = Controller::ALL
+            .iter()
+            .map(|&c| overload::run(&s, c, seed))
+            .collect();
+        if !json {
+            writeln!(out, "{}", overload::text_report(&s, &results))?;
+        }
+        runs.push((s, results));
+    }
+    if let Some(report) = report {
+        report.write(&overload::html(&runs))?;
+    }
+    if json {
+        let all: Vec<_> = runs.iter().map(|(s, r)| overload::json(s, r)).collect();
+        writeln!(out, "{}", serde_json::Value::Array(all))?;
+    } else {
+        writeln!(out, "{}", overload::LEGEND)?;
+    }
+    Ok(())
+}
+
 fn run(cli: Cli, out: &mut impl Write) -> Result<(), CliError> {
     match cli.command {
         Command::Call(args) => call::run(args, out).map_err(CliError::Call),
         Command::Overload {
             scenario,
             seed,
+            json,
             report: report_path,
-        } => {
-            // Opened first: a path that cannot be written costs no run.
-            let report = report_path.as_deref().map(ReportFile::create).transpose()?;
-            use ratewise_sim::overload::{self, Controller, OverloadScenario};
-            let scenarios = match scenario {
-                None => OverloadScenario::all(),
-                Some(name) => vec![OverloadScenario::by_name(&name).ok_or_else(|| {
-                    let names: Vec<&str> = OverloadScenario::all().iter().map(|s| s.name).collect();
-                    CliError::Usage(format!(
-                        "--scenario {name}: no such server-side scenario (there are: {})",
-                        names.join(", ")
-                    ))
-                })?],
-            };
-            let mut runs = Vec::new();
-            for s in scenarios {
-                let results: Vec<_> = Controller::ALL
-                    .iter()
-                    .map(|&c| overload::run(&s, c, seed))
-                    .collect();
-                writeln!(out, "{}", overload::text_report(&s, &results))?;
-                runs.push((s, results));
-            }
-            if let Some(report) = report {
-                report.write(&overload::html(&runs))?;
-            }
-            writeln!(
-                out,
-                "Goodput: responses within the client timeout. Share: of the capacity available. \
-                 Refused: at admission (503). TimedOut: of admitted. p50 of successes, p99 of all \
-                 admitted (lower is better). Recovery: seconds after each change until p99 is \
-                 within 2x the no-load p99 of the server in force. Swing: the limit's (max-min)/mean \
-                 in steady state."
-            )?;
-            Ok(())
-        }
+        } => overload(scenario, seed, json, report_path.as_deref(), out),
         Command::Strategies => {
             let rows: Vec<(&str, &str)> = strategies::ALL
                 .iter()

@@ -48,8 +48,13 @@ use crate::time::Timestamp;
 ///   above it, the limit grows by `√limit / 2` per window, scaled by the
 ///   share of the room `headroom × F` still left above `r` (from the full
 ///   step at `B` down to half of it near the target, so the limit settles
-///   instead of overshooting), but only if the window used at least 90 % of
-///   the limit (an idle client does not inflate its limit).
+///   instead of overshooting). While `r` is in the lower half of that room
+///   (no queue to speak of), it also grows by up to an eighth of itself
+///   (all of it at `B`, none at half the room): a knee that moved far away
+///   (a slower dependency, more workers) is reached in a few windows, not
+///   dozens of `√limit` steps that each refuse work the server could do.
+///   Growth needs a window that used at least 90 % of the limit (an idle
+///   client does not inflate its limit).
 /// * **Cut.** When `r` exceeds the target by more than two standard errors
 ///   of the window's mean (noise is not a signal), the limit is multiplied by
 ///   `√(target / r)` (at least ½): half the proportional step in log terms,
@@ -146,6 +151,8 @@ const TEST_FALL: f64 = 0.1;
 const BASELINE_DOWN: f64 = 0.1;
 /// Standard errors by which a window's mean must exceed the target to cut.
 const SIGNIFICANT: f64 = 2.0;
+/// The most a window with no queue grows the limit by, as a share of it.
+const FAST_GROWTH: f64 = 0.125;
 /// The cut after a window with a loss.
 const LOSS_BACKOFF: f64 = 0.8;
 
@@ -255,7 +262,14 @@ impl Knee {
                 // The full step while the latency has most of its room left,
                 // down to half of it near the target.
                 let left = 1.0 - (r - base) / room.max(f64::MIN_POSITIVE);
-                let next = self.limit + super::clamp(left, 0.5, 1.0) * self.limit.sqrt() / 2.0;
+                // While the latency is in the lower half of its room (no
+                // queue to speak of), also grow by a share of the limit, up
+                // to an eighth of it: the knee moved away (a slower
+                // dependency, more workers) and every window spent climbing
+                // to it in √limit steps refuses work the server could do.
+                let fast = super::clamp(2.0 * left - 1.0, 0.0, 1.0) * FAST_GROWTH * self.limit;
+                let next =
+                    self.limit + super::clamp(left, 0.5, 1.0) * self.limit.sqrt() / 2.0 + fast;
                 self.limit = super::clamp(next, self.min, self.max);
             }
         }
@@ -320,42 +334,45 @@ mod tests {
     fn worked_trace_grow_cut_and_relearn() {
         let mut k = Knee::new(25, 4, 200);
         // First window: 20 ms, the limit used. It becomes the baseline and,
-        // within the target (25 ms), the limit grows by √25 / 2 = 2.5.
+        // with no queue at all (all the room left), the limit grows by
+        // √25 / 2 = 2.5 plus an eighth of itself, 3.125.
         let t = window(&mut k, 0, 20, 25);
         assert_eq!(k.baseline(), Some(Duration::from_millis(20)));
-        assert!((k.limit - 27.5).abs() < 1e-9, "{}", k.limit);
+        let first = 25.0 + 2.5 + 3.125;
+        assert!((k.limit - first).abs() < 1e-9, "{}", k.limit);
         // A window that did not use the limit: no growth.
         let t = window(&mut k, t, 20, 10);
-        assert!((k.limit - 27.5).abs() < 1e-9);
+        assert!((k.limit - first).abs() < 1e-9);
         // Latency doubles (40 ms): cut by √(target / r) = √(25 / 40), and
         // a new epoch: only requests admitted from now on judge the cut.
         let g = (25.0f64 / 40.0).sqrt();
         let epoch = k.epoch();
         let t = window(&mut k, t, 40, 27);
-        assert!((k.limit - 27.5 * g).abs() < 1e-9, "{}", k.limit);
+        assert!((k.limit - first * g).abs() < 1e-9, "{}", k.limit);
         assert_eq!(k.epoch(), epoch + 1);
         // A late answer to a request admitted before the cut is not counted.
         k.on_sample(sample(t, 90, 27, false));
         assert_eq!(k.window.count, 0);
-        // Still 40 ms: cut again, to 62.5 % of where the cuts began (27.5),
-        // under the 70 % of the test.
+        // Still 40 ms: cut again, to 62.5 % of where the cuts began, under
+        // the 70 % of the test.
         let t = window(&mut k, t, 40, 21);
-        let cut = 27.5 * g * g;
+        let cut = first * g * g;
         assert!((k.limit - cut).abs() < 1e-9, "{}", k.limit);
         // The next window finds the latency where it was: the server, not a
         // queue. The baseline is learnt again at 40 ms, and the latest cut,
         // which did not lower the latency, is undone.
         let t = window(&mut k, t, 40, 17);
         assert_eq!(k.baseline(), Some(Duration::from_millis(40)));
-        let undone = 27.5 * g;
+        let undone = first * g;
         assert!((k.limit - undone).abs() < 1e-9, "{}", k.limit);
-        // From there it grows back at the new latency, by the full step: the
-        // target is 40 ms plus a quarter of the fastest no-queue latency
-        // seen (20 ms), and a 40 ms window has all that room left.
+        // From there it grows back at the new latency, by the full step and
+        // an eighth of itself: the target is 40 ms plus a quarter of the
+        // fastest no-queue latency seen (20 ms), and a 40 ms window has all
+        // that room left.
         let used = k.limit() + 1;
         window(&mut k, t, 40, used);
         assert!(
-            (k.limit - (undone + undone.sqrt() / 2.0)).abs() < 1e-9,
+            (k.limit - (undone + undone.sqrt() / 2.0 + 0.125 * undone)).abs() < 1e-9,
             "{}",
             k.limit
         );
@@ -364,21 +381,25 @@ mod tests {
     #[test]
     fn the_step_shrinks_near_the_target() {
         // Baseline 20 ms, target 25 ms: a 24 ms window has a fifth of its
-        // room left and grows by half the step (the least), a 22 ms window
-        // by 60 % of it.
+        // room left and grows by half the step (the least) and nothing more
+        // (the latency is past half its room); a 22 ms window by 60 % of the
+        // step plus a fifth of an eighth of the limit (60 % of the room
+        // left is a fifth of the way from half to all of it).
         let mut k = Knee::new(25, 4, 200);
         let t = window(&mut k, 0, 20, 25);
         let l = k.limit;
-        let t = window(&mut k, t, 24, 27);
+        let used = k.limit();
+        let t = window(&mut k, t, 24, used);
         assert!(
             (k.limit - (l + 0.5 * l.sqrt() / 2.0)).abs() < 1e-9,
             "{}",
             k.limit
         );
         let l = k.limit;
-        window(&mut k, t, 22, 28);
+        let used = k.limit();
+        window(&mut k, t, 22, used);
         assert!(
-            (k.limit - (l + 0.6 * l.sqrt() / 2.0)).abs() < 1e-9,
+            (k.limit - (l + 0.6 * l.sqrt() / 2.0 + 0.2 * 0.125 * l)).abs() < 1e-9,
             "{}",
             k.limit
         );

@@ -53,7 +53,11 @@ pub struct Sample {
     pub now: Timestamp,
     /// How long it took, from acquiring the permit to completing it.
     pub rtt: Duration,
-    /// Requests in flight when it started, itself included.
+    /// Requests in flight when it started, itself included. For a request of
+    /// a class below [`Priority::Critical`] it is scaled by the class's cap
+    /// ([`Priority::share`]): a class that found its share of the limit full
+    /// reports a full limit, so a controller that grows only when its limit
+    /// is used sees the demand the lower classes were refused for.
     pub inflight: usize,
     /// Whether it was dropped: a sign of overload (429, 503, timeout).
     pub dropped: bool,
@@ -176,6 +180,9 @@ pub struct Permit {
     release: Option<Arc<dyn Release>>,
     started: Timestamp,
     inflight: usize,
+    /// `inflight` as the controller sees it: scaled to the limit for a
+    /// lower class (see [`Sample::inflight`]).
+    used: usize,
     epoch: u64,
 }
 
@@ -253,6 +260,14 @@ impl<A: LimitAlgorithm + 'static> ConcurrencyLimiter<A> {
         }
         s.inflight += 1;
         let inflight = s.inflight;
+        let limit = s.algorithm.limit();
+        let used = if cap >= limit {
+            inflight
+        } else {
+            // The class's in-flight count relative to its cap, on the
+            // limit's scale.
+            (inflight * limit).div_ceil(cap.max(1))
+        };
         let epoch = s.algorithm.epoch();
         drop(s);
         let release: Arc<dyn Release> = self.shared.clone();
@@ -260,6 +275,7 @@ impl<A: LimitAlgorithm + 'static> ConcurrencyLimiter<A> {
             release: Some(release),
             started: now,
             inflight,
+            used,
             epoch,
         })
     }
@@ -277,7 +293,7 @@ impl<A: LimitAlgorithm + 'static> ConcurrencyLimiter<A> {
         let sample = Sample {
             now,
             rtt: now.saturating_duration_since(permit.started),
-            inflight: permit.inflight,
+            inflight: permit.used,
             dropped: completion == Completion::Dropped,
             epoch: permit.epoch,
         };
