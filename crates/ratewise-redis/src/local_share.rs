@@ -48,16 +48,8 @@ impl std::fmt::Debug for LocalShare {
 /// `quota` divided among `instances`: the emission interval multiplied, the
 /// burst divided (rounded down, at least 1).
 fn share_of(quota: Quota, instances: u32) -> Result<Quota, QuotaError> {
-    let instances = u64::from(instances.max(1));
-    let emission = quota
-        .emission_nanos()
-        .checked_mul(instances)
-        .ok_or(QuotaError::TooLarge {
-            what: "emission interval × instances",
-            got: instances,
-            limit: u64::MAX / quota.emission_nanos(),
-        })?;
-    Quota::from_parts(emission, (quota.burst() / instances).max(1))
+    let n = u64::from(instances.max(1));
+    quota.divided(n, (quota.burst() / n).max(1))
 }
 
 impl LocalShare {

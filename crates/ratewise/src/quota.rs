@@ -197,6 +197,27 @@ impl Quota {
         q
     }
 
+    /// The rate divided by `n` (the emission interval multiplied by `n`;
+    /// 0 counts as 1) with `burst`: one part of a quota split `n` ways, as
+    /// shards or instances hold it. The caller rounds the burst its way.
+    ///
+    /// # Errors
+    /// [`QuotaError::TooLarge`] when the interval times `n` overflows;
+    /// [`QuotaError::RateTooLow`] or [`QuotaError::BurstOverflow`] when the
+    /// part's interval or window is longer than a quota may be.
+    pub fn divided(self, n: u64, burst: u64) -> Result<Quota, QuotaError> {
+        let n = n.max(1);
+        let interval = self
+            .emission_nanos
+            .checked_mul(n)
+            .ok_or(QuotaError::TooLarge {
+                what: "divisor for this quota's interval",
+                got: n,
+                limit: u64::MAX / self.emission_nanos,
+            })?;
+        Quota::from_parts(interval, burst)
+    }
+
     /// The same rate with another burst.
     pub fn with_burst(self, burst: u64) -> Result<Quota, QuotaError> {
         Quota::from_parts(self.emission_nanos, burst)

@@ -91,15 +91,7 @@ impl<L: RateLimiter, C: Clock> ShardedLimiter<L, C> {
     /// when the shard's interval or window is longer than a quota may be.
     pub fn shard_quota(global: Quota, shards: usize) -> Result<Quota, QuotaError> {
         let n = u64::try_from(shards.max(1)).unwrap_or(u64::MAX);
-        let interval = global
-            .emission_nanos()
-            .checked_mul(n)
-            .ok_or(QuotaError::TooLarge {
-                what: "shard count for this quota's interval",
-                got: n,
-                limit: u64::MAX / global.emission_nanos(),
-            })?;
-        Quota::from_parts(interval, global.burst().div_ceil(n))
+        global.divided(n, global.burst().div_ceil(n))
     }
 
     /// The global quota being approximated.
