@@ -17,8 +17,16 @@
 //! * **Without a remaining count the step probes**: a fraction of the rate
 //!   just before the latest cut, doubled every `probe_doubling` without a
 //!   cut, up to `probe_max_factor ×`.
+//! * **A first refusal within a tenth of a second of the first success**,
+//!   after at least five successes, measures the burst over that tenth of
+//!   a second, not over a whole second.
 //! * **Until the second cut** a success adds at least `start_growth` of the
-//!   rate (the first cut halved a rate measured on an unpaced burst).
+//!   rate (the first cut halved a rate measured on an unpaced burst); the
+//!   cooldown is one interval, and the second cut goes to the rate the
+//!   server admitted since the first (when at least `admitted_min_count`
+//!   successes came), not to half an overshoot.
+//! * **A refusal too soon after a cut to cut again holds the rate** until
+//!   the next cut may come.
 //! * **A cut** comes at most once per `decrease_cooldown` and per interval,
 //!   never below `admitted_floor` of the rate the server recently admitted.
 //! * Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
@@ -168,11 +176,24 @@ impl AdaptiveConfig {
 /// quota is entirely unused (in proportion above `full_step_spare`).
 const SPARE_BOOST: f64 = 10.0;
 
+/// A first refusal that comes within this of the first success measures
+/// the burst before it over this span: a refusal a few milliseconds into a
+/// burst has measured the round trip, not a rate.
+const START_BURST_SPAN: Duration = Duration::from_millis(100);
+
+/// The fewest successes in such a burst for it to be the first cut's
+/// measure: fewer say nothing of the server's rate (many clients sharing
+/// one quota each see one or two), and the cut halves the send rate
+/// measured over the last one to two seconds.
+const START_MIN_SUCCESSES: u32 = 5;
+
 /// Events counted in whole seconds: the current second and the one before,
 /// enough to measure the rate a client was sending at when first throttled
 /// (or the rate its successes came back at).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct RateMeter {
+    /// The first event ever counted.
+    first: Option<Timestamp>,
     second: u64,
     current: u32,
     previous: u32,
@@ -180,6 +201,7 @@ pub(crate) struct RateMeter {
 
 impl RateMeter {
     pub(crate) fn note(&mut self, now: Timestamp) {
+        self.first.get_or_insert(now);
         let s = now.as_nanos() / 1_000_000_000;
         if s != self.second {
             self.previous = if s == self.second + 1 {
@@ -213,6 +235,18 @@ impl RateMeter {
         let n = prev.saturating_add(cur);
         (n >= min.max(1)).then(|| f64::from(n) / span)
     }
+
+    /// For events that all came within `span` of the first (at least
+    /// `min` of them): their count per `span`. A burst answered within a
+    /// few round trips has no rate of its own, and dividing it by the
+    /// second-long window would understate it a hundredfold.
+    fn burst_rate(&self, now: Timestamp, min: u32, span: Duration) -> Option<f64> {
+        let first = self.first?;
+        let n = self.rate_of_at_least(now, min)?;
+        let ns = now.as_nanos();
+        let window = 1.0 + (ns % 1_000_000_000) as f64 / 1e9;
+        (now.saturating_duration_since(first) <= span).then(|| n * window / span.as_secs_f64())
+    }
 }
 
 /// The default throttle's rate controller (see the [module](self)).
@@ -242,6 +276,10 @@ pub struct Adaptive {
     /// that much (or counts another limit than the one refusing), so only
     /// the count above it is spare.
     refused_at_remaining: u64,
+    /// Successes since the latest cut.
+    since_cut: u32,
+    /// Until when a refusal that came too soon to cut holds the rate.
+    held_until: Option<Timestamp>,
 }
 
 impl Adaptive {
@@ -264,6 +302,8 @@ impl Adaptive {
             slow_start: false,
             slow_started: false,
             refused_at_remaining: 0,
+            since_cut: 0,
+            held_until: None,
         })
     }
 
@@ -275,6 +315,14 @@ impl Adaptive {
             .map_or(0.0, |c| now.saturating_duration_since(c).as_secs_f64());
         let doublings = quiet / self.config.probe_doubling.as_secs_f64();
         2f64.powf(doublings).min(self.config.probe_max_factor)
+    }
+
+    /// Successes per second since the latest cut, when at least
+    /// `admitted_min_count` came.
+    fn admitted_since_cut(&self, now: Timestamp) -> Option<f64> {
+        let since = now.saturating_duration_since(self.last_cut?).as_secs_f64();
+        (self.since_cut >= self.config.admitted_min_count && since > 0.0)
+            .then(|| f64::from(self.since_cut) / since)
     }
 
     /// The hinted step's share: whole from `full_step_spare` of the limit
@@ -328,10 +376,35 @@ impl RateController for Adaptive {
                         .max(crate::secs_to_duration(1.0 / r)),
                     None => self.config.decrease_cooldown,
                 };
+                // While still climbing from the first cut, one interval.
+                let cool = if self.slow_start {
+                    self.rate.map_or(cool, |r| crate::secs_to_duration(1.0 / r))
+                } else {
+                    cool
+                };
                 let cooling = self.last_cut.is_some_and(|t| now < t.saturating_add(cool));
+                // A refusal too soon after a cut to cut again still says the
+                // rate is above the server's: it holds until the next cut
+                // may come.
+                if cooling {
+                    self.held_until = self.last_cut.map(|t| t.saturating_add(cool));
+                }
                 if !cooling {
+                    // Before pacing: a burst of successes answered within
+                    // `START_BURST_SPAN`, per that span (never above the
+                    // sends per span); otherwise the send rate.
                     let from = self.rate.unwrap_or_else(|| {
-                        self.meter.rate(now).unwrap_or(self.config.fallback_rate)
+                        match self
+                            .admitted
+                            .burst_rate(now, START_MIN_SUCCESSES, START_BURST_SPAN)
+                        {
+                            Some(a) => self
+                                .meter
+                                .burst_rate(now, 1, START_BURST_SPAN)
+                                .map_or(a, |sent| a.min(sent))
+                                .max(self.config.fallback_rate),
+                            None => self.meter.rate(now).unwrap_or(self.config.fallback_rate),
+                        }
                     });
                     // Never below (a share of) what the server admitted
                     // lately, and never above the rate cut from.
@@ -340,6 +413,16 @@ impl RateController for Adaptive {
                         .rate_of_at_least(now, self.config.admitted_min_count)
                         .map_or(0.0, |a| a * self.config.admitted_floor);
                     let to = (from * self.config.decrease_factor).max(admitted.min(from));
+                    // The cut that ends the climb from the first one: what
+                    // the server admitted since that cut, when below the rate
+                    // cut from. The climb overshot a rate measured on a
+                    // burst; halving the overshoot can leave it above the
+                    // server's rate, while the successes since the first cut
+                    // came at no more than that rate.
+                    let to = match self.admitted_since_cut(now) {
+                        Some(a) if self.slow_start && a < from => a,
+                        _ => to,
+                    };
                     // A cut the admitted rate held up climbs back as gently:
                     // its gap closes in as many successes as a full cut's.
                     let full = from * (1.0 - self.config.decrease_factor);
@@ -357,17 +440,19 @@ impl RateController for Adaptive {
                         self.base = r;
                     }
                     self.at_cut = from;
+                    self.since_cut = 0;
                     self.rate = Some(r);
                     self.last_cut = Some(now);
                 }
             }
             Signal::Success => {
                 self.admitted.note(now);
+                self.since_cut = self.since_cut.saturating_add(1);
                 // Only the count above what the latest refusal said is spare.
                 let floor = self.refused_at_remaining;
                 let remaining = outcome.hints.remaining.map(|r| r.saturating_sub(floor));
                 let limit = outcome.hints.limit.map(|l| l.saturating_sub(floor));
-                let exhausted = remaining == Some(0);
+                let exhausted = remaining == Some(0) || self.held_until.is_some_and(|t| now < t);
                 if let (Some(r), false) = (self.rate, exhausted) {
                     let mut step = if let Some(left) = remaining {
                         self.base
@@ -483,8 +568,9 @@ mod tests {
         // 40 sends over two seconds.
         let r = c.on_outcome(now, &Outcome::throttled()).unwrap();
         assert!((r - 10.0).abs() < 0.5, "{r}");
-        // Within the cooldown a second 429 cuts nothing.
-        assert_eq!(c.on_outcome(now + ms(500), &Outcome::throttled()), Some(r));
+        // Within one interval at the new rate a second 429 cuts nothing
+        // (until the second cut, the cooldown is one interval).
+        assert_eq!(c.on_outcome(now + ms(50), &Outcome::throttled()), Some(r));
         // At a low rate the cooldown is one interval at that rate.
         let mut slow = Adaptive::new(AdaptiveConfig::default()).unwrap();
         let t = Timestamp::ZERO;
@@ -517,15 +603,24 @@ mod tests {
             c.on_outcome(now, &with_remaining(0));
         }
         assert_eq!(c.rate(), Some(first));
-        // A refusal a second later: 90 % of the 100/s admitted, not half
-        // of 100.5/s.
+        // A refusal a second later ends the climb from the first cut: the
+        // 100/s admitted since that cut, not half of 100.5/s.
         let cut = c.on_outcome(now, &Outcome::throttled()).unwrap();
-        assert!((cut - 90.0).abs() < 1e-9, "{cut}");
+        assert!((cut - 100.0).abs() < 1e-9, "{cut}");
         // The step back up is scaled by how deep the cut was, so the gap
         // closes in as many successes as a full cut's would.
         let gentle = (first - cut) / (first * 0.5);
+        let gentle = gentle.clamp(0.05, 1.0);
         let up = c.on_outcome(now, &Outcome::success()).unwrap() - cut;
         assert!((up - first * 0.007 * gentle).abs() < 1e-9, "{up}");
+        // Later cuts keep 90 % of what was admitted over the last second
+        // or two: 100 more successes at 100/s, then a refusal.
+        for _ in 0..100 {
+            now = now + ms(10);
+            c.on_outcome(now, &with_remaining(0));
+        }
+        let later = c.on_outcome(now, &Outcome::throttled()).unwrap();
+        assert!((later - 90.0).abs() < 2.0, "about 90 % of 100/s: {later}");
         // Few successes measure nothing: a slow client halves.
         let mut slow = Adaptive::new(AdaptiveConfig::default()).unwrap();
         let t = Timestamp::ZERO;
@@ -560,8 +655,8 @@ mod tests {
         let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
         let t = Timestamp::ZERO;
         let r = c.on_outcome(t, &Outcome::throttled()).unwrap();
-        // 1 % of the rate per success (more than the additive step): about
-        // 70 successes double it, with or without spare quota reported.
+        // `start_growth` of the rate per success (more than the additive
+        // step), with or without spare quota reported.
         let mut now = t;
         for _ in 0..35 {
             c.on_outcome(now, &Outcome::success());
@@ -569,13 +664,54 @@ mod tests {
             now = now + ms(10);
         }
         let up = c.rate().unwrap();
-        assert!((up - r * 1.01f64.powi(70)).abs() < 1e-9, "{r} -> {up}");
+        let g = 1.0 + AdaptiveConfig::default().start_growth;
+        assert!((up - r * g.powi(70)).abs() < 1e-9, "{r} -> {up}");
         // Nothing left holds it, as ever.
         assert_eq!(c.on_outcome(now, &with_remaining(0)), Some(up));
         // The second cut ends it: then the steps are additive again.
         let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
         let step = c.on_outcome(t + ms(5_000), &with_remaining(1)).unwrap() - cut;
         assert!((step - r * 0.003).abs() < 1e-9, "{step}");
+    }
+
+    #[test]
+    fn a_burst_refused_within_a_tenth_of_a_second_is_measured_over_it() {
+        // Ten successes answered within 5 ms, then a refusal: 10 per 0.1 s,
+        // so pacing starts at half of 100/s (not half of 10 per second).
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let mut now = Timestamp::ZERO;
+        for _ in 0..10 {
+            c.on_send(now);
+            c.on_outcome(now, &Outcome::success());
+            now = now + Duration::from_micros(500);
+        }
+        c.on_send(now);
+        let r = c.on_outcome(now, &Outcome::throttled()).unwrap();
+        assert!((r - 50.0).abs() < 1e-9, "{r}");
+        // One success says nothing: the send rate over the second, halved.
+        let mut one = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        one.on_send(Timestamp::ZERO);
+        one.on_outcome(Timestamp::ZERO, &Outcome::success());
+        one.on_send(Timestamp::ZERO + ms(1));
+        let r = one
+            .on_outcome(Timestamp::ZERO + ms(1), &Outcome::throttled())
+            .unwrap();
+        assert!((r - 1.0 / 1.001).abs() < 1e-9, "{r}");
+    }
+
+    #[test]
+    fn a_refusal_too_soon_to_cut_holds_the_rate_until_a_cut_may_come() {
+        let t = Timestamp::ZERO;
+        let (mut c, _) = additive_only_after_a_cut(t);
+        // End the climb: a second cut, then a cooldown of a second.
+        let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
+        let up = c.on_outcome(t + ms(5_100), &Outcome::success()).unwrap();
+        assert!(up > cut);
+        assert_eq!(c.on_outcome(t + ms(5_200), &Outcome::throttled()), Some(up));
+        assert_eq!(c.on_outcome(t + ms(5_300), &Outcome::success()), Some(up));
+        // (The cooldown at this slow rate is one interval, four seconds.)
+        assert_eq!(c.on_outcome(t + ms(8_900), &Outcome::success()), Some(up));
+        assert!(c.on_outcome(t + ms(9_100), &Outcome::success()).unwrap() > up);
     }
 
     #[test]
