@@ -10,7 +10,9 @@
 //!   after every cut, so clients sharing a quota converge to equal shares),
 //!   shrinking once less than `full_step_spare` of the limit is spare and
 //!   growing up to ten times as the quota left nears the whole limit
-//!   (capacity nobody uses is claimed in seconds).
+//!   (capacity nobody uses is claimed in seconds) — but only below the rate
+//!   of the latest cut: above it, spare quota is a bucket's burst draining.
+//!   After a shallow cut the step is as gentle as an unhinted one's.
 //! * **A refusal's remaining count is the empty mark**: a server that
 //!   refuses while its headers say quota is left over-states its quota, and
 //!   only the count above what the refusal said is spare.
@@ -455,9 +457,16 @@ impl RateController for Adaptive {
                 let exhausted = remaining == Some(0) || self.held_until.is_some_and(|t| now < t);
                 if let (Some(r), false) = (self.rate, exhausted) {
                     let mut step = if let Some(left) = remaining {
-                        self.base
-                            * self.config.increase_fraction_hinted
-                            * self.spare_scale(left, limit)
+                        // Spare quota above the rate of the latest cut is
+                        // a bucket's burst draining, not unused quota: no
+                        // boost there.
+                        let scale = self.spare_scale(left, limit);
+                        let scale = if r >= self.at_cut {
+                            scale.min(1.0)
+                        } else {
+                            scale
+                        };
+                        self.base * self.config.increase_fraction_hinted * self.gentle * scale
                     } else {
                         // Where this client last found the limit, never above
                         // where pacing began (a first cut from an unpaced burst
@@ -672,6 +681,34 @@ mod tests {
         let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
         let step = c.on_outcome(t + ms(5_000), &with_remaining(1)).unwrap() - cut;
         assert!((step - r * 0.003).abs() < 1e-9, "{step}");
+    }
+
+    #[test]
+    fn a_full_bucket_boosts_the_step_only_below_the_rate_of_the_latest_cut() {
+        let full = |r| {
+            Outcome::success().with_hints(ServerHints {
+                remaining: Some(r),
+                limit: Some(10),
+                ..ServerHints::default()
+            })
+        };
+        let t = Timestamp::ZERO;
+        let (mut c, r) = additive_only_after_a_cut(t);
+        // Below the rate cut from, a full bucket is unused quota: the boost.
+        let below = c.on_outcome(t + ms(10), &full(10)).unwrap() - r;
+        // Climb past the rate cut from (the fallback) with full buckets.
+        let mut now = t + ms(10);
+        while c.rate().unwrap() < AdaptiveConfig::default().fallback_rate {
+            now = now + ms(10);
+            c.on_outcome(now, &full(10));
+        }
+        let at = c.rate().unwrap();
+        let above = c.on_outcome(now + ms(10), &full(10)).unwrap() - at;
+        // Above it, a full bucket is a burst draining: the unboosted step
+        // (half the limit spare is the whole step).
+        let unboosted = c.on_outcome(now + ms(20), &full(5)).unwrap() - at - above;
+        assert!(below > above * 5.0, "{below} vs {above}");
+        assert!((above - unboosted).abs() < 1e-9, "{above} vs {unboosted}");
     }
 
     #[test]
