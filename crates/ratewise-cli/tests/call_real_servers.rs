@@ -4,7 +4,7 @@
 //! bucket: a bare 503, told to the command with `--throttle-status 503`, or
 //! 429 with `burst`/`nodelay`).
 //!
-//! Each case asserts what the issue asks of the default throttle: zero
+//! Each case asserts the target of the default throttle: zero
 //! failed calls, refusals ≤ 3 % of the requests sent, and a time ≤ 1.15×
 //! the least the server's limit allows. A run still going at 4× that time
 //! is interrupted (SIGINT, as Ctrl-C) and reported with the summary so far.

@@ -1,37 +1,7 @@
 //! [`Adaptive`]: the rate controller of the default
 //! [`Throttle`](super::throttle::Throttle) — AIMD that reads what the server
 //! says about its remaining quota, with steps sized by the client's rate.
-//!
-//! * **No pacing until there is a reason.** Until the first throttle the
-//!   controller only measures its send rate; pacing then starts at
-//!   `decrease_factor ×` that rate, as the AWS adaptive mode does.
-//! * **`RateLimit-Remaining: 0` holds the rate**; a success with quota to
-//!   spare adds a fixed fraction of the rate pacing began at (the same step
-//!   after every cut, so clients sharing a quota converge to equal shares),
-//!   shrinking once less than `full_step_spare` of the limit is spare and
-//!   growing up to ten times as the quota left nears the whole limit
-//!   (capacity nobody uses is claimed in seconds) — but only below the rate
-//!   of the latest cut: above it, spare quota is a bucket's burst draining.
-//!   After a shallow cut the step is as gentle as an unhinted one's.
-//! * **A refusal's remaining count is the empty mark**: a server that
-//!   refuses while its headers say quota is left over-states its quota, and
-//!   only the count above what the refusal said is spare.
-//! * **Without a remaining count the step probes**: a fraction of the rate
-//!   just before the latest cut, doubled every `probe_doubling` without a
-//!   cut, up to `probe_max_factor ×`.
-//! * **A first refusal within a tenth of a second of the first success**,
-//!   after at least five successes, measures the burst over that tenth of
-//!   a second, not over a whole second.
-//! * **Until the second cut** a success adds at least `start_growth` of the
-//!   rate (the first cut halved a rate measured on an unpaced burst); the
-//!   cooldown is one interval, and the second cut goes to the rate the
-//!   server admitted since the first (when at least `admitted_min_count`
-//!   successes came), not to half an overshoot.
-//! * **A refusal too soon after a cut to cut again holds the rate** until
-//!   the next cut may come.
-//! * **A cut** comes at most once per `decrease_cooldown` and per interval,
-//!   never below `admitted_floor` of the rate the server recently admitted.
-//! * Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
+//! [`Adaptive`] lists its rules.
 //!
 //! ```
 //! use ratewise_client::adaptive::{Adaptive, AdaptiveConfig};
@@ -252,6 +222,37 @@ impl RateMeter {
 }
 
 /// The default throttle's rate controller (see the [module](self)).
+///
+/// * **No pacing until there is a reason.** Until the first throttle the
+///   controller only measures its send rate; pacing then starts at
+///   `decrease_factor ×` that rate, as the AWS adaptive mode does.
+/// * **`RateLimit-Remaining: 0` holds the rate**; a success with quota to
+///   spare adds a fixed fraction of the rate pacing began at (the same step
+///   after every cut, so clients sharing a quota converge to equal shares),
+///   shrinking once less than `full_step_spare` of the limit is spare and
+///   growing up to ten times as the quota left nears the whole limit
+///   (capacity nobody uses is claimed in seconds) — but only below the rate
+///   of the latest cut: above it, spare quota is a bucket's burst draining.
+///   After a shallow cut the step is as gentle as an unhinted one's.
+/// * **A refusal's remaining count is the empty mark**: a server that
+///   refuses while its headers say quota is left over-states its quota, and
+///   only the count above what the refusal said is spare.
+/// * **Without a remaining count the step probes**: a fraction of the rate
+///   just before the latest cut, doubled every `probe_doubling` without a
+///   cut, up to `probe_max_factor ×`.
+/// * **A first refusal within a tenth of a second of the first success**,
+///   after at least five successes, measures the burst over that tenth of
+///   a second, not over a whole second.
+/// * **Until the second cut** a success adds at least `start_growth` of the
+///   rate (the first cut halved a rate measured on an unpaced burst); the
+///   cooldown is one interval, and the second cut goes to the rate the
+///   server admitted since the first (when at least `admitted_min_count`
+///   successes came), not to half an overshoot.
+/// * **A refusal too soon after a cut to cut again holds the rate** until
+///   the next cut may come.
+/// * **A cut** comes at most once per `decrease_cooldown` and per interval,
+///   never below `admitted_floor` of the rate the server recently admitted.
+/// * Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
 #[derive(Clone, Debug)]
 pub struct Adaptive {
     config: AdaptiveConfig,

@@ -1,9 +1,9 @@
-//! The server side's header writer (`ratewise::headers_out`) read back by
+//! The server side's header writer (`ratewise::response_headers`) read back by
 //! this crate's parser: what one side writes, the other reads.
 
 use std::time::Duration;
 
-use ratewise::headers_out::{HeaderBuf, PolicyInfo};
+use ratewise::response_headers::{HeaderBuf, PolicyInfo};
 use ratewise_client::headers::{parse_rate_limit_field, parse_rate_limit_policy_field};
 
 #[test]

@@ -23,7 +23,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::any;
 use axum::Router;
-use ratewise::headers_out::{HeaderStyle, PolicyInfo};
+use ratewise::response_headers::{HeaderStyle, PolicyInfo};
 use ratewise::{Quota, RateLimiter, TokenBucket};
 use ratewise_client::{AsyncThrottle, ThrottleConfig};
 use ratewise_reqwest::{RefusalReason, Refused, ThrottleMiddleware};

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ratewise::headers_out::{retry_after_secs, HeaderBuf};
+use ratewise::response_headers::{retry_after_secs, HeaderBuf};
 
 use crate::charge::{Charge, Verdict};
 use crate::config::Rule;

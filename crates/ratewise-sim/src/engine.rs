@@ -39,8 +39,8 @@ use crate::server::Response;
 use crate::strategies::{StrategyInfo, StrategyParams};
 
 /// SplitMix64, the mixer every seed of a run is derived with; it lives
-/// with the strategies' seeds ([`crate::strategies::split_mix`]).
-pub use crate::strategies::split_mix;
+/// with the strategies' seeds ([`crate::strategies::derive_seed`]).
+pub use crate::strategies::derive_seed;
 
 /// The most chart samples kept per series; beyond it the trace's
 /// resolution is halved (see `Engine::decimate_if_full`).
@@ -369,7 +369,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     let make = |strategies: &mut Vec<Box<dyn Strategy>>| -> Result<usize, SimError> {
         let n = strategies.len() as u64;
         let params = StrategyParams {
-            seed: split_mix(seed ^ split_mix(n.wrapping_add(0x5EED))),
+            seed: derive_seed(seed ^ derive_seed(n.wrapping_add(0x5EED))),
             initial_delay,
             known_quota,
             reset_meaning,

@@ -26,14 +26,14 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratewise::headers_out::{HeaderBuf, PolicyInfo};
+use ratewise::response_headers::{HeaderBuf, PolicyInfo};
 use ratewise::{Decision, Quota, RateLimiter, Timestamp};
 use ratewise_client::secs_to_duration;
 use serde::Deserialize;
 
 use crate::error::{non_negative, positive, SimError};
 use crate::server::limiter::{core_limiter, LimiterAlgorithm};
-use crate::server::model::{Response, ServerModel, Wire};
+use crate::server::model::{RawResponse, Response, ServerModel};
 
 /// Simulated time zero on the wire's wall clock: 2023-11-14T22:13:20Z, so
 /// an epoch reset is a plausible ten-digit number.
@@ -208,7 +208,7 @@ fn rate_quota(
 impl LimitConfig {
     /// A rate limit's quota (`None` for a concurrency cap). Its headers
     /// announce it as a ratewise server does
-    /// ([`ratewise::headers_out::PolicyInfo::from_quota`]).
+    /// ([`ratewise::response_headers::PolicyInfo::from_quota`]).
     ///
     /// # Errors
     /// As [`LimitConfig::validate`].
@@ -653,7 +653,7 @@ impl ServerModel for StackServer {
         Response {
             throttled: status != 200,
             delay,
-            wire: Some(Box::new(Wire {
+            wire: Some(Box::new(RawResponse {
                 status,
                 headers,
                 body,

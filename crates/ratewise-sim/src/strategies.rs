@@ -30,7 +30,7 @@ use crate::error::SimError;
 /// SplitMix64: a fixed, portable mixer used to derive independent seeds —
 /// the engine's per-client seeds from the run's seed, and a strategy's
 /// second seed from its own.
-pub fn split_mix(mut x: u64) -> u64 {
+pub fn derive_seed(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -209,7 +209,7 @@ pub const ALL: &[StrategyInfo] = &[
         name: "sre+eb",
         description: "Heroku exponential backoff behind the SRE book's client-side throttle (K = 2, 2-minute window)",
         build: |p| {
-            let sre = SreThrottler::new(SreConfig::default(), split_mix(p.seed))
+            let sre = SreThrottler::new(SreConfig::default(), derive_seed(p.seed))
                 .map_err(|e| e.to_string())?;
             boxed(ExponentialBackoff::new(heroku(p, 1.2), p.seed).map(|eb| WithSre::new(eb, sre)))
         },

@@ -224,10 +224,10 @@ impl<K, R> ThrottleLayer<K, R> {
 }
 
 impl<S, K, R: Clone> Layer<S> for ThrottleLayer<K, R> {
-    type Service = ThrottleService<S, K, R>;
+    type Service = Throttle<S, K, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ThrottleService {
+        Throttle {
             inner,
             layer: self.clone(),
         }
@@ -235,37 +235,37 @@ impl<S, K, R: Clone> Layer<S> for ThrottleLayer<K, R> {
 }
 
 /// The [`Service`] [`ThrottleLayer`] wraps around a client.
-pub struct ThrottleService<S, K = String, R = CloneBody> {
+pub struct Throttle<S, K = String, R = CloneBody> {
     inner: S,
     layer: ThrottleLayer<K, R>,
 }
 
-impl<S: Clone, K, R: Clone> Clone for ThrottleService<S, K, R> {
+impl<S: Clone, K, R: Clone> Clone for Throttle<S, K, R> {
     fn clone(&self) -> Self {
-        ThrottleService {
+        Throttle {
             inner: self.inner.clone(),
             layer: self.layer.clone(),
         }
     }
 }
 
-impl<S: fmt::Debug, K, R> fmt::Debug for ThrottleService<S, K, R> {
+impl<S: fmt::Debug, K, R> fmt::Debug for Throttle<S, K, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ThrottleService")
+        f.debug_struct("Throttle")
             .field("inner", &self.inner)
             .field("layer", &self.layer)
             .finish()
     }
 }
 
-impl<S, K, R> ThrottleService<S, K, R> {
+impl<S, K, R> Throttle<S, K, R> {
     /// The throttle (its metrics, rates per partition, …).
     pub fn throttle(&self) -> &AsyncThrottle<K> {
         &self.layer.throttle
     }
 }
 
-/// The error of a [`ThrottleService`].
+/// The error of a [`Throttle`].
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError<E> {
     /// The call ended without a response to return (see
@@ -298,11 +298,11 @@ impl<E> ClientError<E> {
     }
 }
 
-/// The response future of a [`ThrottleService`].
+/// The response future of a [`Throttle`].
 pub type ResponseFuture<T, E> =
     Pin<Box<dyn Future<Output = Result<T, ClientError<E>>> + Send + 'static>>;
 
-impl<S, B, RB, K, R> Service<Request<B>> for ThrottleService<S, K, R>
+impl<S, B, RB, K, R> Service<Request<B>> for Throttle<S, K, R>
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
     S::Future: Send,

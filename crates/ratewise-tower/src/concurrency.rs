@@ -211,7 +211,7 @@ pub(crate) fn is_overload(status: StatusCode) -> bool {
 }
 
 fn shed<B: ReplyBody>(retry_after: Duration) -> Response<B> {
-    let secs = ratewise::headers_out::retry_after_secs(retry_after);
+    let secs = ratewise::response_headers::retry_after_secs(retry_after);
     let mut res = Response::new(B::from_bytes(Bytes::from_static(
         b"the service is at its concurrency limit; retry later\n",
     )));

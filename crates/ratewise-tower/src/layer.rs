@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use ratewise::backend::{AsyncKeyedLimiter, BackendDecision, DecisionSource};
-use ratewise::headers_out::{self, HeaderStyle, PolicyInfo};
+use ratewise::response_headers::{self, HeaderStyle, PolicyInfo};
 use ratewise::{Clock, MonotonicClock, Quota, Timestamp};
 use tower::{Layer, Service};
 
@@ -66,7 +66,7 @@ pub enum BuildError {
         name: String,
         /// Why.
         #[source]
-        source: headers_out::HeaderWriteError,
+        source: response_headers::HeaderWriteError,
     },
     /// Routes and tiers are decided in memory; an async backend serves a
     /// single policy.
@@ -410,12 +410,12 @@ fn check_name(name: &str) -> Result<(), BuildError> {
     if name.len() > MAX_NAME_LEN {
         return Err(BuildError::InvalidName {
             name: name.to_string(),
-            source: headers_out::HeaderWriteError::Overflow {
+            source: response_headers::HeaderWriteError::Overflow {
                 capacity: MAX_NAME_LEN,
             },
         });
     }
-    let mut b = headers_out::HeaderBuf::<256>::new();
+    let mut b = response_headers::HeaderBuf::<256>::new();
     b.push_policy(&PolicyInfo {
         name,
         quota: u64::MAX,

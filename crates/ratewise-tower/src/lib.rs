@@ -61,7 +61,7 @@ pub use body::{RateLimitBody, ReplyBody};
 // The concurrency layer's error types stay under `client_concurrency::`:
 // `ClientError` at the root is the throttle layer's.
 pub use client_concurrency::ClientConcurrencyLayer;
-pub use client_throttle::{ClientError, ThrottleLayer, ThrottleService};
+pub use client_throttle::{ClientError, Throttle, ThrottleLayer};
 pub use key::{
     IpGrouping, Key, KeyFn, KeySource, MissingKey, ProxyHeader, RequestInfo, Scope, TrustedProxies,
 };

@@ -498,11 +498,13 @@ impl PolicySet {
             .fallback
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        let mut buf = ratewise::headers_out::HeaderBuf::<4096>::new();
+        let mut buf = ratewise::response_headers::HeaderBuf::<4096>::new();
         for p in &self.policies {
             let q = p.quota();
             // Names are validated when the layer is built.
-            let _ = buf.push_policy(&ratewise::headers_out::PolicyInfo::from_quota(&p.name, &q));
+            let _ = buf.push_policy(&ratewise::response_headers::PolicyInfo::from_quota(
+                &p.name, &q,
+            ));
         }
         *fallback = HeaderValue::from_maybe_shared(Bytes::copy_from_slice(buf.as_bytes()))
             .unwrap_or_else(|_| HeaderValue::from_static(""));

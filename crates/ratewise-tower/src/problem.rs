@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
-use ratewise::headers_out::QUOTA_EXCEEDED_TYPE;
+use ratewise::response_headers::QUOTA_EXCEEDED_TYPE;
 use serde::{Deserialize, Serialize};
 
 /// The `application/problem+json` media type.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use ratewise::backend::DecisionSource;
-use ratewise::headers_out::{self, HeaderBuf, HeaderStyle};
+use ratewise::response_headers::{self, HeaderBuf, HeaderStyle};
 use ratewise::Decision;
 
 /// The most policies one request can be checked against: a verdict holds
@@ -35,7 +35,7 @@ pub struct PolicyState {
     /// `r`: units left.
     pub remaining: u64,
     /// `t`: whole seconds until quota is available again (see
-    /// [`headers_out::reset_param`]).
+    /// [`response_headers::reset_param`]).
     pub reset_secs: u64,
     /// Time until the policy is back at full capacity.
     pub reset_after: Duration,
@@ -49,7 +49,7 @@ impl PolicyState {
             violated,
             limit: d.limit,
             remaining: d.remaining,
-            reset_secs: headers_out::reset_param(d),
+            reset_secs: response_headers::reset_param(d),
             reset_after: d.reset_after,
         }
     }
@@ -113,7 +113,7 @@ impl Verdict {
     /// Renders this verdict's headers: `RateLimit-Policy` and `RateLimit`
     /// for every policy of the set (style `draft`) and the legacy trios for
     /// the [most constraining](Verdict::most_constraining) policy. The
-    /// values are formatted on the stack by [`ratewise::headers_out`];
+    /// values are formatted on the stack by [`ratewise::response_headers`];
     /// `http` copies each once. An admitted request's future carries the
     /// result until the response exists, so it is kept small (two values
     /// inline, the opt-in legacy trio boxed): a large future is copied
@@ -166,7 +166,7 @@ impl Verdict {
     ) {
         self.render(set, style).apply(headers);
         if let Some(retry) = self.retry_after.filter(|_| !self.allowed) {
-            headers_out::write_retry_after(retry, |_, v| {
+            response_headers::write_retry_after(retry, |_, v| {
                 insert(headers, &http::header::RETRY_AFTER, v)
             });
         }
@@ -200,10 +200,14 @@ impl ReadyHeaders {
                 insert(headers, &HeaderName::from_static(name), value)
             };
             if trio.style.legacy {
-                headers_out::write_trio(headers_out::LEGACY_NAMES, &trio.decision, &mut emit);
+                response_headers::write_trio(
+                    response_headers::LEGACY_NAMES,
+                    &trio.decision,
+                    &mut emit,
+                );
             }
             if trio.style.x_prefixed {
-                headers_out::write_trio(headers_out::X_NAMES, &trio.decision, &mut emit);
+                response_headers::write_trio(response_headers::X_NAMES, &trio.decision, &mut emit);
             }
         }
     }
@@ -214,7 +218,7 @@ impl Verdict {
         &self,
         set: &impl PolicyNames,
         buf: &mut HeaderBuf<N>,
-    ) -> Result<(), headers_out::HeaderWriteError> {
+    ) -> Result<(), response_headers::HeaderWriteError> {
         for s in self.states() {
             let name = set.policy_name(s.index);
             buf.push_limit(name, s.remaining, Duration::from_secs(s.reset_secs))?;
@@ -223,8 +227,8 @@ impl Verdict {
     }
 }
 
-static RATELIMIT_POLICY: HeaderName = HeaderName::from_static(headers_out::RATELIMIT_POLICY);
-static RATELIMIT: HeaderName = HeaderName::from_static(headers_out::RATELIMIT);
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static(response_headers::RATELIMIT_POLICY);
+static RATELIMIT: HeaderName = HeaderName::from_static(response_headers::RATELIMIT);
 
 fn insert(headers: &mut HeaderMap, name: &HeaderName, value: &[u8]) {
     if let Ok(v) = HeaderValue::from_bytes(value) {

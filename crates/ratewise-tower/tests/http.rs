@@ -11,8 +11,8 @@ use axum::routing::get;
 use axum::Router;
 use common::{serve, HttpClient, Reply};
 use http::{HeaderName, StatusCode};
-use ratewise::headers_out::{reset_param, HeaderStyle, QUOTA_EXCEEDED_TYPE};
 use ratewise::keyed::KeyedLimiter;
+use ratewise::response_headers::{reset_param, HeaderStyle, QUOTA_EXCEEDED_TYPE};
 use ratewise::{Gcra, ManualClock, Quota, RateLimiter, Timestamp};
 use ratewise_client::headers::{
     parse_hints, parse_rate_limit_field, parse_rate_limit_policy_field, parse_retry_after,

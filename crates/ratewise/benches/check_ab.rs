@@ -10,7 +10,7 @@
 //!   capacity read from the snapshot of its `StateInformationMiddleware`
 //!   (the evidence governor can give; it has no reset);
 //! * the headers written: the values above formatted on the stack by
-//!   `ratewise::headers_out`. For ratewise the draft's `RateLimit` (its
+//!   `ratewise::response_headers`. For ratewise the draft's `RateLimit` (its
 //!   `RateLimit-Policy` never changes for a policy, so a server renders it
 //!   once, as `ratewise-tower` does); for governor limit and remaining, the
 //!   `x-ratelimit-*` pair tower_governor sends;
@@ -35,7 +35,7 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 
 use governor::middleware::StateInformationMiddleware;
-use ratewise::headers_out::{HeaderBuf, HeaderStyle, PolicyInfo};
+use ratewise::response_headers::{HeaderBuf, HeaderStyle, PolicyInfo};
 use ratewise::{Gcra, Quota, RateLimiter};
 
 #[path = "support/ab.rs"]

@@ -4,7 +4,7 @@
 //!
 //! * `decision only`: ratewise's full `Decision` vs governor's snapshot;
 //! * `headers written`: the same, plus the values formatted by
-//!   `ratewise::headers_out` on the stack (the draft's `RateLimit-Policy` and
+//!   `ratewise::response_headers` on the stack (the draft's `RateLimit-Policy` and
 //!   `RateLimit` for ratewise; limit and remaining for governor, the
 //!   `x-ratelimit-*` pair tower_governor sends);
 //! * `RateLimit written`: ratewise writing only the per-decision `RateLimit`
@@ -21,7 +21,7 @@ use std::num::NonZeroU32;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::middleware::StateInformationMiddleware;
-use ratewise::headers_out::{HeaderBuf, HeaderStyle, PolicyInfo};
+use ratewise::response_headers::{HeaderBuf, HeaderStyle, PolicyInfo};
 use ratewise::{Gcra, Quota, RateLimiter};
 
 fn headers(c: &mut Criterion) {

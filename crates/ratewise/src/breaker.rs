@@ -30,18 +30,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! **Closed**, it lets every call through and trips when, over the last
-//! [`window`](BreakerConfig::window), at least
-//! [`minimum_calls`](BreakerConfig::minimum_calls) ended and the share that
-//! failed reached [`failure_ratio`](BreakerConfig::failure_ratio), or when
-//! [`consecutive_failures`](BreakerConfig::consecutive_failures) failed in a
-//! row. **Open**, it refuses every call for
-//! [`open_for`](BreakerConfig::open_for) with a [`Refused`] that says when it
-//! probes again. **Half-open**, it lets [`probes`](BreakerConfig::probes)
-//! calls through; when all of them succeed it closes, when one fails it
-//! opens again. Results of calls let through in an earlier state are
-//! ignored, and probes that never report are given up after `open_for`, so
-//! the breaker never stays half-open for good.
+//! **Closed** lets every call through and trips on a failure ratio over
+//! the [`window`](BreakerConfig::window) or on
+//! [`consecutive_failures`](BreakerConfig::consecutive_failures).
+//! **Open** refuses for [`open_for`](BreakerConfig::open_for) with a
+//! [`Refused`] saying when it probes. **Half-open** lets
+//! [`probes`](BreakerConfig::probes) calls through: all succeed, it closes;
+//! one fails, it opens again (unreported probes are given up after
+//! `open_for`).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;

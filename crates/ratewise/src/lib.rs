@@ -25,7 +25,7 @@
 //! a boundary), [`SlidingWindowCounter`] (estimated) and [`SlidingWindowLog`]
 //! (exact, memory per unit) — implement one trait, [`RateLimiter`], over one
 //! [`Quota`]. A [`Decision`] carries its evidence (limit, remaining, reset,
-//! retry-after), which [`headers_out`] writes as `RateLimit` and `Retry-After`
+//! retry-after), which [`response_headers`] writes as `RateLimit` and `Retry-After`
 //! headers without allocating. Misuse is a typed error, never a panic.
 //!
 //! Beyond one limiter: [`keyed`] (one limiter per key, bounded memory),
@@ -54,11 +54,11 @@ pub mod breaker;
 pub mod concurrency;
 pub mod decision;
 pub mod error;
-pub mod headers_out;
 pub mod hierarchy;
 pub mod keyed;
 pub mod limiter;
 pub mod quota;
+pub mod response_headers;
 pub mod sharded;
 pub mod striped;
 mod sync;

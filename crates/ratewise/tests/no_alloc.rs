@@ -107,7 +107,7 @@ fn keyed_and_hierarchy_checks_do_not_allocate_once_warm() {
 /// stack: no allocation at all.
 #[test]
 fn header_writer_does_not_allocate() {
-    use ratewise::headers_out::{HeaderBuf, HeaderStyle, PolicyInfo};
+    use ratewise::response_headers::{HeaderBuf, HeaderStyle, PolicyInfo};
     use ratewise::{Gcra, ManualClock, RateLimiter};
     let q = Quota::per_second(5).unwrap();
     let l = Gcra::with_clock(q, ManualClock::new());

@@ -338,9 +338,11 @@ pub(crate) fn policy_item(name: &str, limit: &Limit) -> Option<Box<str>> {
     let Limit::Limited { quota, .. } = limit else {
         return None;
     };
-    let mut b = ratewise::headers_out::HeaderBuf::<256>::new();
-    b.push_policy(&ratewise::headers_out::PolicyInfo::from_quota(name, quota))
-        .ok()?;
+    let mut b = ratewise::response_headers::HeaderBuf::<256>::new();
+    b.push_policy(&ratewise::response_headers::PolicyInfo::from_quota(
+        name, quota,
+    ))
+    .ok()?;
     Some(b.as_str().into())
 }
 

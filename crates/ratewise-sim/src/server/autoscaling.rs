@@ -3,7 +3,7 @@
 use ratewise::Timestamp;
 
 use crate::server::model::{Response, ServerModel};
-use crate::server::stock::{take_one, Fluid};
+use crate::server::stock::{take_one, VariableRateBucket};
 
 /// Provisioned capacity with delayed scale-up. Every `evaluation_s` the
 /// consumed rate is compared with `target_utilization × provisioned`; after
@@ -21,7 +21,7 @@ pub struct AutoscalingServer {
     period: f64,
     sustained: u32,
     delay: f64,
-    bucket: Fluid,
+    bucket: VariableRateBucket,
     period_start: f64,
     consumed_in_period: f64,
     hot_periods: u32,
@@ -48,7 +48,7 @@ impl AutoscalingServer {
             period,
             sustained: sustained.max(1),
             delay,
-            bucket: Fluid::new(0.0),
+            bucket: VariableRateBucket::new(0.0),
             period_start: 0.0,
             consumed_in_period: 0.0,
             hot_periods: 0,

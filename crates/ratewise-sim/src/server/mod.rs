@@ -35,6 +35,6 @@ pub use decrease_only::DecreaseOnly;
 pub use fixed_window::FixedWindowServer;
 pub use heroku_bucket::HerokuBucket;
 pub use limiter::{LimiterAlgorithm, LimiterServer};
-pub use model::{Response, ServerModel, Wire};
+pub use model::{RawResponse, Response, ServerModel};
 pub use overstated::{OverstatedServer, Overstatement};
 pub use shared::{BackgroundLoad, SharedServer};

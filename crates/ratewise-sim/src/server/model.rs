@@ -10,7 +10,7 @@ use ratewise_client::ServerHints;
 /// server that sends one (the `stack` server) is read by the client with
 /// ratewise's own classifier and header parser, as a real client would.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Wire {
+pub struct RawResponse {
     /// HTTP status.
     pub status: u16,
     /// Header lines, in order.
@@ -33,7 +33,7 @@ pub struct Response {
     pub delay: Duration,
     /// The response as written on the wire, when the server writes one;
     /// then the client's outcome is read from it and `hints` is unused.
-    pub wire: Option<Box<Wire>>,
+    pub wire: Option<Box<RawResponse>>,
 }
 
 /// A simulated API's admission logic.

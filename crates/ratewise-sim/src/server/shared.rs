@@ -5,7 +5,7 @@ use ratewise_client::{secs_to_duration, ServerHints};
 use serde::Deserialize;
 
 use crate::server::model::{Response, ServerModel};
-use crate::server::stock::{take_one, Fluid};
+use crate::server::stock::{take_one, VariableRateBucket};
 
 /// One step of background tenant load.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
@@ -25,7 +25,7 @@ pub struct SharedServer {
     rate: f64,
     burst: f64,
     background: Vec<BackgroundLoad>,
-    bucket: Fluid,
+    bucket: VariableRateBucket,
 }
 
 impl SharedServer {
@@ -35,7 +35,7 @@ impl SharedServer {
             rate,
             burst,
             background,
-            bucket: Fluid::new(burst),
+            bucket: VariableRateBucket::new(burst),
         }
     }
 

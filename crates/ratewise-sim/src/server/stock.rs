@@ -35,7 +35,7 @@ pub(crate) fn remaining_only(throttled: bool, left: f64) -> Response {
 /// whose refill rates change over time (and, when shared, may turn
 /// negative), which the core token bucket's fixed quota cannot express.
 #[derive(Clone, Debug)]
-pub(crate) struct Fluid {
+pub(crate) struct VariableRateBucket {
     /// Tokens in the bucket.
     pub(crate) tokens: f64,
     /// Simulated seconds up to which the bucket has been integrated.
@@ -44,10 +44,10 @@ pub(crate) struct Fluid {
     pub(crate) offered: f64,
 }
 
-impl Fluid {
+impl VariableRateBucket {
     /// A bucket holding `tokens` at time zero.
     pub(crate) fn new(tokens: f64) -> Self {
-        Fluid {
+        VariableRateBucket {
             tokens,
             at: 0.0,
             offered: tokens,

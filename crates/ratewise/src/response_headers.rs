@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ratewise::headers_out::{HeaderBuf, HeaderStyle, PolicyInfo};
+//! use ratewise::response_headers::{HeaderBuf, HeaderStyle, PolicyInfo};
 //! use ratewise::{Gcra, ManualClock, Quota, RateLimiter, Timestamp};
 //!
 //! let quota = Quota::per(10, Duration::from_secs(60))?;
@@ -119,7 +119,7 @@ impl<'a> PolicyInfo<'a> {
     /// at the real rate.
     ///
     /// ```
-    /// use ratewise::headers_out::PolicyInfo;
+    /// use ratewise::response_headers::PolicyInfo;
     /// use ratewise::Quota;
     /// use std::time::Duration;
     ///
@@ -536,7 +536,7 @@ impl Decision {
     /// Writes the response headers for this decision of the one policy
     /// `policy`, in the forms `style` selects, plus `Retry-After` on a
     /// refusal. Each header is handed to `emit` as a lower-case name and
-    /// its value's bytes; nothing is allocated. See [`crate::headers_out`].
+    /// its value's bytes; nothing is allocated. See [`crate::response_headers`].
     ///
     /// # Errors
     /// [`HeaderWriteError::InvalidName`] if the policy name is not
