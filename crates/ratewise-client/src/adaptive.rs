@@ -231,9 +231,10 @@ impl RateMeter {
 ///   after every cut, so clients sharing a quota converge to equal shares),
 ///   shrinking once less than `full_step_spare` of the limit is spare and
 ///   growing up to ten times as the quota left nears the whole limit
-///   (capacity nobody uses is claimed in seconds) — but only below the rate
-///   of the latest cut: above it, spare quota is a bucket's burst draining.
-///   After a shallow cut the step is as gentle as an unhinted one's.
+///   (capacity nobody uses is claimed in seconds). Where refusals say the
+///   quota is empty, the boost stops at the rate of the latest cut (above
+///   it, spare quota is a bucket's burst draining) and a shallow cut's
+///   step is as gentle as an unhinted one's.
 /// * **A refusal's remaining count is the empty mark**: a server that
 ///   refuses while its headers say quota is left over-states its quota, and
 ///   only the count above what the refusal said is spare.
@@ -461,13 +462,16 @@ impl RateController for Adaptive {
                         // Spare quota above the rate of the latest cut is
                         // a bucket's burst draining, not unused quota: no
                         // boost there.
+                        // (Where refusals come with quota reported left,
+                        // the count over-states it: the spare above that
+                        // mark is real, and the step keeps its size.)
                         let scale = self.spare_scale(left, limit);
-                        let scale = if r >= self.at_cut {
-                            scale.min(1.0)
-                        } else {
-                            scale
+                        let scale = match floor {
+                            0 if r >= self.at_cut => scale.min(1.0) * self.gentle,
+                            0 => scale * self.gentle,
+                            _ => scale,
                         };
-                        self.base * self.config.increase_fraction_hinted * self.gentle * scale
+                        self.base * self.config.increase_fraction_hinted * scale
                     } else {
                         // Where this client last found the limit, never above
                         // where pacing began (a first cut from an unpaced burst
