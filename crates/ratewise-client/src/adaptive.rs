@@ -159,6 +159,12 @@ const START_BURST_SPAN: Duration = Duration::from_millis(100);
 /// measured over the last one to two seconds.
 const START_MIN_SUCCESSES: u32 = 5;
 
+/// Until the second cut, the growth per success after a first cut that
+/// measured nothing: the rate doubles per success, as TCP's slow start
+/// doubles its window per round trip, and the second cut (to what the
+/// server admitted since the first) ends it.
+const BLIND_START_GROWTH: f64 = 1.0;
+
 /// Events counted in whole seconds: the current second and the one before,
 /// enough to measure the rate a client was sending at when first throttled
 /// (or the rate its successes came back at).
@@ -244,6 +250,9 @@ impl RateMeter {
 /// * **A first refusal within a tenth of a second of the first success**,
 ///   after at least five successes, measures the burst over that tenth of
 ///   a second, not over a whole second.
+/// * **A first refusal a round trip after a lone first success** measured
+///   nothing (a server with no burst, say): until the second cut each
+///   success doubles the rate, as TCP's slow start doubles its window.
 /// * **Until the second cut** a success adds at least `start_growth` of the
 ///   rate (the first cut halved a rate measured on an unpaced burst); the
 ///   cooldown is one interval, and the second cut goes to the rate the
@@ -275,6 +284,9 @@ pub struct Adaptive {
     slow_start: bool,
     /// A driver let this partition's calls out in a slow start.
     slow_started: bool,
+    /// The first cut measured nothing: fewer than `START_MIN_SUCCESSES`
+    /// successes, all within `START_BURST_SPAN` of the refusal.
+    blind_start: bool,
     /// The remaining count the latest refusal carried: a server that
     /// refuses while its count says quota is left over-states the quota by
     /// that much (or counts another limit than the one refusing), so only
@@ -305,6 +317,7 @@ impl Adaptive {
             gentle: 1.0,
             slow_start: false,
             slow_started: false,
+            blind_start: false,
             refused_at_remaining: 0,
             since_cut: 0,
             held_until: None,
@@ -407,7 +420,15 @@ impl RateController for Adaptive {
                                 .burst_rate(now, 1, START_BURST_SPAN)
                                 .map_or(a, |sent| a.min(sent))
                                 .max(self.config.fallback_rate),
-                            None => self.meter.rate(now).unwrap_or(self.config.fallback_rate),
+                            None => match self.admitted.burst_rate(now, 1, START_BURST_SPAN) {
+                                // A lone success a round trip before the
+                                // refusal: a rate unknown but not slow.
+                                Some(_) if self.since_cut == 1 => {
+                                    self.blind_start = true;
+                                    self.meter.rate(now).unwrap_or(self.config.fallback_rate)
+                                }
+                                _ => self.meter.rate(now).unwrap_or(self.config.fallback_rate),
+                            },
                         }
                     });
                     // Never below (a share of) what the server admitted
@@ -442,6 +463,8 @@ impl RateController for Adaptive {
                     self.slow_start = self.last_cut.is_none() && self.rate.is_none();
                     if self.slow_start {
                         self.base = r;
+                    } else {
+                        self.blind_start = false;
                     }
                     self.at_cut = from;
                     self.since_cut = 0;
@@ -482,7 +505,9 @@ impl RateController for Adaptive {
                             * self.probe(now)
                     };
                     if self.slow_start {
-                        let growth = if self.slow_started {
+                        let growth = if self.blind_start {
+                            BLIND_START_GROWTH
+                        } else if self.slow_started {
                             self.config
                                 .slow_started_growth
                                 .max(self.config.start_growth)
@@ -714,6 +739,40 @@ mod tests {
         let unboosted = c.on_outcome(now + ms(20), &full(5)).unwrap() - at - above;
         assert!(below > above * 5.0, "{below} vs {above}");
         assert!((above - unboosted).abs() < 1e-9, "{above} vs {unboosted}");
+    }
+
+    #[test]
+    fn a_refusal_right_after_a_lone_success_doubles_per_success_until_the_next_cut() {
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        c.on_send(t);
+        c.on_outcome(t + ms(1), &Outcome::success());
+        c.on_send(t + ms(1));
+        let r = c.on_outcome(t + ms(2), &Outcome::throttled()).unwrap();
+        // The send rate over the second, halved (it measured nothing more).
+        assert!((r - 1.0).abs() < 0.01, "{r}");
+        let mut now = t + ms(2);
+        let mut expected = r;
+        for _ in 0..5 {
+            now = now + Duration::from_secs_f64(1.0 / expected);
+            expected *= 2.0;
+            let up = c.on_outcome(now, &Outcome::success()).unwrap();
+            assert!((up - expected).abs() < 1e-9, "{up} vs {expected}");
+        }
+        // The second cut ends the doubling: steps are small again.
+        let cut = c.on_outcome(now + ms(1), &Outcome::throttled()).unwrap();
+        assert!(cut < expected);
+        let step = c.on_outcome(now + ms(500), &Outcome::success()).unwrap() - cut;
+        assert!(step < 0.1 * cut, "{step} after a cut to {cut}");
+        // Several successes before the refusal: no doubling.
+        let mut many = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        for i in 0..3 {
+            many.on_send(t + ms(i));
+            many.on_outcome(t + ms(i), &Outcome::success());
+        }
+        let r = many.on_outcome(t + ms(3), &Outcome::throttled()).unwrap();
+        let up = many.on_outcome(t + ms(400), &Outcome::success()).unwrap();
+        assert!(up < 1.1 * r, "{r} -> {up}");
     }
 
     #[test]
