@@ -501,14 +501,23 @@ impl<K> std::fmt::Debug for Throttle<K> {
 /// sends ([`Throttle::recheck_at`]). When none does, the schedule stands
 /// (the pacer already moved to the new rate) and only resumes evenly after
 /// a pause, without the credit it gained meanwhile.
-fn replan(part: &Partition, st: &mut PartitionState, now: Timestamp) {
+fn replan(part: &Partition, st: &mut PartitionState, now: Timestamp, rise: bool) {
     if !st.pacing {
         return;
     }
     st.plan_rate = part.pacer.rate();
     if part.last_slot.load(Ordering::Relaxed) > now.as_nanos() {
         st.plan = st.plan.wrapping_add(1);
-        part.pacer.restart_at(st.paused_until.max(now));
+        // On a rise a call may have sent a moment ago (the answer that
+        // raised the rate came from one): the new plan's first slot is an
+        // interval from now, so a server that admits no burst sees no two
+        // sends closer than the new pace.
+        let first = if rise {
+            now.saturating_add(crate::secs_to_duration(1.0 / st.plan_rate))
+        } else {
+            now
+        };
+        part.pacer.restart_at(st.paused_until.max(first));
     } else if st.paused_until > now {
         part.pacer.resume_at(st.paused_until);
     }
@@ -846,7 +855,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             st.hints.observe(now, &outcome.hints);
             if st.hints.pause_until() > st.paused_until {
                 st.paused_until = st.hints.pause_until();
-                replan(&part, &mut st, now);
+                replan(&part, &mut st, now, false);
             }
             if let Some((q, w)) = outcome.hints.policy {
                 let r = q as f64 / w.as_secs_f64() * POLICY_HEADROOM;
@@ -925,7 +934,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         }
         if replan_after {
             // Slots handed out at the old pace are not used at it.
-            replan(&part, &mut st, now);
+            replan(&part, &mut st, now, risen && !cut);
         }
         if let Some(sre) = st.sre.as_mut() {
             sre.on_outcome(now, outcome);
@@ -981,7 +990,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 // The pause is no saving: the pace resumes evenly after it,
                 // not with a burst of the credit the pacer gained meanwhile,
                 // and slots handed out before it are taken again after it.
-                replan(&part, &mut st, now);
+                replan(&part, &mut st, now, false);
             }
         }
 
@@ -1887,13 +1896,19 @@ mod tests {
         );
         th.record_at(&0, &mut calls[0], t + ms(160), &Outcome::success());
         assert!((th.rate_of(&0).unwrap() - 15.0).abs() < 1e-6);
-        // The schedule starts over at the new pace: a call arriving now is
-        // not queued behind the slots handed out at 5/s (without the re-plan
-        // it would wait 186.7 ms, behind them re-expressed at 15/s).
+        // The schedule starts over at the new pace, one interval after the
+        // rise (the call that just sent is not followed at once): a call
+        // arriving now is not queued behind the slots handed out at 5/s
+        // (without the re-plan it would wait 186.7 ms, behind them
+        // re-expressed at 15/s) but waits for 160 + 66.7 ms.
         let mut fresh = th.begin(t + ms(170));
-        assert_eq!(
-            th.acquire_at(&0, &mut fresh, t + ms(170), t + ms(170)),
-            Ok(Duration::ZERO)
+        let wait = th
+            .acquire_at(&0, &mut fresh, t + ms(170), t + ms(170))
+            .unwrap();
+        let expected = Duration::from_secs_f64(0.160 + 1.0 / 15.0 - 0.170);
+        assert!(
+            wait.abs_diff(expected) < Duration::from_micros(10),
+            "{wait:?}"
         );
         // The calls holding the old slots take new ones when they wake.
         assert_eq!(
