@@ -6,7 +6,6 @@
 mod common;
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{desc, req};
@@ -30,20 +29,7 @@ async fn ok(c: &mut Client, r: &RateLimitRequest) -> bool {
 
 /// Stops `server` with SIGTERM and waits (at most 10 s) for it to exit.
 fn terminate(mut server: Server) {
-    let pid = server.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let start = Instant::now();
-    while server.child.try_wait().unwrap().is_none() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no exit within 10 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    server.terminate(Duration::from_secs(10));
 }
 
 /// The instance count `/status` reports for the shared store.

@@ -243,21 +243,6 @@ fn start_errors_are_one_clear_line() {
 #[test]
 fn sigterm_drains_and_exits_zero() {
     let mut server = Server::start(&config_dir(CONFIG), &[]);
-    let pid = server.child.id().to_string();
-    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(killed.success());
-    // Wait for the exit itself (bounded), not a while.
-    let mut child = std::mem::replace(
-        &mut server.child,
-        Command::new("true").spawn().expect("a placeholder child"),
-    );
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let status = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("no exit within 10 s of SIGTERM")
-        .expect("the exit status");
+    let status = server.terminate(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0), "{}", server.log());
 }

@@ -35,6 +35,25 @@ impl Drop for Server {
 }
 
 impl Server {
+    /// Sends SIGTERM and waits for the exit itself (at most `limit`, on a
+    /// thread blocked in `wait`, not by polling): the exit status.
+    pub fn terminate(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(killed.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        let mut child = std::mem::replace(
+            &mut self.child,
+            Command::new("true").spawn().expect("a placeholder child"),
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        rx.recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("no exit within {limit:?} of SIGTERM"))
+            .expect("the exit status")
+    }
+
     /// Starts the server on `config` with extra `args`, and waits (at most
     /// 30 s) for its `ready` line.
     pub fn start(config: &Path, args: &[&str]) -> Server {
