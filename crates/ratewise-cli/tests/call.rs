@@ -45,10 +45,26 @@ struct Limited {
     headers: bool,
     requests: AtomicU64,
     refused: AtomicU64,
+    /// Told of every request, for a test that waits until some arrived.
+    arrived: (Mutex<u64>, std::sync::Condvar),
+}
+
+impl Limited {
+    /// Blocks until `n` requests arrived (at most `limit`): whether they did.
+    fn wait_for_requests(&self, n: u64, limit: Duration) -> bool {
+        let (count, cv) = &self.arrived;
+        let count = count.lock().expect("not poisoned");
+        let (count, _) = cv
+            .wait_timeout_while(count, limit, |c| *c < n)
+            .expect("not poisoned");
+        *count >= n
+    }
 }
 
 async fn handle(State(s): State<Arc<Limited>>, request: HeaderMap) -> (StatusCode, HeaderMap) {
     s.requests.fetch_add(1, Ordering::SeqCst);
+    *s.arrived.0.lock().expect("not poisoned") += 1;
+    s.arrived.1.notify_all();
     let mut h = HeaderMap::new();
     if let Some((name, value)) = s.required {
         if request.get(name).and_then(|v| v.to_str().ok()) != Some(value) {
@@ -90,6 +106,7 @@ fn serve(
         headers,
         requests: AtomicU64::new(0),
         refused: AtomicU64::new(0),
+        arrived: (Mutex::new(0), std::sync::Condvar::new()),
     });
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
     listener.set_nonblocking(true).expect("non-blocking");
@@ -238,15 +255,11 @@ fn ctrl_c_stops_with_the_summary_so_far() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("ratewise starts");
-    // Interrupt once the server has answered at least two requests.
-    let start = Instant::now();
-    while server.requests.load(Ordering::SeqCst) < 2 {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no request reached the server"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // Interrupt once at least two requests reached the server.
+    assert!(
+        server.wait_for_requests(2, Duration::from_secs(20)),
+        "no request reached the server"
+    );
     let killed = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
