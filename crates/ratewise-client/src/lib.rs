@@ -31,9 +31,9 @@
 //! headers as a pace). [`Throttle`] composes a pacer (a core
 //! [`Gcra`](ratewise::Gcra)), a controller, a pause on throttling, a backoff,
 //! a budget and the SRE throttle per partition; its async handle
-//! [`AsyncThrottle`] (feature `tokio`) owns the timer and runtime state and
+//! `AsyncThrottle` (feature `tokio`) owns the timer and runtime state and
 //! runs calls. Features: `tokio`; `http` (classification of `http` responses
-//! and, with `tokio`, [`exchange`], the loop the reqwest and tower drivers
+//! and, with `tokio`, `exchange`, the loop the reqwest and tower drivers
 //! share); `observe` (its metrics and `tracing` events).
 
 #![warn(missing_docs)]

@@ -35,9 +35,9 @@
 //!
 //! # Features
 //!
-//! * `tokio` — the async handles [`Debouncer`], [`EventThrottle`] and
-//!   [`Coalescer`], each owning one timer.
-//! * `stream` — `Stream` adapters ([`stream`]); implies `tokio`.
+//! * `tokio` — the async handles `Debouncer`, `EventThrottle` and
+//!   `Coalescer`, each owning one timer.
+//! * `stream` — `Stream` adapters (module `stream`); implies `tokio`.
 //!
 //! Without features the crate is the sans-IO cores alone.
 
