@@ -6,14 +6,12 @@
 //! out a retry's delay, take a slot ([`Throttle::acquire_at`](crate::Throttle::acquire_at),
 //! then [`Throttle::recheck_at`](crate::Throttle::recheck_at) after sleeping
 //! to it), send a copy of the request, classify the answer, record it
-//! ([`Throttle::record_at`](crate::Throttle::record_at)), and hand the answer
-//! back or go round again. A request that cannot be copied is sent once; if
-//! its answer asks for a retry the call ends with
-//! [`RefusalReason::NotReplayable`]. Dropping the future is safe.
+//! ([`Throttle::record_at`](crate::Throttle::record_at)), then answer or go
+//! round again. A request that cannot be copied is sent once (a retry it
+//! needs ends the call: [`RefusalReason::NotReplayable`]). Drop is safe.
 //!
-//! With the `observe` feature each call reports `ratewise_client_*` metrics
-//! (names in [`names`], labelled by partition) and `tracing` events (a
-//! `debug` per retry, a `warn` per refusal).
+//! With `observe` each call reports `ratewise_client_*` metrics ([`names`],
+//! by partition) and `tracing` events (`debug` per retry, `warn` per refusal).
 //!
 //! ```
 //! use std::time::Duration;

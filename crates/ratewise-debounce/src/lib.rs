@@ -35,11 +35,9 @@
 //!
 //! # Features
 //!
-//! * `tokio` — the async handles `Debouncer`, `EventThrottle` and
-//!   `Coalescer`, each owning one timer.
+//! * `tokio` — async `Debouncer`, `EventThrottle`, `Coalescer` (one timer each).
 //! * `stream` — `Stream` adapters (module `stream`); implies `tokio`.
-//!
-//! Without features the crate is the sans-IO cores alone.
+//!   Without features the crate is the sans-IO cores alone.
 
 #![warn(missing_docs)]
 // docs.rs labels feature-gated items; `doc_cfg` is nightly-only.

@@ -7,9 +7,8 @@
 //! use ratewise::Quota;
 //! use ratewise_redis::{connect_lazy, Algorithm, FailurePolicy, Options, RedisLimiter};
 //!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-//! # rt.block_on(async {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // Nothing listens on port 1, so the failure policy answers.
 //! let conn = connect_lazy("redis://127.0.0.1:1")?;
 //! let options = Options { policy: FailurePolicy::FailClosed, ..Options::default() };
@@ -18,8 +17,7 @@
 //! let d = limiter.check("user-42", 1).await?;
 //! assert!(!d.decision.allowed); // 429, with Retry-After from d.decision.retry_after
 //! assert_eq!(d.source, DecisionSource::FailClosed);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! # })
+//! # Ok(())
 //! # }
 //! ```
 //!
@@ -35,10 +33,9 @@
 //!   every decision says where it came from.
 //! * [`TwoTierLimiter`] admits hot keys in process from tokens leased out of
 //!   Redis; [`MultiLimiter`] checks several levels all-or-nothing.
-//! * [`Fleet`] counts the instances sharing the quotas (heartbeats on
-//!   Redis), so each [`LocalShare`] holds its part of the quota in an
-//!   outage.
-//! * Metrics go to the [`metrics`] facade under `ratewise_redis_*`.
+//! * [`Fleet`] counts the instances (heartbeats on Redis), so each
+//!   [`LocalShare`] holds its part of the quota in an outage. Metrics go to
+//!   the [`metrics`] facade under `ratewise_redis_*`.
 //!
 //! The [`_guide`] covers state, batching, failure, Cluster and metrics.
 

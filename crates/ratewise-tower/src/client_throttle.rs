@@ -29,18 +29,14 @@
 //! # }
 //! ```
 //!
-//! Each request runs the core's [`ratewise_client::exchange::send`] loop in
-//! its partition ([`authority_key`], or any key with
-//! [`ThrottleLayer::with_key`]): wait out the pause and the pacer, send a copy
-//! made by the layer's [`Replay`] ([`CloneBody`] by default,
-//! [`ThrottleLayer::replay_with`], or [`NoReplay`]), classify the response
-//! head with the [`Classifier`] (429, 503 with `Retry-After`, `RateLimit`
-//! fields, gRPC `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms`), and
-//! retry or stop. It returns the response that ended the call, or a
-//! [`ClientError`]: the inner error, or a [`Refused`] when the client
-//! declined ([`RefusalReason::NotReplayable`] for a request it could not
-//! copy). To retry tonic calls, buffer the unary message into a
-//! `Full<Bytes>` below the layer. Clones share the one [`AsyncThrottle`].
+//! Each request runs [`ratewise_client::exchange::send`] in its partition
+//! ([`authority_key`], or [`ThrottleLayer::with_key`]): wait for the pause
+//! and the pacer, send a copy made by the [`Replay`] ([`CloneBody`],
+//! [`ThrottleLayer::replay_with`] or [`NoReplay`]), classify the head with
+//! the [`Classifier`], retry or stop. The result is the last response or a
+//! [`ClientError`] (the inner error, or a [`Refused`], e.g.
+//! [`RefusalReason::NotReplayable`]). Clones share the one throttle. To
+//! retry tonic calls, buffer the message into a `Full<Bytes>` below it.
 
 use std::fmt;
 use std::future::Future;

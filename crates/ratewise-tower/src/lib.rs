@@ -28,18 +28,18 @@
 //!
 //! [`RateLimitLayer`] finds each request's key ([`KeySource`]: peer address,
 //! client address behind [`TrustedProxies`], header, extension, closure),
-//! picks a policy set ([`Route`], tier or default), checks every [`Policy`]
-//! of it at once as one core [`Hierarchy`](ratewise::Hierarchy), and answers
-//! a refusal with `429`, `Retry-After`, the IETF `RateLimit-Policy` and
+//! picks a policy set ([`Route`], tier or default), checks every [`Policy`] of
+//! it at once as one core [`Hierarchy`](ratewise::Hierarchy), and answers a
+//! refusal with `429`, `Retry-After`, the IETF `RateLimit-Policy` and
 //! `RateLimit` headers and a problem+json body (a gRPC call gets
 //! `RESOURCE_EXHAUSTED`). Clones share one set of limiters; a policy may be
-//! decided by Redis ([`RateLimitLayerBuilder::backend`]). [`RateLimitHandle`] changes
-//! quotas, shadow mode and the kill switch at run time; [`observe`] lists
-//! the metrics. [`concurrency`] holds an adaptive concurrency limit and
-//! [`breaker`] a circuit breaker (the stack they make with the rate limit
-//! and a timeout is in the README); on the
-//! client side, [`ThrottleLayer`] paces and retries calls and
-//! [`ClientConcurrencyLayer`] caps the calls in flight to a dependency.
+//! decided by Redis ([`RateLimitLayerBuilder::backend`]). [`RateLimitHandle`]
+//! changes quotas, shadow mode and the kill switch at run time; [`observe`]
+//! lists the metrics. [`concurrency`] holds an adaptive concurrency limit and
+//! [`breaker`] a circuit breaker (the stack they make with the rate limit and
+//! a timeout is in the README); on the client side, [`ThrottleLayer`] paces
+//! and retries calls and [`ClientConcurrencyLayer`] caps the calls in flight
+//! to a dependency.
 
 #![warn(missing_docs)]
 
