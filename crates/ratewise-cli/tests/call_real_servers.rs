@@ -12,7 +12,7 @@
 //! naive client beside it.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use test_servers::{Envoy, EnvoyLimit, Nginx, NginxLimit};
 
@@ -29,7 +29,7 @@ fn call(
     allowed: Duration,
     extra: &[&str],
 ) -> Option<String> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ratewise"))
+    let child = Command::new(env!("CARGO_BIN_EXE_ratewise"))
         .args([
             "call",
             url,
@@ -45,19 +45,26 @@ fn call(
         .stderr(Stdio::piped())
         .spawn()
         .expect("ratewise starts");
-    let start = Instant::now();
-    while child.try_wait().expect("wait on ratewise").is_none() {
-        if start.elapsed() > allowed * 4 {
+    // Wait for the exit itself on a thread; at 4× the allowed time,
+    // interrupt (Ctrl-C) and take the summary so far.
+    let pid = child.id().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let o = match rx.recv_timeout(allowed * 4) {
+        Ok(o) => o,
+        Err(_) => {
             let status = Command::new("kill")
-                .args(["-INT", &child.id().to_string()])
+                .args(["-INT", &pid])
                 .status()
                 .expect("kill runs");
             assert!(status.success());
-            break;
+            rx.recv_timeout(Duration::from_secs(30))
+                .expect("ratewise ends within 30 s of Ctrl-C")
         }
-        std::thread::sleep(Duration::from_millis(10));
     }
-    let o = child.wait_with_output().expect("ratewise ends");
+    .expect("ratewise ends");
     let text = String::from_utf8_lossy(&o.stdout);
     let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
         panic!(
