@@ -22,8 +22,6 @@
 //! strategy's jitter; and in duration mode a finishing thread can end its
 //! sleeping siblings in the same process.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -34,9 +32,11 @@ use ratewise_client::{secs_to_duration, Next, Outcome, Signal, Strategy};
 
 use crate::error::SimError;
 use crate::metrics::{RunMetrics, ThreadRecord};
+use crate::queue::EventQueue;
 use crate::scenario::{Scenario, StateSharing};
 use crate::server::Response;
 use crate::strategies::{StrategyInfo, StrategyParams};
+use crate::waits::Waits;
 
 /// SplitMix64, the mixer every seed of a run is derived with; it lives
 /// with the strategies' seeds ([`crate::strategies::derive_seed`]).
@@ -46,14 +46,25 @@ pub use crate::strategies::derive_seed;
 /// resolution is halved (see `Engine::decimate_if_full`).
 pub const MAX_SAMPLES: usize = 4096;
 
+/// The most clients whose sleep the trace follows. With more, it follows
+/// this many spread evenly over the clients (the first and the last
+/// included), so the trace and the report's sleep chart stay the same
+/// size whatever the client count.
+pub const MAX_SLEEP_SERIES: usize = 100;
+
 /// Time series sampled during a run, for the report's charts.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Trace {
     /// Sample times, simulated seconds.
     pub times: Vec<f64>,
-    /// Per client thread: its last sleep value at each sample (seconds,
-    /// jitter included), as Heroku's chart plots it.
+    /// Per followed client thread: its last sleep value at each sample
+    /// (seconds, jitter included), as Heroku's chart plots it. Every client
+    /// when there are at most [`MAX_SLEEP_SERIES`], else that many spread
+    /// evenly.
     pub sleep: Vec<Vec<f64>>,
+    /// How many client threads the run had (`sleep` follows all of them or
+    /// [`MAX_SLEEP_SERIES`]).
+    pub clients: usize,
     /// Server capacity remaining at each sample.
     pub remaining: Vec<f64>,
     /// Successes in the interval ending at each sample.
@@ -82,39 +93,77 @@ enum Phase {
     Done,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    Wake { thread: usize, gen: u64 },
+    Wake { thread: u32, gen: u32 },
     Sample,
 }
 
-struct Thread {
-    process: usize,
-    strategy: usize,
-    phase: Phase,
-    gen: u64,
+impl Kind {
+    /// Packed in 8 bytes for the queue (thread `u32::MAX` is the sampler).
+    fn pack(self) -> u64 {
+        match self {
+            Kind::Wake { thread, gen } => u64::from(thread) << 32 | u64::from(gen),
+            Kind::Sample => u64::MAX,
+        }
+    }
+
+    fn unpack(x: u64) -> Kind {
+        match x {
+            u64::MAX => Kind::Sample,
+            _ => Kind::Wake {
+                thread: (x >> 32) as u32,
+                gen: x as u32,
+            },
+        }
+    }
+}
+
+/// What the threads of one `[[clients]]` group share.
+struct Group {
     join: Timestamp,
     end_at: Option<Timestamp>,
     leave_at: Option<Timestamp>,
-    calls_left: Option<u64>,
     stop_at_remaining: Option<u64>,
     cycle: Option<(f64, f64)>,
     interrupt_siblings: bool,
-    last_response: Response,
+}
+
+/// One client thread: only what changes as it runs and its counts (one
+/// place in memory per event), so a hundred thousand of them fit in about
+/// eleven megabytes. Its group's settings are in `Engine::groups`, the
+/// response it awaits in `Engine::responses`.
+struct Thread {
+    record: ThreadRecord,
+    strategy: u32,
+    group: u32,
+    process: u32,
+    gen: u32,
+    phase: Phase,
+    calls_left: Option<u64>,
+    /// Slot of the awaited response while `InFlight`.
+    response: u32,
     call_wait: f64,
     last_sleep: f64,
-    record: ThreadRecord,
 }
 
 struct Engine<'a> {
     scenario: &'a Scenario,
-    queue: BinaryHeap<Reverse<(Timestamp, u64, Kind)>>,
-    seq: u64,
+    queue: EventQueue<u64>,
     threads: Vec<Thread>,
+    groups: Vec<Group>,
+    /// Per process, its threads' index range (a process's threads are
+    /// contiguous).
+    processes: Vec<(u32, u32)>,
     strategies: Vec<Box<dyn Strategy>>,
     server: Box<dyn crate::server::ServerModel>,
+    /// Responses on their way back, by slot; `free` lists the empty slots.
+    responses: Vec<Response>,
+    free: Vec<u32>,
     rng: ChaCha8Rng,
-    waits: Vec<f64>,
+    waits: Waits,
+    /// The threads `trace.sleep` follows.
+    followed: Vec<u32>,
     trace: Trace,
     interval_ok: u64,
     interval_429: u64,
@@ -124,13 +173,22 @@ struct Engine<'a> {
 
 impl Engine<'_> {
     fn push(&mut self, at: Timestamp, kind: Kind) {
-        self.seq += 1;
-        self.queue.push(Reverse((at, self.seq, kind)));
+        self.queue.push(at.as_nanos(), kind.pack());
     }
 
     fn wake(&mut self, t: usize, at: Timestamp) {
         let gen = self.threads[t].gen;
-        self.push(at, Kind::Wake { thread: t, gen });
+        self.push(
+            at,
+            Kind::Wake {
+                thread: t as u32,
+                gen,
+            },
+        );
+    }
+
+    fn group(&self, t: usize) -> &Group {
+        &self.groups[self.threads[t].group as usize]
     }
 
     fn record_sleep(&mut self, t: usize, d: Duration) {
@@ -152,14 +210,12 @@ impl Engine<'_> {
             return;
         }
         self.mark_done(t, now, cleared);
-        if self.threads[t].interrupt_siblings {
-            let process = self.threads[t].process;
-            for s in 0..self.threads.len() {
-                let sib = &self.threads[s];
+        if self.group(t).interrupt_siblings {
+            let (first, end) = self.processes[self.threads[t].process as usize];
+            for s in first as usize..end as usize {
                 if s != t
-                    && sib.process == process
                     && matches!(
-                        sib.phase,
+                        self.threads[s].phase,
                         Phase::PreSleep | Phase::RetrySleep | Phase::Ready
                     )
                 {
@@ -174,7 +230,7 @@ impl Engine<'_> {
     fn mark_done(&mut self, t: usize, now: Timestamp, cleared: bool) {
         let th = &mut self.threads[t];
         th.phase = Phase::Done;
-        th.gen += 1;
+        th.gen = th.gen.wrapping_add(1);
         th.record.finished_at_s = now.as_secs_f64();
         th.record.cleared = cleared;
         self.active -= 1;
@@ -182,17 +238,17 @@ impl Engine<'_> {
 
     /// The thread is free to start a new call at `now`.
     fn begin_call(&mut self, t: usize, now: Timestamp) {
-        let th = &self.threads[t];
-        if th.end_at.is_some_and(|e| now > e) || th.leave_at.is_some_and(|l| now >= l) {
+        let g = self.group(t);
+        if g.end_at.is_some_and(|e| now > e) || g.leave_at.is_some_and(|l| now >= l) {
             self.finish(t, now, false);
             return;
         }
-        if th.calls_left == Some(0) {
+        if self.threads[t].calls_left == Some(0) {
             self.finish(t, now, true);
             return;
         }
-        if let Some((busy, idle)) = th.cycle {
-            let since = now.saturating_duration_since(th.join).as_secs_f64();
+        if let Some((busy, idle)) = g.cycle {
+            let since = now.saturating_duration_since(g.join).as_secs_f64();
             let pos = since % (busy + idle);
             if pos >= busy {
                 let resume = now.saturating_add(secs_to_duration(busy + idle - pos));
@@ -201,7 +257,7 @@ impl Engine<'_> {
                 return;
             }
         }
-        let si = self.threads[t].strategy;
+        let si = self.threads[t].strategy as usize;
         let d = self.strategies[si].before_call(now);
         self.threads[t].call_wait = 0.0;
         self.record_sleep(t, d);
@@ -213,7 +269,7 @@ impl Engine<'_> {
     /// ([`Strategy::before_send`]), else the attempt is sent. A further wait
     /// lengthens the sleep it follows.
     fn due(&mut self, t: usize, now: Timestamp) {
-        let si = self.threads[t].strategy;
+        let si = self.threads[t].strategy as usize;
         let more = self.strategies[si].before_send(now);
         if more.is_zero() {
             self.send(t, now);
@@ -228,23 +284,36 @@ impl Engine<'_> {
         // requests knows when this one's response leaves.
         let lat = self.scenario.latency.sample(self.rng.random::<f64>());
         let resp = self.server.handle_for(now, lat);
-        let th = &mut self.threads[t];
-        th.record.requests += 1;
+        let r = &mut self.threads[t].record;
+        r.requests += 1;
         if resp.throttled {
-            th.record.throttled += 1;
+            r.throttled += 1;
             self.interval_429 += 1;
         } else {
-            th.record.successes += 1;
+            r.successes += 1;
             self.interval_ok += 1;
         }
         let lat = lat + resp.delay;
-        th.last_response = resp;
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.responses[slot as usize] = resp;
+                slot
+            }
+            None => {
+                self.responses.push(resp);
+                (self.responses.len() - 1) as u32
+            }
+        };
+        let th = &mut self.threads[t];
+        th.response = slot;
         th.phase = Phase::InFlight;
         self.wake(t, now.saturating_add(lat));
     }
 
     fn respond(&mut self, t: usize, now: Timestamp) {
-        let resp = std::mem::take(&mut self.threads[t].last_response);
+        let slot = self.threads[t].response;
+        let resp = std::mem::take(&mut self.responses[slot as usize]);
+        self.free.push(slot);
         let outcome = match &resp.wire {
             // What a real client reads from the status, headers and body,
             // through ratewise's own classifier and parser.
@@ -263,7 +332,7 @@ impl Engine<'_> {
                 hints: resp.hints,
             },
         };
-        let si = self.threads[t].strategy;
+        let si = self.threads[t].strategy as usize;
         match self.strategies[si].after_attempt(now, &outcome) {
             Next::Retry(d) => {
                 self.record_sleep(t, d);
@@ -282,7 +351,7 @@ impl Engine<'_> {
                 }
                 th.phase = Phase::Ready;
                 let stop = matches!(
-                    (th.stop_at_remaining, outcome.hints.remaining),
+                    (self.group(t).stop_at_remaining, outcome.hints.remaining),
                     (Some(k), Some(r)) if r <= k
                 );
                 if stop {
@@ -325,10 +394,8 @@ impl Engine<'_> {
 
     fn sample(&mut self, now: Timestamp) {
         self.trace.times.push(now.as_secs_f64());
-        for (i, th) in self.threads.iter().enumerate() {
-            if let Some(series) = self.trace.sleep.get_mut(i) {
-                series.push(th.last_sleep);
-            }
+        for (series, &t) in self.trace.sleep.iter_mut().zip(&self.followed) {
+            series.push(self.threads[t as usize].last_sleep);
         }
         let rem = self.server.remaining(now);
         self.trace.remaining.push(rem);
@@ -337,6 +404,16 @@ impl Engine<'_> {
         self.interval_ok = 0;
         self.interval_429 = 0;
     }
+}
+
+/// The threads the trace follows: all of `n`, or [`MAX_SLEEP_SERIES`]
+/// spread evenly from the first to the last.
+fn followed(n: usize) -> Vec<u32> {
+    if n <= MAX_SLEEP_SERIES {
+        return (0..n as u32).collect();
+    }
+    let k = MAX_SLEEP_SERIES;
+    (0..k).map(|i| (i * (n - 1) / (k - 1)) as u32).collect()
 }
 
 /// Runs `scenario` once with `strategy` and `seed`.
@@ -351,7 +428,8 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     let initial_delay = scenario.strategy.initial_delay_s.map(secs_to_duration);
     let mut threads = Vec::with_capacity(scenario.client_count());
     let mut strategies: Vec<Box<dyn Strategy>> = Vec::new();
-    let mut process = 0usize;
+    let mut groups = Vec::with_capacity(scenario.clients.len());
+    let mut processes = Vec::new();
     // The quota a client believes it has: the scenario's explicit
     // `[strategy] quota_count / quota_window_s`, else its fair share of the
     // server's documented quota among all the scenario's client threads.
@@ -366,7 +444,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         .reset_meaning
         .map(Into::into)
         .unwrap_or_default();
-    let make = |strategies: &mut Vec<Box<dyn Strategy>>| -> Result<usize, SimError> {
+    let make = |strategies: &mut Vec<Box<dyn Strategy>>| -> Result<u32, SimError> {
         let n = strategies.len() as u64;
         let params = StrategyParams {
             seed: derive_seed(seed ^ derive_seed(n.wrapping_add(0x5EED))),
@@ -375,72 +453,85 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
             reset_meaning,
         };
         strategies.push(strategy.instantiate(&params)?);
-        Ok(strategies.len() - 1)
+        Ok((strategies.len() - 1) as u32)
     };
     for group in &scenario.clients {
         let w = &group.workload;
         let join = Timestamp::from_secs_f64(group.join_s);
+        let gi = groups.len() as u32;
+        groups.push(Group {
+            join,
+            end_at: w
+                .duration_s
+                .map(|d| Timestamp::from_secs_f64(group.join_s + d)),
+            leave_at: group.leave_s.map(Timestamp::from_secs_f64),
+            stop_at_remaining: w.stop_when_remaining_at_most,
+            cycle: w.busy_s.zip(w.idle_s),
+            interrupt_siblings: w.interrupt_siblings,
+        });
         for _ in 0..group.processes {
             let shared = if group.state == StateSharing::PerProcess {
                 Some(make(&mut strategies)?)
             } else {
                 None
             };
+            let first = threads.len() as u32;
             for _ in 0..group.threads {
                 let si = match shared {
                     Some(s) => s,
                     None => make(&mut strategies)?,
                 };
                 threads.push(Thread {
-                    process,
+                    record: ThreadRecord::default(),
                     strategy: si,
-                    phase: Phase::Ready,
+                    group: gi,
+                    process: processes.len() as u32,
                     gen: 0,
-                    join,
-                    end_at: w
-                        .duration_s
-                        .map(|d| Timestamp::from_secs_f64(group.join_s + d)),
-                    leave_at: group.leave_s.map(Timestamp::from_secs_f64),
+                    phase: Phase::Ready,
                     calls_left: w.requests,
-                    stop_at_remaining: w.stop_when_remaining_at_most,
-                    cycle: w.busy_s.zip(w.idle_s),
-                    interrupt_siblings: w.interrupt_siblings,
-                    last_response: Response::default(),
+                    response: u32::MAX,
                     call_wait: 0.0,
                     last_sleep: 0.0,
-                    record: ThreadRecord::default(),
                 });
             }
-            process += 1;
+            processes.push((first, threads.len() as u32));
         }
     }
     let n = threads.len();
+    let followed = followed(n);
     let mut engine = Engine {
         scenario,
-        queue: BinaryHeap::with_capacity(n * 2 + 4),
-        seq: 0,
+        queue: EventQueue::new(),
         active: n,
         threads,
+        groups,
+        processes,
         strategies,
         server,
+        responses: Vec::new(),
+        free: Vec::new(),
         rng: ChaCha8Rng::seed_from_u64(seed),
-        waits: Vec::new(),
+        waits: Waits::new(),
         trace: Trace {
-            sleep: vec![Vec::new(); n],
+            sleep: vec![Vec::new(); followed.len()],
+            clients: n,
             ..Trace::default()
         },
+        followed,
         interval_ok: 0,
         interval_429: 0,
         events: 0,
     };
     for t in 0..n {
-        let join = engine.threads[t].join;
+        let join = engine.group(t).join;
         engine.wake(t, join);
     }
     engine.push(Timestamp::from_nanos(0), Kind::Sample);
     let limit = Timestamp::from_secs_f64(scenario.max_time_s);
     let mut interval = secs_to_duration(scenario.sample_interval_s);
-    while let Some(Reverse((now, _, kind))) = engine.queue.pop() {
+    while let Some((now_ns, kind)) = engine.queue.pop() {
+        let kind = Kind::unpack(kind);
+        let now = Timestamp::from_nanos(now_ns);
         if engine.active == 0 {
             break;
         }
@@ -463,6 +554,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
                 engine.push(now.saturating_add(interval), Kind::Sample);
             }
             Kind::Wake { thread, gen } => {
+                let thread = thread as usize;
                 if engine.threads[thread].gen != gen {
                     continue;
                 }
@@ -481,9 +573,14 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         .map(|t| t.record.finished_at_s)
         .fold(0.0_f64, f64::max);
     let offered = engine.server.offered(Timestamp::from_secs_f64(end));
-    let records: Vec<ThreadRecord> = engine.threads.iter().map(|t| t.record.clone()).collect();
+    // The per-client state goes before the per-client results are summed.
+    drop(std::mem::take(&mut engine.strategies));
+    let records: Vec<ThreadRecord> = std::mem::take(&mut engine.threads)
+        .into_iter()
+        .map(|t| t.record)
+        .collect();
     let metrics = RunMetrics::compute(
-        &records,
+        records,
         &mut engine.waits,
         offered,
         scenario.overhead_s,
@@ -550,6 +647,27 @@ latency = { kind = "constant", s = 0.5 }
 kind = "decrease_only"
 starting = 1000000
 "#;
+
+    #[test]
+    fn a_fleet_is_followed_by_a_bounded_spread_of_clients() {
+        assert_eq!(followed(3), [0, 1, 2]);
+        let f = followed(250_001);
+        assert_eq!(f.len(), MAX_SLEEP_SERIES);
+        assert_eq!((f[0], f[f.len() - 1]), (0, 250_000));
+        assert!(f.windows(2).all(|w| w[0] < w[1]));
+        let out = null_run(&format!(
+            "{BASE}[[clients]]\nprocesses = 50\nthreads = 5\nworkload = {{ requests = 2 }}\n"
+        ));
+        assert_eq!(out.trace.clients, 250);
+        assert_eq!(out.trace.sleep.len(), MAX_SLEEP_SERIES);
+        assert!(out
+            .trace
+            .sleep
+            .iter()
+            .all(|s| s.len() == out.trace.times.len()));
+        assert_eq!(out.metrics.threads.len(), 250);
+        assert_eq!(out.metrics.successes, 500);
+    }
 
     #[test]
     fn busy_idle_cycles_send_nothing_while_idle() {

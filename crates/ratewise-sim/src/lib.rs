@@ -32,12 +32,14 @@ pub mod engine;
 pub mod error;
 pub mod metrics;
 pub mod overload;
+pub mod queue;
 pub mod rank;
 pub mod report;
 pub mod scenario;
 pub mod server;
 pub mod stack;
 pub mod strategies;
+pub mod waits;
 
 pub use engine::{run, RunOutput, Trace};
 pub use error::{Location, SimError};

@@ -26,6 +26,8 @@
 
 use serde::Serialize;
 
+use crate::waits::Waits;
+
 /// One client thread's counters, as the harness writes them per thread.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ThreadRecord {
@@ -110,24 +112,15 @@ pub fn jain(values: &[f64]) -> f64 {
     }
 }
 
-/// Nearest-rank percentile of sorted values; 0 for none.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted
-        .get(rank.clamp(1, sorted.len()) - 1)
-        .copied()
-        .unwrap_or(0.0)
-}
+pub use crate::waits::percentile;
 
 impl RunMetrics {
-    /// Computes the metrics from per-thread records, per-call waits (sorted
-    /// in place), the capacity offered, the fixed overhead and the end time.
+    /// Computes the metrics from per-thread records (kept in the result),
+    /// per-call waits, the capacity offered, the fixed overhead and the end
+    /// time.
     pub fn compute(
-        threads: &[ThreadRecord],
-        waits: &mut [f64],
+        threads: Vec<ThreadRecord>,
+        waits: &mut Waits,
         offered: f64,
         overhead_s: f64,
         end_s: f64,
@@ -144,7 +137,6 @@ impl RunMetrics {
         let counts: Vec<f64> = threads.iter().map(|t| t.requests as f64).collect();
         let succ: Vec<f64> = threads.iter().map(|t| t.successes as f64).collect();
         let successes: u64 = threads.iter().map(|t| t.successes).sum();
-        waits.sort_by(f64::total_cmp);
         let cleared = !threads.is_empty() && threads.iter().all(|t| t.cleared);
         RunMetrics {
             avg_retry_rate_pct: avg,
@@ -161,11 +153,11 @@ impl RunMetrics {
                 0.0
             },
             fairness: jain(&succ),
-            wait_p50_s: percentile(waits, 50.0),
-            wait_p99_s: percentile(waits, 99.0),
-            wait_max_s: waits.last().copied().unwrap_or(0.0),
+            wait_p50_s: waits.percentile(50.0),
+            wait_p99_s: waits.percentile(99.0),
+            wait_max_s: waits.max(),
             sim_time_s: end_s,
-            threads: threads.to_vec(),
+            threads,
         }
     }
 }
@@ -255,7 +247,7 @@ mod tests {
             ..ThreadRecord::default()
         };
         // 1/2 and 90/100: unweighted mean 70 %, weighted would be 89.2 %.
-        let m = RunMetrics::compute(&[t(2, 1), t(100, 90)], &mut [], 11.0, 0.0, 1.0);
+        let m = RunMetrics::compute(vec![t(2, 1), t(100, 90)], &mut Waits::new(), 11.0, 0.0, 1.0);
         assert!((m.avg_retry_rate_pct - 70.0).abs() < 1e-9);
         assert_eq!(m.throttled, 91);
         assert!((m.utilization - 1.0).abs() < 1e-9);

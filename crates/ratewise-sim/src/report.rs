@@ -618,10 +618,18 @@ fn sleep_chart(out: &mut String, strategy: &str, t: &Trace) {
     axes(
         out,
         &f,
-        &format!(
-            "{strategy}: the sleep each of {} clients last asked for",
-            t.sleep.len()
-        ),
+        &if t.sleep.len() < t.clients {
+            format!(
+                "{strategy}: the sleep {} of {} clients (spread evenly) last asked for",
+                t.sleep.len(),
+                t.clients
+            )
+        } else {
+            format!(
+                "{strategy}: the sleep each of {} clients last asked for",
+                t.sleep.len()
+            )
+        },
         "sleep (s)",
     );
     for (i, s) in t.sleep.iter().enumerate() {

@@ -153,3 +153,41 @@ fn report_opens_with_the_decision_chart_in_a_browser() {
     );
     decision_chart_first(&dom, &names);
 }
+
+/// A run of `clients` Heroku-shaped clients (each with Heroku's quota per
+/// client), as HTML.
+fn fleet_report(clients: usize) -> String {
+    let processes = clients / 5;
+    let src = format!(
+        "name = \"fleet\"\ndescription = \"{clients} clients\"\nsample_interval_s = 10\n\
+         [server]\nkind = \"heroku_bucket\"\ncapacity = {}\nrefill_per_s = {}\nstarting = 0\n\
+         [[clients]]\nprocesses = {processes}\nthreads = 5\n\
+         workload = {{ duration_s = 120, interrupt_siblings = true }}\n",
+        450 * clients,
+        0.125 * clients as f64
+    );
+    let scenario = Scenario::parse(&src, "fleet.toml").unwrap_or_else(|e| panic!("{e}"));
+    let eb = ratewise_sim::strategies::find("eb").unwrap_or_else(|e| panic!("{e}"));
+    let result = Experiment::new(scenario)
+        .strategies(vec![eb])
+        .seed(1)
+        .run(|| {})
+        .unwrap_or_else(|e| panic!("{e}"));
+    report::html(&result)
+}
+
+/// The report's size does not grow with the client count: the sleep chart
+/// follows at most `MAX_SLEEP_SERIES` clients, spread evenly, and says so.
+#[test]
+fn the_report_of_a_fleet_is_no_bigger_than_of_a_crowd() {
+    let crowd = fleet_report(200);
+    let fleet = fleet_report(4_000);
+    let (a, b) = (crowd.len() as f64, fleet.len() as f64);
+    assert!(b < a * 1.25, "{a} bytes at 200 clients, {b} at 4,000");
+    let shown = ratewise_sim::engine::MAX_SLEEP_SERIES;
+    assert!(
+        fleet.contains(&format!("{shown} of 4000 clients (spread evenly)")),
+        "the chart says how many clients it follows"
+    );
+    assert_eq!(fleet.matches("class=\"series\"").count(), shown);
+}
