@@ -42,11 +42,8 @@
 
 use std::time::Duration;
 
-/// The generator behind every strategy's jitter: ChaCha8, a fixed,
-/// portable algorithm, so the same seed draws the same numbers on every
-/// platform (rand's `SmallRng` differs between 32- and 64-bit targets) and a
-/// simulation replays byte for byte anywhere.
-pub(crate) type JitterRng = rand_chacha::ChaCha8Rng;
+mod jitter_rng;
+pub(crate) use jitter_rng::JitterRng;
 
 /// The time every state machine here is told: nanoseconds since a clock's
 /// origin.

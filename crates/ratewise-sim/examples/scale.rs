@@ -45,6 +45,27 @@ fn peak_rss() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// The `retry-storm` overload scenario with `k` times its workers and
+/// demand, run with the default controller: (requests the server saw,
+/// wall seconds).
+fn server_side(k: u32) -> (u64, f64) {
+    use ratewise_sim::overload::{run, Controller, OverloadScenario, BUILT_IN};
+    let src = BUILT_IN
+        .iter()
+        .find(|(n, _)| *n == "retry-storm")
+        .map(|(_, s)| *s)
+        .expect("retry-storm ships");
+    let src = src
+        .replace("workers = 20\n", &format!("workers = {}\n", 20 * k))
+        .replace("per_s = 800.0", &format!("per_s = {}.0", 800 * k))
+        .replace("per_s = 1600.0", &format!("per_s = {}.0", 1600 * k));
+    let s =
+        OverloadScenario::parse(&src, "retry-storm-scaled.toml").unwrap_or_else(|e| panic!("{e}"));
+    let start = Instant::now();
+    let r = run(&s, Controller::DEFAULT, 1);
+    (r.arrived, start.elapsed().as_secs_f64())
+}
+
 fn child(clients: usize, strategy: &str, duration_s: f64) {
     let info = strategies::find(strategy).unwrap_or_else(|e| panic!("{e}"));
     let s = scenario(clients, duration_s);
@@ -74,6 +95,37 @@ fn main() {
     };
     let strategy = value("--strategy").unwrap_or_else(|| "eb".to_owned());
     let duration_s: f64 = value("--duration-s").map_or(600.0, |d| d.parse().expect("--duration-s"));
+    if let Some(k) = value("--server-child") {
+        let (arrived, wall) = server_side(k.parse().expect("--server-child"));
+        println!("{k} {arrived} {wall} {}", peak_rss());
+        return;
+    }
+    if args.iter().any(|a| a == "--server-side") {
+        let exe = std::env::current_exe().expect("own path");
+        println!(
+            "retry-storm × k (k × 20 workers, k × 800/s, 2× for 10 s), default controller\n\
+             | k | requests | wall s | µs/request | M requests/s | peak MB |\n|---:|---:|---:|---:|---:|---:|"
+        );
+        for k in [1, 10, 100] {
+            let out = Command::new(&exe)
+                .args(["--server-child", &k.to_string()])
+                .output()
+                .expect("run a child");
+            let f: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(|x| x.parse().expect("child output"))
+                .collect();
+            println!(
+                "| {k} | {:.0} | {:.2} | {:.3} | {:.2} | {:.0} |",
+                f[1],
+                f[2],
+                f[2] * 1e6 / f[1],
+                f[1] / f[2] / 1e6,
+                f[3] / 1e6
+            );
+        }
+        return;
+    }
     if let Some(n) = value("--child") {
         child(n.parse().expect("--child"), &strategy, duration_s);
         return;

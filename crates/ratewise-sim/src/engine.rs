@@ -33,10 +33,10 @@ use ratewise_client::{secs_to_duration, Next, Outcome, Signal, Strategy};
 use crate::error::SimError;
 use crate::metrics::{RunMetrics, ThreadRecord};
 use crate::queue::EventQueue;
+use crate::samples::Samples;
 use crate::scenario::{Scenario, StateSharing};
 use crate::server::Response;
 use crate::strategies::{StrategyInfo, StrategyParams};
-use crate::waits::Waits;
 
 /// SplitMix64, the mixer every seed of a run is derived with; it lives
 /// with the strategies' seeds ([`crate::strategies::derive_seed`]).
@@ -161,7 +161,7 @@ struct Engine<'a> {
     responses: Vec<Response>,
     free: Vec<u32>,
     rng: ChaCha8Rng,
-    waits: Waits,
+    waits: Samples,
     /// The threads `trace.sleep` follows.
     followed: Vec<u32>,
     trace: Trace,
@@ -511,7 +511,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         responses: Vec::new(),
         free: Vec::new(),
         rng: ChaCha8Rng::seed_from_u64(seed),
-        waits: Waits::new(),
+        waits: Samples::new(),
         trace: Trace {
             sleep: vec![Vec::new(); followed.len()],
             clients: n,

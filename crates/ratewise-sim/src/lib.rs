@@ -35,11 +35,11 @@ pub mod overload;
 pub mod queue;
 pub mod rank;
 pub mod report;
+pub mod samples;
 pub mod scenario;
 pub mod server;
 pub mod stack;
 pub mod strategies;
-pub mod waits;
 
 pub use engine::{run, RunOutput, Trace};
 pub use error::{Location, SimError};

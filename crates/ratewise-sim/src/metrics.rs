@@ -26,7 +26,7 @@
 
 use serde::Serialize;
 
-use crate::waits::Waits;
+use crate::samples::Samples;
 
 /// One client thread's counters, as the harness writes them per thread.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -112,7 +112,7 @@ pub fn jain(values: &[f64]) -> f64 {
     }
 }
 
-pub use crate::waits::percentile;
+pub use crate::samples::percentile;
 
 impl RunMetrics {
     /// Computes the metrics from per-thread records (kept in the result),
@@ -120,7 +120,7 @@ impl RunMetrics {
     /// time.
     pub fn compute(
         threads: Vec<ThreadRecord>,
-        waits: &mut Waits,
+        waits: &mut Samples,
         offered: f64,
         overhead_s: f64,
         end_s: f64,
@@ -247,7 +247,13 @@ mod tests {
             ..ThreadRecord::default()
         };
         // 1/2 and 90/100: unweighted mean 70 %, weighted would be 89.2 %.
-        let m = RunMetrics::compute(vec![t(2, 1), t(100, 90)], &mut Waits::new(), 11.0, 0.0, 1.0);
+        let m = RunMetrics::compute(
+            vec![t(2, 1), t(100, 90)],
+            &mut Samples::new(),
+            11.0,
+            0.0,
+            1.0,
+        );
         assert!((m.avg_retry_rate_pct - 70.0).abs() < 1e-9);
         assert_eq!(m.throttled, 91);
         assert!((m.utilization - 1.0).abs() < 1e-9);

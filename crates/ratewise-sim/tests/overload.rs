@@ -20,6 +20,24 @@ fn same_seed_same_numbers() {
     );
 }
 
+/// A retry storm holds in memory only the calls in progress, not every
+/// call of the run. (With no limit, the collapsed server's queue itself
+/// holds most calls: that work is really waiting, so it stays.)
+#[test]
+fn a_storm_holds_only_its_calls_in_flight() {
+    let s = OverloadScenario::load("retry-storm").unwrap_or_else(|e| panic!("{e}"));
+    let r = run(&s, Controller::DEFAULT, 1);
+    // About the arrivals of the longest a call can last (a 1 s timeout,
+    // three retries), far below the calls of the minute.
+    assert!(r.peak_calls_in_flight > 0, "{r:?}");
+    assert!(
+        r.peak_calls_in_flight * 10 < r.calls,
+        "{} in flight at most, {} calls",
+        r.peak_calls_in_flight,
+        r.calls
+    );
+}
+
 #[test]
 fn steady_overload_needs_admission_control() {
     let s = OverloadScenario::steady_overload();

@@ -1,6 +1,6 @@
 //! The event loop of the server-side simulator and the figures it measures.
 
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -10,6 +10,8 @@ use serde::Serialize;
 
 use crate::overload::controller::{Controller, Limiter};
 use crate::overload::scenario::{Change, OverloadScenario};
+use crate::queue::EventQueue;
+use crate::samples::Samples;
 
 /// What one run measured. Field names are the JSON's; `docs/simulator.md`
 /// defines each.
@@ -25,6 +27,9 @@ pub struct OverloadResult {
     pub calls: u64,
     /// Requests the server saw (first attempts and retries).
     pub arrived: u64,
+    /// The most calls in progress at once (waiting for an answer or a
+    /// retry): the size of the fleet the run held in memory.
+    pub peak_calls_in_flight: u64,
     /// Responses within the latency objective, per second of the run: the
     /// headline figure.
     pub goodput_within_objective_per_s: f64,
@@ -119,25 +124,12 @@ enum Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Event {
     at_ns: u64,
-    seq: u64,
     kind: Kind,
     id: usize,
 }
 
-impl Ord for Event {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        // A min-heap on (time, insertion order).
-        (other.at_ns, other.seq).cmp(&(self.at_ns, self.seq))
-    }
-}
-
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// One attempt the server saw and admitted.
+/// One attempt the server saw and admitted. Its slot is reused once no
+/// event refers to it.
 struct Request {
     call: usize,
     arrived_ns: u64,
@@ -145,22 +137,92 @@ struct Request {
     service_ns: u64,
     answered: bool,
     permit: Option<Permit>,
+    /// Events still to come about it: its response, and its caller's
+    /// time-out if one was scheduled.
+    pending: u8,
 }
 
-/// One call a client made.
+/// One call a client made. Its slot is reused once it is finished and no
+/// attempt or retry of it is left.
 struct Call {
     tenant: usize,
     retries_left: u32,
     /// Answered within the timeout, or out of attempts.
     finished: bool,
-    succeeded: bool,
+    /// Attempts in the server and retries scheduled.
+    pending: u32,
 }
 
-/// The `p`th percentile (0–100) of `v`, sorting it first: the simulator's
-/// nearest-rank [`percentile`](crate::metrics::percentile).
-fn percentile_of(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    crate::metrics::percentile(v, p)
+/// Slots reused through a free list, so memory follows what is in flight,
+/// not the length of the run.
+struct Slab<T> {
+    items: Vec<T>,
+    free: Vec<usize>,
+}
+
+impl<T> Slab<T> {
+    fn new() -> Self {
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn insert(&mut self, item: T) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i] = item;
+                i
+            }
+            None => {
+                self.items.push(item);
+                self.items.len() - 1
+            }
+        }
+    }
+
+    fn remove(&mut self, i: usize) {
+        self.free.push(i);
+    }
+
+    /// Slots in use.
+    fn live(&self) -> usize {
+        self.items.len() - self.free.len()
+    }
+}
+
+impl<T> std::ops::Index<usize> for Slab<T> {
+    type Output = T;
+    fn index(&self, i: usize) -> &T {
+        &self.items[i]
+    }
+}
+
+impl<T> std::ops::IndexMut<usize> for Slab<T> {
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        &mut self.items[i]
+    }
+}
+
+/// Per tenant: calls finished, and of them succeeded.
+type TenantCounts = Vec<(u64, u64)>;
+
+/// Marks call `id` finished (once) and counts it for its tenant.
+fn finish(calls: &mut Slab<Call>, by_tenant: &mut TenantCounts, id: usize, succeeded: bool) {
+    let c = &mut calls[id];
+    if !c.finished {
+        c.finished = true;
+        by_tenant[c.tenant].0 += 1;
+        by_tenant[c.tenant].1 += u64::from(succeeded);
+    }
+}
+
+/// Frees call `id`'s slot if it is finished and nothing refers to it.
+fn release_call(calls: &mut Slab<Call>, id: usize) {
+    let c = &calls[id];
+    if c.finished && c.pending == 0 {
+        calls.remove(id);
+    }
 }
 
 fn exp_sample(rng: &mut ChaCha8Rng, mean: f64) -> f64 {
@@ -189,23 +251,25 @@ fn ticks(
     }
 }
 
-/// The event queue: a min-heap on (time, insertion order).
+/// The event queue, in (time, insertion order).
 struct Events {
-    heap: BinaryHeap<Event>,
-    seq: u64,
+    queue: EventQueue<(Kind, usize)>,
 }
 
 impl Events {
     fn push(&mut self, at_ns: u64, kind: Kind, id: usize) {
-        self.seq += 1;
-        self.heap.push(Event {
-            at_ns,
-            seq: self.seq,
-            kind,
-            id,
-        });
+        self.queue.push(at_ns, (kind, id));
+    }
+
+    fn pop(&mut self) -> Option<Event> {
+        let (at_ns, (kind, id)) = self.queue.pop()?;
+        Some(Event { at_ns, kind, id })
     }
 }
+
+/// Latencies kept exactly per second of arrival; past it a second's
+/// latencies are a histogram (see [`Samples`]).
+const PER_SECOND_EXACT: usize = 1 << 14;
 
 /// Bin width of the goodput series convergence is read from.
 const BIN_MS: u64 = 10;
@@ -221,11 +285,13 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
     let tenants = s.tenants_or_default();
     let share_sum: f64 = tenants.iter().map(|t| t.share).sum();
     let mut ev = Events {
-        heap: BinaryHeap::new(),
-        seq: 0,
+        queue: EventQueue::new(),
     };
-    let mut requests: Vec<Request> = Vec::new();
-    let mut calls: Vec<Call> = Vec::new();
+    let mut requests: Slab<Request> = Slab::new();
+    let mut calls: Slab<Call> = Slab::new();
+    let mut call_count = 0u64;
+    let mut peak_calls = 0usize;
+    let mut by_tenant: TenantCounts = vec![(0, 0); tenants.len()];
     let mut queue: VecDeque<usize> = VecDeque::new();
     let mut workers = s.workers;
     let mut busy = 0usize;
@@ -236,12 +302,14 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
     let mut good = 0u64;
     let mut good_objective = 0u64;
     let (mut busy_ns, mut wasted_ns) = (0u64, 0u64);
-    let mut good_latencies: Vec<f64> = Vec::new();
-    let mut all_latencies: Vec<f64> = Vec::new();
+    let mut good_latencies = Samples::new();
+    let mut all_latencies = Samples::new();
     // Per second: admitted latencies by arrival second, for the timeline
     // and recovery; requests seen; responses within the objective.
     let seconds = (s.duration_ms / 1000) as usize + 1;
-    let mut per_second: Vec<Vec<f64>> = vec![Vec::new(); seconds];
+    let mut per_second: Vec<Samples> = (0..seconds)
+        .map(|_| Samples::with_exact_limit(PER_SECOND_EXACT))
+        .collect();
     let mut seen_per_second = vec![0u64; seconds];
     let mut objective_bins = vec![0u64; (s.duration_ms / BIN_MS) as usize + 1];
     let mut timeline = Vec::with_capacity(seconds);
@@ -260,7 +328,7 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         exp_sample(rng, s.service_ms * 1e6 / s.speed_at(now_ms)) as u64
     };
 
-    while let Some(e) = ev.heap.pop() {
+    while let Some(e) = ev.pop() {
         if e.at_ns > end_ns {
             break;
         }
@@ -278,8 +346,9 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         let mut attempt = |call: usize,
                            rng: &mut ChaCha8Rng,
                            ev: &mut Events,
-                           calls: &mut Vec<Call>,
-                           requests: &mut Vec<Request>| {
+                           calls: &mut Slab<Call>,
+                           requests: &mut Slab<Request>,
+                           by_tenant: &mut TenantCounts| {
             arrived += 1;
             if let Some(n) = seen_per_second.get_mut((now_ms / 1000) as usize) {
                 *n += 1;
@@ -291,20 +360,23 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
                     let c = &mut calls[call];
                     if c.retries_left > 0 {
                         c.retries_left -= 1;
+                        c.pending += 1;
                         ev.push(now_ns + s.retry_backoff_ms * 1_000_000, Kind::Retry, call);
                     } else {
-                        c.finished = true;
+                        finish(calls, by_tenant, call, false);
+                        release_call(calls, call);
                     }
                 }
                 Some(permit) => {
-                    let id = requests.len();
-                    requests.push(Request {
+                    calls[call].pending += 1;
+                    let id = requests.insert(Request {
                         call,
                         arrived_ns: now_ns,
                         started_ns: now_ns,
                         service_ns: 0,
                         answered: false,
                         permit,
+                        pending: 1 + u8::from(s.retries > 0),
                     });
                     inflight += 1;
                     if s.retries > 0 {
@@ -335,21 +407,34 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
                 } else {
                     0
                 };
-                calls.push(Call {
+                call_count += 1;
+                let id = calls.insert(Call {
                     tenant,
                     retries_left: s.retries,
                     finished: false,
-                    succeeded: false,
+                    pending: 0,
                 });
+                peak_calls = peak_calls.max(calls.live());
                 attempt(
-                    calls.len() - 1,
+                    id,
                     &mut rng,
                     &mut ev,
                     &mut calls,
                     &mut requests,
+                    &mut by_tenant,
                 );
             }
-            Kind::Retry => attempt(e.id, &mut rng, &mut ev, &mut calls, &mut requests),
+            Kind::Retry => {
+                calls[e.id].pending -= 1;
+                attempt(
+                    e.id,
+                    &mut rng,
+                    &mut ev,
+                    &mut calls,
+                    &mut requests,
+                    &mut by_tenant,
+                );
+            }
             Kind::Workers => {
                 if let Some(Change::Workers { workers: w, .. }) = s.changes.get(e.id) {
                     workers = *w;
@@ -379,14 +464,25 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
                 ev.push(now_ns + extra, Kind::Responded, e.id);
             }
             Kind::GiveUp => {
-                let r = &requests[e.id];
-                let c = &mut calls[r.call];
-                if !r.answered && !c.finished {
+                let r = &mut requests[e.id];
+                let (call, answered) = (r.call, r.answered);
+                r.pending -= 1;
+                if r.pending == 0 {
+                    requests.remove(e.id);
+                }
+                // An answered request's call may be gone already; an
+                // unanswered one still counts in its call's `pending`.
+                if answered {
+                    continue;
+                }
+                let c = &mut calls[call];
+                if !c.finished {
                     if c.retries_left > 0 {
                         c.retries_left -= 1;
-                        ev.push(now_ns + s.retry_backoff_ms * 1_000_000, Kind::Retry, r.call);
+                        c.pending += 1;
+                        ev.push(now_ns + s.retry_backoff_ms * 1_000_000, Kind::Retry, call);
                     } else {
-                        c.finished = true;
+                        finish(&mut calls, &mut by_tenant, call, false);
                     }
                 }
             }
@@ -401,14 +497,11 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
                 if let Some(v) = per_second.get_mut(sec) {
                     v.push(latency_ms);
                 }
-                let c = &mut calls[r.call];
+                let call = r.call;
                 if ok {
                     good += 1;
                     good_latencies.push(latency_ms);
-                    if !c.finished {
-                        c.finished = true;
-                        c.succeeded = true;
-                    }
+                    finish(&mut calls, &mut by_tenant, call, true);
                     if latency_ms <= objective_ms {
                         good_objective += 1;
                         if let Some(b) = objective_bins.get_mut((now_ms / BIN_MS) as usize) {
@@ -419,7 +512,7 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
                     timed_out += 1;
                     wasted_ns += r.service_ns;
                     if s.retries == 0 {
-                        c.finished = true;
+                        finish(&mut calls, &mut by_tenant, call, false);
                     }
                 }
                 if let Some(p) = r.permit.take() {
@@ -430,6 +523,12 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
                     };
                     limiter.complete(p, now, c);
                 }
+                r.pending -= 1;
+                if r.pending == 0 {
+                    requests.remove(e.id);
+                }
+                calls[call].pending -= 1;
+                release_call(&mut calls, call);
             }
         }
     }
@@ -454,14 +553,14 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         })
         .collect();
     let overloaded_s = overloaded.iter().filter(|o| **o).count() as u64;
-    let mut overload_latencies: Vec<f64> = per_second
-        .iter()
-        .enumerate()
-        .filter(|(sec, _)| overloaded_s == 0 || overloaded[*sec])
-        .flat_map(|(_, v)| v.iter().copied())
-        .collect();
-    let p99_overloaded_ms = percentile_of(&mut overload_latencies, 99.0);
-    let p999_overloaded_ms = percentile_of(&mut overload_latencies, 99.9);
+    let mut overload_latencies = Samples::new();
+    for (sec, v) in per_second.iter().enumerate() {
+        if overloaded_s == 0 || overloaded[sec] {
+            overload_latencies.merge(v);
+        }
+    }
+    let p99_overloaded_ms = overload_latencies.percentile(99.0);
+    let p999_overloaded_ms = overload_latencies.percentile(99.9);
     // Each second's p99, over every request of it answered by the end.
     let second_p99: Vec<f64> = per_second
         .iter_mut()
@@ -469,7 +568,7 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
             if v.is_empty() {
                 f64::NAN
             } else {
-                percentile_of(v, 99.0)
+                v.percentile(99.0)
             }
         })
         .collect();
@@ -554,12 +653,6 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         .collect();
     let last_from = s.duration_ms.saturating_sub(10_000);
     let last_good: u64 = objective_bins[(last_from / BIN_MS) as usize..].iter().sum();
-    // Calls per tenant and class: (finished, succeeded).
-    let mut by_tenant = vec![(0u64, 0u64); tenants.len()];
-    for c in calls.iter().filter(|c| c.finished) {
-        by_tenant[c.tenant].0 += 1;
-        by_tenant[c.tenant].1 += u64::from(c.succeeded);
-    }
     let rate = |(n, ok): (u64, u64)| {
         if n == 0 {
             f64::NAN
@@ -579,11 +672,14 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         .filter(|x| x.is_finite())
         .fold((0.0, 0.0), |(a, b), x| (a + x, b + x * x));
     let counted = tenant_rates.iter().filter(|x| x.is_finite()).count() as f64;
+    // A slot is added only when every slot is in use.
+    debug_assert_eq!(calls.items.len(), peak_calls);
     OverloadResult {
         scenario: s.name.clone(),
         controller: controller.name(),
         default: controller == Controller::DEFAULT,
-        calls: calls.len() as u64,
+        calls: call_count,
+        peak_calls_in_flight: peak_calls as u64,
         arrived,
         goodput_within_objective_per_s: good_objective as f64 / duration_s,
         goodput_within_objective_share: good_objective as f64 / usable(0, s.duration_ms).max(1.0),
@@ -595,7 +691,7 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         convergence_ms,
         final_share: last_good as f64 / usable(last_from, s.duration_ms).max(1.0),
         wasted_work_share: wasted_ns as f64 / busy_ns.max(1) as f64,
-        retry_amplification: arrived as f64 / calls.len().max(1) as f64,
+        retry_amplification: arrived as f64 / call_count.max(1) as f64,
         success_by_priority: by_priority.into_iter().map(|(k, v)| (k, rate(v))).collect(),
         success_by_tenant: tenants
             .iter()
@@ -611,8 +707,8 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
         goodput_share: good as f64 / available.max(1.0),
         refused_share: refused as f64 / arrived.max(1) as f64,
         timed_out_share: timed_out as f64 / admitted.max(1) as f64,
-        p50_latency_ms: percentile_of(&mut good_latencies, 50.0),
-        p99_latency_ms: percentile_of(&mut all_latencies, 99.0),
+        p50_latency_ms: good_latencies.percentile(50.0),
+        p99_latency_ms: all_latencies.percentile(99.0),
         recovery_s,
         oscillation,
         timeline,
