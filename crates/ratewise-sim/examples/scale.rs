@@ -12,6 +12,11 @@
 //!
 //! Options: `--clients 1000,10000,100000`, `--strategy eb` (any name of
 //! `ratewise strategies`), `--duration-s 600`.
+//!
+//! `--server-side` measures the server-side simulator instead: the
+//! `retry-storm` overload scenario with 1, 10, 100 and 500 times its workers
+//! and demand (`--scales`), printing the most calls in flight at once (the fleet of callers
+//! the run holds) beside the same figures.
 use std::process::Command;
 use std::time::Instant;
 
@@ -47,8 +52,8 @@ fn peak_rss() -> u64 {
 
 /// The `retry-storm` overload scenario with `k` times its workers and
 /// demand, run with the default controller: (requests the server saw,
-/// wall seconds).
-fn server_side(k: u32) -> (u64, f64) {
+/// wall seconds, most calls in flight at once).
+fn server_side(k: u32) -> (u64, f64, u64) {
     use ratewise_sim::overload::{run, Controller, OverloadScenario, BUILT_IN};
     let src = BUILT_IN
         .iter()
@@ -63,7 +68,7 @@ fn server_side(k: u32) -> (u64, f64) {
         OverloadScenario::parse(&src, "retry-storm-scaled.toml").unwrap_or_else(|e| panic!("{e}"));
     let start = Instant::now();
     let r = run(&s, Controller::DEFAULT, 1);
-    (r.arrived, start.elapsed().as_secs_f64())
+    (r.arrived, start.elapsed().as_secs_f64(), r.peak_calls_in_flight)
 }
 
 fn child(clients: usize, strategy: &str, duration_s: f64) {
@@ -96,17 +101,22 @@ fn main() {
     let strategy = value("--strategy").unwrap_or_else(|| "eb".to_owned());
     let duration_s: f64 = value("--duration-s").map_or(600.0, |d| d.parse().expect("--duration-s"));
     if let Some(k) = value("--server-child") {
-        let (arrived, wall) = server_side(k.parse().expect("--server-child"));
-        println!("{k} {arrived} {wall} {}", peak_rss());
+        let (arrived, wall, fleet) = server_side(k.parse().expect("--server-child"));
+        println!("{k} {arrived} {wall} {} {fleet}", peak_rss());
         return;
     }
     if args.iter().any(|a| a == "--server-side") {
         let exe = std::env::current_exe().expect("own path");
         println!(
             "retry-storm × k (k × 20 workers, k × 800/s, 2× for 10 s), default controller\n\
-             | k | requests | wall s | µs/request | M requests/s | peak MB |\n|---:|---:|---:|---:|---:|---:|"
+             | k | requests | calls in flight (most) | wall s | µs/request | M requests/s | peak MB |\n|---:|---:|---:|---:|---:|---:|---:|"
         );
-        for k in [1, 10, 100] {
+        let scales: Vec<u32> = value("--scales")
+            .unwrap_or_else(|| "1,10,100,500".to_owned())
+            .split(',')
+            .map(|k| k.trim().parse().expect("--scales: numbers"))
+            .collect();
+        for k in scales {
             let out = Command::new(&exe)
                 .args(["--server-child", &k.to_string()])
                 .output()
@@ -116,8 +126,9 @@ fn main() {
                 .map(|x| x.parse().expect("child output"))
                 .collect();
             println!(
-                "| {k} | {:.0} | {:.2} | {:.3} | {:.2} | {:.0} |",
+                "| {k} | {:.0} | {:.0} | {:.2} | {:.3} | {:.2} | {:.0} |",
                 f[1],
+                f[4],
                 f[2],
                 f[2] * 1e6 / f[1],
                 f[1] / f[2] / 1e6,

@@ -251,19 +251,34 @@ fn ticks(
     }
 }
 
-/// The event queue, in (time, insertion order).
+/// The event queue, in (time, insertion order); an event's kind and id
+/// are packed in 8 bytes (the kind in the low 3 bits).
 struct Events {
-    queue: EventQueue<(Kind, usize)>,
+    queue: EventQueue<u64>,
 }
+
+const KINDS: [Kind; 6] = [
+    Kind::Served,
+    Kind::Responded,
+    Kind::Arrival,
+    Kind::GiveUp,
+    Kind::Retry,
+    Kind::Workers,
+];
 
 impl Events {
     fn push(&mut self, at_ns: u64, kind: Kind, id: usize) {
-        self.queue.push(at_ns, (kind, id));
+        let k = KINDS.iter().position(|&x| x == kind).unwrap_or(0) as u64;
+        self.queue.push(at_ns, (id as u64) << 3 | k);
     }
 
     fn pop(&mut self) -> Option<Event> {
-        let (at_ns, (kind, id)) = self.queue.pop()?;
-        Some(Event { at_ns, kind, id })
+        let (at_ns, packed) = self.queue.pop()?;
+        Some(Event {
+            at_ns,
+            kind: KINDS[(packed & 7) as usize],
+            id: (packed >> 3) as usize,
+        })
     }
 }
 
