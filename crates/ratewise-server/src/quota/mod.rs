@@ -15,6 +15,7 @@ mod allocator;
 mod bucket;
 pub mod envelope;
 mod leases;
+mod nudge;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +36,7 @@ use crate::rlqs::{
 use crate::Engine;
 use bucket::{blanket, limit_of, prost_duration, token_bucket, BucketLimit};
 use leases::Leases;
+use nudge::Nudges;
 
 /// Settings of the quota service.
 #[derive(Clone, Copy, Debug)]
@@ -76,6 +78,9 @@ pub struct QuotaService {
     /// bucket's quota divided by the live instance count.
     fallback: Arc<std::sync::Mutex<Allocator>>,
     instances: Arc<dyn Fn() -> u32 + Send + Sync>,
+    /// This instance's streams, so a subscription can have the holders of
+    /// a bucket re-divide it at once.
+    nudges: Nudges,
 }
 
 impl std::fmt::Debug for QuotaService {
@@ -99,6 +104,7 @@ impl QuotaService {
             streams: Arc::new(AtomicU64::new(0)),
             fallback: Arc::new(std::sync::Mutex::new(Allocator::default())),
             instances: Arc::new(|| 1),
+            nudges: Nudges::default(),
         }
     }
 
@@ -148,6 +154,12 @@ struct Session {
 struct Tracked {
     lease: Option<String>,
     last_busy: Timestamp,
+    /// The demand last reported (requests per second).
+    wants: f64,
+    /// The part last given (requests per second).
+    gets: f64,
+    /// The strategy last sent, so a re-division pushes only a change.
+    sent: Option<crate::rlqs::RateLimitStrategy>,
 }
 
 impl QuotaService {
@@ -213,6 +225,9 @@ impl QuotaService {
         let tracked = s.buckets.entry(id.clone()).or_insert(Tracked {
             lease: None,
             last_busy: now,
+            wants: 0.0,
+            gets: 0.0,
+            sent: None,
         });
         if used > 0 {
             tracked.last_busy = now;
@@ -245,34 +260,20 @@ impl QuotaService {
                     // A first report (a subscription) asks for the whole.
                     _ => rate_per_s,
                 };
-                let lease_ttl = self.ttl().mul_f64(1.5);
-                let gets = match self
-                    .leases
-                    .assign(&key, &s.client, s.number, wants, rate_per_s, lease_ttl)
-                    .await
-                {
-                    Ok(gets) => gets,
-                    Err(e) => {
-                        // This instance's share of the quota, for as long as
-                        // the shared store is away.
-                        metrics::counter!("ratewise_server_degraded_decisions_total", "reason" => "quota_local_fallback").increment(1);
-                        tracing::debug!(error = %e, "the quota's parts come from this instance's share");
-                        let share = rate_per_s / f64::from((self.instances)().max(1));
-                        let now = self.clock.now();
-                        self.fallback
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .assign(&key, s.number, wants.min(share), share, lease_ttl, now)
-                    }
-                };
-                tracing::debug!(bucket = %key, client = %s.client, used, ?elapsed, wants, gets, "quota assigned");
-                if let Some(t) = s.buckets.get_mut(&id) {
-                    t.lease = Some(key);
+                let (strategy, gets) = self
+                    .part(s, &id, key.clone(), rate_per_s, burst, wants)
+                    .await;
+                if first && gets + 1e-9 < wants {
+                    // Others hold what this subscriber wants: they re-divide
+                    // now rather than at their next report.
+                    self.nudges.others(s.number, &key);
                 }
-                metrics::counter!("ratewise_server_quota_assignments_total").increment(1);
-                token_bucket(gets, rate_per_s, burst)
+                strategy
             }
         };
+        if let Some(t) = s.buckets.get_mut(&id) {
+            t.sent = Some(strategy.clone());
+        }
         Some(BucketAction {
             bucket_id: Some(id),
             action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
@@ -280,6 +281,97 @@ impl QuotaService {
                 rate_limit_strategy: Some(strategy),
             })),
         })
+    }
+}
+
+impl QuotaService {
+    /// Leases `s` its part of the quota `rate_per_s` on `key` for the
+    /// demand `wants`, and the token bucket enforcing it.
+    async fn part(
+        &self,
+        s: &mut Session,
+        id: &BucketId,
+        key: String,
+        rate_per_s: f64,
+        burst: u64,
+        wants: f64,
+    ) -> (crate::rlqs::RateLimitStrategy, f64) {
+        let lease_ttl = self.ttl().mul_f64(1.5);
+        let gets = match self
+            .leases
+            .assign(&key, &s.client, s.number, wants, rate_per_s, lease_ttl)
+            .await
+        {
+            Ok(gets) => gets,
+            Err(e) => {
+                // This instance's share of the quota, for as long as the
+                // shared store is away.
+                metrics::counter!("ratewise_server_degraded_decisions_total", "reason" => "quota_local_fallback").increment(1);
+                tracing::debug!(error = %e, "the quota's parts come from this instance's share");
+                let share = rate_per_s / f64::from((self.instances)().max(1));
+                let now = self.clock.now();
+                self.fallback
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .assign(&key, s.number, wants.min(share), share, lease_ttl, now)
+            }
+        };
+        tracing::debug!(bucket = %key, client = %s.client, wants, gets, "quota assigned");
+        if let Some(t) = s.buckets.get_mut(id) {
+            t.lease = Some(key);
+            t.wants = wants;
+            t.gets = gets;
+        }
+        metrics::counter!("ratewise_server_quota_assignments_total").increment(1);
+        (token_bucket(gets, rate_per_s, burst), gets)
+    }
+
+    /// Re-divides the lease `key` for `s`'s buckets on it, at their last
+    /// demand: the assignments that changed (to push), and whether any part
+    /// fell.
+    async fn redivide(&self, s: &mut Session, key: &str) -> (Vec<BucketAction>, bool) {
+        let domain = s.domain.clone().unwrap_or_default();
+        let rules = self.engine.rules();
+        let on_key: Vec<BucketId> = s
+            .buckets
+            .iter()
+            .filter(|(_, t)| t.lease.as_deref() == Some(key))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let (mut actions, mut fell) = (Vec::new(), false);
+        for id in on_key {
+            let BucketLimit::Limited {
+                key,
+                rate_per_s,
+                burst,
+            } = limit_of(&rules, &domain, &id)
+            else {
+                continue;
+            };
+            let Some((wants, before, sent)) = s
+                .buckets
+                .get(&id)
+                .map(|t| (t.wants, t.gets, t.sent.clone()))
+            else {
+                continue;
+            };
+            let (strategy, gets) = self.part(s, &id, key, rate_per_s, burst, wants).await;
+            fell |= gets + 1e-9 < before;
+            if sent.as_ref() != Some(&strategy) {
+                metrics::counter!("ratewise_server_quota_pushes_total").increment(1);
+                if let Some(t) = s.buckets.get_mut(&id) {
+                    t.sent = Some(strategy.clone());
+                }
+                actions.push(BucketAction {
+                    bucket_id: Some(id),
+                    action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+                        assignment_time_to_live: Some(prost_duration(self.ttl())),
+                        rate_limit_strategy: Some(strategy),
+                    })),
+                });
+            }
+        }
+        (actions, fell)
     }
 }
 
@@ -299,11 +391,25 @@ impl RateLimitQuotaService for QuotaService {
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         // The service is shared by every stream; the task owns a handle.
         let this = self.clone();
+        let mut nudges = this.nudges.register(number);
         tokio::spawn(async move {
             metrics::gauge!("ratewise_server_quota_streams").increment(1.0);
             loop {
                 let next = tokio::select! {
                     next = reports.message() => next,
+                    Some(nudge) = nudges.recv() => {
+                        let (actions, fell) = this.redivide(&mut session, &nudge.key).await;
+                        if fell && nudge.answer {
+                            this.nudges.back(nudge.from, session.number, &nudge.key);
+                        }
+                        if !actions.is_empty() {
+                            let push = RateLimitQuotaResponse { bucket_action: actions };
+                            if tx.send(Ok(push)).await.is_err() {
+                                break;
+                            }
+                        }
+                        continue;
+                    }
                     () = tx.closed() => break,
                 };
                 match next {
@@ -321,6 +427,7 @@ impl RateLimitQuotaService for QuotaService {
                     this.release(lease, &session).await;
                 }
             }
+            this.nudges.unregister(session.number);
             metrics::gauge!("ratewise_server_quota_streams").decrement(1.0);
         });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))
