@@ -65,9 +65,14 @@ impl DataPlane {
             .send(RateLimitQuotaUsageReports::new("edge", &[usage]))
             .await
             .unwrap();
+        self.next_action(bucket).await
+    }
+
+    /// The next message's one action, for `bucket`.
+    async fn next_action(&mut self, bucket: &[(&str, &str)]) -> Action {
         let answer = tokio::time::timeout(Duration::from_secs(10), self.answers.message())
             .await
-            .expect("an answer within 10 s")
+            .expect("a message within 10 s")
             .unwrap()
             .expect("the stream stays open");
         assert_eq!(answer.bucket_action.len(), 1, "{answer:?}");
@@ -84,15 +89,7 @@ impl DataPlane {
     /// The rate of the next assignment the service pushes for `bucket`
     /// without a report.
     async fn pushed(&mut self, bucket: &[(&str, &str)]) -> f64 {
-        let push = tokio::time::timeout(Duration::from_secs(10), self.answers.message())
-            .await
-            .expect("a push within 10 s")
-            .unwrap()
-            .expect("the stream stays open");
-        assert_eq!(push.bucket_action.len(), 1, "{push:?}");
-        let action = push.bucket_action[0].clone();
-        assert_eq!(action.bucket_id, Some(id(bucket)));
-        rate(&action.action.expect("an action"))
+        rate(&self.next_action(bucket).await)
     }
 }
 
@@ -257,6 +254,10 @@ async fn without_redis_the_parts_come_from_this_instances_share() {
     // 100/s over 4 instances: 25 for this one, divided among its data planes.
     assert!(close(a.gets(&alice, 0).await, 25.0));
     assert_eq!(b.gets(&alice, 0).await, 0.0);
+    // The subscription has the holder re-divide this instance's share:
+    // 12.5 each, in whole tokens a second.
+    let (pa, pb) = (a.pushed(&alice).await, b.pushed(&alice).await);
+    assert!(pa == 12.0 && pb == 12.0, "{pa} {pb}");
     let ga = a.gets(&alice, 10).await;
     let gb = b.gets(&alice, 30).await;
     assert!(ga + gb <= 25.0 + 1e-6, "{ga} + {gb}");
