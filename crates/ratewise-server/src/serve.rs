@@ -171,6 +171,9 @@ pub async fn run(
         }
         None => QuotaService::new(Arc::clone(&engine), clock.clone(), options.quota),
     };
+    if let Some(RedisTarget::Single(url)) = &options.redis {
+        quota.listen_for_nudges(url.clone()).await;
+    }
     let grpc = tonic::transport::Server::builder()
         .add_service(limiter.clone().into_server())
         .add_service(quota.into_server())

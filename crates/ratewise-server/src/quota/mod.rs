@@ -95,16 +95,17 @@ impl QuotaService {
     /// A service dividing the quotas of `engine`'s rules, with the leases
     /// in this process.
     pub fn new(engine: Arc<Engine>, clock: MonotonicClock, settings: QuotaSettings) -> Self {
+        let instance: Arc<str> = instance_name().into();
         QuotaService {
             engine,
             leases: Arc::new(Leases::memory(clock.clone())),
             clock,
             settings,
-            instance: instance_name().into(),
+            nudges: Nudges::local(Arc::clone(&instance)),
+            instance,
             streams: Arc::new(AtomicU64::new(0)),
             fallback: Arc::new(std::sync::Mutex::new(Allocator::default())),
             instances: Arc::new(|| 1),
-            nudges: Nudges::default(),
         }
     }
 
@@ -119,14 +120,27 @@ impl QuotaService {
         settings: QuotaSettings,
         instances: impl Fn() -> u32 + Send + Sync + 'static,
     ) -> Self {
+        let base = QuotaService::new(engine, clock, settings);
         QuotaService {
+            nudges: base
+                .nudges
+                .clone()
+                .relay_through(conn.clone(), settings.store_deadline),
             leases: Arc::new(Leases::Redis {
                 conn,
                 deadline: settings.store_deadline,
             }),
             instances: Arc::new(instances),
-            ..QuotaService::new(engine, clock, settings)
+            ..base
         }
+    }
+
+    /// Hears the other instances' nudges on the Redis at `url` (a single
+    /// server; on a cluster, holders elsewhere give back at their next
+    /// report). Returns once subscribed, or after a second if Redis does
+    /// not answer (it keeps trying in the background).
+    pub async fn listen_for_nudges(&self, url: String) {
+        nudge::listen(url, self.nudges.clone(), Duration::from_secs(1)).await;
     }
 
     /// The tonic service to add to a server.
@@ -400,7 +414,7 @@ impl RateLimitQuotaService for QuotaService {
                     Some(nudge) = nudges.recv() => {
                         let (actions, fell) = this.redivide(&mut session, &nudge.key).await;
                         if fell && nudge.answer {
-                            this.nudges.back(nudge.from, session.number, &nudge.key);
+                            this.nudges.back(&nudge.from, &nudge.key);
                         }
                         if !actions.is_empty() {
                             let push = RateLimitQuotaResponse { bucket_action: actions };
