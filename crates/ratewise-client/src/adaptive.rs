@@ -420,15 +420,13 @@ impl RateController for Adaptive {
                                 .burst_rate(now, 1, START_BURST_SPAN)
                                 .map_or(a, |sent| a.min(sent))
                                 .max(self.config.fallback_rate),
-                            None => match self.admitted.burst_rate(now, 1, START_BURST_SPAN) {
+                            None => {
                                 // A lone success a round trip before the
                                 // refusal: a rate unknown but not slow.
-                                Some(_) if self.since_cut == 1 => {
-                                    self.blind_start = true;
-                                    self.meter.rate(now).unwrap_or(self.config.fallback_rate)
-                                }
-                                _ => self.meter.rate(now).unwrap_or(self.config.fallback_rate),
-                            },
+                                self.blind_start = self.since_cut == 1
+                                    && self.admitted.burst_rate(now, 1, START_BURST_SPAN).is_some();
+                                self.meter.rate(now).unwrap_or(self.config.fallback_rate)
+                            }
                         }
                     });
                     // Never below (a share of) what the server admitted

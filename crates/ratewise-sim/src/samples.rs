@@ -41,15 +41,16 @@ pub const EXACT_SAMPLES: usize = 1 << 18;
 /// Bucket width: the top 10 bits of the mantissa (1,024 per octave).
 const SHIFT: u32 = 52 - 10;
 
+/// The buckets of 2⁻³⁰ and 2³⁰ (a power of two's bits are its biased
+/// exponent, 1023 + e, above 52 bits of zero mantissa).
+const LOW: u64 = ((1023 - 30) << 52) >> SHIFT;
+const HIGH: u64 = ((1023 + 30) << 52) >> SHIFT;
+
 /// Bucket of a positive value. Positive floats order like their bits, so
 /// the bits' top part is a log-linear bucket index. Values below 2⁻³⁰ or
 /// above 2³⁰ share the end buckets.
 fn bucket_of(v: f64) -> u64 {
-    let (low, high) = (
-        2f64.powi(-30).to_bits() >> SHIFT,
-        2f64.powi(30).to_bits() >> SHIFT,
-    );
-    (v.to_bits() >> SHIFT).clamp(low, high)
+    (v.to_bits() >> SHIFT).clamp(LOW, HIGH)
 }
 
 /// The middle of bucket `b`.
@@ -310,6 +311,12 @@ mod tests {
             prop_assert!(s.is_exact());
             prop_assert_eq!(s.percentile(p), exact_percentile(&values, p));
         }
+    }
+
+    #[test]
+    fn the_end_buckets_are_those_of_two_to_the_thirty() {
+        assert_eq!(LOW, 2f64.powi(-30).to_bits() >> SHIFT);
+        assert_eq!(HIGH, 2f64.powi(30).to_bits() >> SHIFT);
     }
 
     #[test]

@@ -288,13 +288,18 @@ impl QuotaService {
         if let Some(t) = s.buckets.get_mut(&id) {
             t.sent = Some(strategy.clone());
         }
-        Some(BucketAction {
+        Some(self.assignment(id, strategy))
+    }
+
+    /// The action assigning `strategy` to bucket `id` for the time to live.
+    fn assignment(&self, id: BucketId, strategy: crate::rlqs::RateLimitStrategy) -> BucketAction {
+        BucketAction {
             bucket_id: Some(id),
             action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
                 assignment_time_to_live: Some(prost_duration(self.ttl())),
                 rate_limit_strategy: Some(strategy),
             })),
-        })
+        }
     }
 }
 
@@ -376,13 +381,7 @@ impl QuotaService {
                 if let Some(t) = s.buckets.get_mut(&id) {
                     t.sent = Some(strategy.clone());
                 }
-                actions.push(BucketAction {
-                    bucket_id: Some(id),
-                    action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
-                        assignment_time_to_live: Some(prost_duration(self.ttl())),
-                        rate_limit_strategy: Some(strategy),
-                    })),
-                });
+                actions.push(self.assignment(id, strategy));
             }
         }
         (actions, fell)

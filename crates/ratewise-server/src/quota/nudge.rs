@@ -118,6 +118,7 @@ impl Nudges {
         if let Some(tx) = self.lock().get(&to) {
             let _ = tx.send(Nudge {
                 key: key.to_owned(),
+                // Never read: a nudge back is not answered.
                 from: Origin::Here(to),
                 answer: false,
             });

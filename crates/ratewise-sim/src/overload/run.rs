@@ -217,6 +217,16 @@ fn finish(calls: &mut Slab<Call>, by_tenant: &mut TenantCounts, id: usize, succe
     }
 }
 
+/// One event about request `id` has come: frees its slot when it was the
+/// last.
+fn release_request(requests: &mut Slab<Request>, id: usize) {
+    let r = &mut requests[id];
+    r.pending -= 1;
+    if r.pending == 0 {
+        requests.remove(id);
+    }
+}
+
 /// Frees call `id`'s slot if it is finished and nothing refers to it.
 fn release_call(calls: &mut Slab<Call>, id: usize) {
     let c = &calls[id];
@@ -268,8 +278,9 @@ const KINDS: [Kind; 6] = [
 
 impl Events {
     fn push(&mut self, at_ns: u64, kind: Kind, id: usize) {
-        let k = KINDS.iter().position(|&x| x == kind).unwrap_or(0) as u64;
-        self.queue.push(at_ns, (id as u64) << 3 | k);
+        // `KINDS` lists the kinds in declaration order: the discriminant
+        // is the index.
+        self.queue.push(at_ns, (id as u64) << 3 | kind as u64);
     }
 
     fn pop(&mut self) -> Option<Event> {
@@ -479,12 +490,8 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
                 ev.push(now_ns + extra, Kind::Responded, e.id);
             }
             Kind::GiveUp => {
-                let r = &mut requests[e.id];
-                let (call, answered) = (r.call, r.answered);
-                r.pending -= 1;
-                if r.pending == 0 {
-                    requests.remove(e.id);
-                }
+                let (call, answered) = (requests[e.id].call, requests[e.id].answered);
+                release_request(&mut requests, e.id);
                 // An answered request's call may be gone already; an
                 // unanswered one still counts in its call's `pending`.
                 if answered {
@@ -538,10 +545,7 @@ pub fn run(scenario: &OverloadScenario, controller: Controller, seed: u64) -> Ov
                     };
                     limiter.complete(p, now, c);
                 }
-                r.pending -= 1;
-                if r.pending == 0 {
-                    requests.remove(e.id);
-                }
+                release_request(&mut requests, e.id);
                 calls[call].pending -= 1;
                 release_call(&mut calls, call);
             }
