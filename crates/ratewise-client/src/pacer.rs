@@ -36,6 +36,14 @@ pub struct Pacer {
     fixed_burst: Option<u64>,
 }
 
+/// A validated pacer's quota and fixed burst, kept where new pacers are
+/// made from it (a throttle's template) instead of a whole pacer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct PacerSpec {
+    quota: Quota,
+    fixed_burst: Option<u64>,
+}
+
 impl Pacer {
     /// A pacer at `rate` requests per second, starting with a full burst.
     ///
@@ -63,9 +71,23 @@ impl Pacer {
 
     /// A new pacer with this one's quota, starting with a full burst.
     pub fn fresh(&self) -> Pacer {
-        Pacer {
-            limiter: Gcra::with_clock(self.limiter.quota(), ManualClock::new()),
+        Pacer::from_spec(self.spec())
+    }
+
+    /// What [`Pacer::fresh`] starts from: the quota and the fixed burst, a
+    /// few words where a pacer is a few cache lines.
+    pub(crate) fn spec(&self) -> PacerSpec {
+        PacerSpec {
+            quota: self.limiter.quota(),
             fixed_burst: self.fixed_burst,
+        }
+    }
+
+    /// A pacer at `spec`, starting with a full burst.
+    pub(crate) fn from_spec(spec: PacerSpec) -> Pacer {
+        Pacer {
+            limiter: Gcra::with_clock(spec.quota, ManualClock::new()),
+            fixed_burst: spec.fixed_burst,
         }
     }
 

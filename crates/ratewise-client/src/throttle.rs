@@ -48,7 +48,7 @@ use super::budget::{RetryBudget, RetryBudgetConfig};
 use super::config::{at_least_one, within, ConfigError};
 use super::cubic::{Cubic, CubicConfig};
 use super::hints::{HintCap, ResetMeaning};
-use super::pacer::{Pacer, RateController};
+use super::pacer::{Pacer, PacerSpec, RateController};
 use super::sre::{SreConfig, SreThrottler};
 use super::{Next, Outcome, Signal};
 use crate::config::duration_to_nanos_saturating;
@@ -358,7 +358,7 @@ enum ControllerTemplate {
 /// Validated parts, cloned into each new partition: building a partition
 /// cannot fail once `Throttle::new` has succeeded.
 struct Template {
-    pacer: Pacer,
+    pacer: PacerSpec,
     controller: Option<ControllerTemplate>,
     budget: Option<RetryBudget>,
     sre: Option<SreThrottler>,
@@ -401,7 +401,7 @@ impl Template {
             Some(ControllerTemplate::Adaptive(c)) => c.rate().is_some(),
         };
         Ok(Template {
-            pacer,
+            pacer: pacer.spec(),
             controller,
             budget: config.budget.map(RetryBudget::new).transpose()?,
             sre: config.sre.map(|c| SreThrottler::new(c, 0)).transpose()?,
@@ -418,7 +418,7 @@ impl Template {
             Some(ControllerTemplate::Adaptive(c)) => Some(Box::new(c.clone())),
         };
         Partition {
-            pacer: self.pacer.fresh(),
+            pacer: Pacer::from_spec(self.pacer),
             last_slot: AtomicU64::new(0),
             #[cfg(feature = "tokio")]
             started: std::sync::atomic::AtomicBool::new(false),

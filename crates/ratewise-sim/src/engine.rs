@@ -31,11 +31,11 @@ use ratewise_client::hints::ResetMeaning;
 use ratewise_client::{secs_to_duration, Next, Outcome, Signal, Strategy};
 
 use crate::error::SimError;
+use crate::in_flight::InFlight;
 use crate::metrics::{RunMetrics, ThreadRecord};
 use crate::queue::EventQueue;
 use crate::samples::Samples;
 use crate::scenario::{Scenario, StateSharing};
-use crate::server::Response;
 use crate::strategies::{StrategyInfo, StrategyParams};
 
 /// SplitMix64, the mixer every seed of a run is derived with; it lives
@@ -158,7 +158,7 @@ struct Engine<'a> {
     strategies: Vec<Box<dyn Strategy>>,
     server: Box<dyn crate::server::ServerModel>,
     /// Responses on their way back, by slot; `free` lists the empty slots.
-    responses: Vec<Response>,
+    responses: Vec<InFlight>,
     free: Vec<u32>,
     rng: ChaCha8Rng,
     waits: Samples,
@@ -294,6 +294,7 @@ impl Engine<'_> {
             self.interval_ok += 1;
         }
         let lat = lat + resp.delay;
+        let resp = InFlight::pack(resp);
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.responses[slot as usize] = resp;
@@ -312,7 +313,7 @@ impl Engine<'_> {
 
     fn respond(&mut self, t: usize, now: Timestamp) {
         let slot = self.threads[t].response;
-        let resp = std::mem::take(&mut self.responses[slot as usize]);
+        let resp = std::mem::replace(&mut self.responses[slot as usize], InFlight::EMPTY).unpack();
         self.free.push(slot);
         let outcome = match &resp.wire {
             // What a real client reads from the status, headers and body,
@@ -508,7 +509,8 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         processes,
         strategies,
         server,
-        responses: Vec::new(),
+        // A thread has at most one response in flight.
+        responses: Vec::with_capacity(n),
         free: Vec::new(),
         rng: ChaCha8Rng::seed_from_u64(seed),
         waits: Samples::new(),

@@ -30,6 +30,7 @@
 
 pub mod engine;
 pub mod error;
+mod in_flight;
 pub mod metrics;
 pub mod overload;
 pub mod queue;

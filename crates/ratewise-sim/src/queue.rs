@@ -49,6 +49,9 @@ impl<T> Default for EventQueue<T> {
 
 const BUCKETS: usize = 129;
 
+/// The largest allocation (in events) an emptied bucket keeps.
+const KEPT_CAPACITY: usize = 1024;
+
 fn key(at_ns: u64, seq: u64) -> u128 {
     u128::from(at_ns) << 64 | u128::from(seq)
 }
@@ -101,8 +104,13 @@ impl<T> EventQueue<T> {
             for e in moving.drain(..) {
                 self.buckets[Self::bucket(min, key(e.0, e.1))].push(e);
             }
-            // Keep the emptied bucket's allocation for the next fill.
-            self.buckets[i] = moving;
+            // Keep the emptied bucket's allocation for the next fill only
+            // while it is small: every bucket keeping the largest fill it
+            // ever had held several times the events waiting (a fleet's
+            // first wave passes through a dozen buckets).
+            if moving.capacity() <= KEPT_CAPACITY {
+                self.buckets[i] = moving;
+            }
         }
         let (at_ns, _, e) = self.buckets[0].pop()?;
         self.len -= 1;
