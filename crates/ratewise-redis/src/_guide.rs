@@ -29,20 +29,28 @@
 //!
 //! # Batching
 //!
-//! While a script call for a key is in flight, further requests of the same
-//! limiter for the same key and quota wait in process; when it returns, up
-//! to [`Options::max_batch`](crate::Options::max_batch) (default 128) of
-//! them go as one call of the algorithm's batch script, which decides them
-//! one by one in arrival order, each exactly as the single script would,
-//! with its own evidence. Up to
+//! While a script call is in flight, further requests of the same limiter
+//! under the same quota wait in process — for any key on a single Redis
+//! server, for the same key on a Cluster (one script call must stay within
+//! a slot); when it returns, up to
+//! [`Options::max_batch`](crate::Options::max_batch) (default 128) of them
+//! go as one call of the algorithm's batch script, which decides them one
+//! by one in arrival order, each exactly as the single script would, with
+//! its own evidence (a key's requests see its state as the previous ones
+//! left it; keys do not affect each other). Up to
 //! [`Options::batches_in_flight`](crate::Options::batches_in_flight)
-//! (default 2) calls per key are in flight at once. An idle key pays
-//! nothing: its request goes alone.
+//! (default 2) calls per group are in flight at once. An idle limiter pays
+//! nothing: its request goes alone. Ten thousand keys under load cost one
+//! round trip per batch, not one per request (figures in the repository's
+//! `benches/README.md`).
 //!
 //! * **Same decisions.** On Redis's clock a batch reads `TIME` once: its
 //!   requests are decided at one instant, as requests arriving together.
 //! * **Failures.** A failed batch is answered by the failure policy for
-//!   each of its requests, and each is counted.
+//!   each of its requests, and each is counted. A key Redis refuses inside
+//!   a batch (it holds another type: `WRONGTYPE`) fails only its own
+//!   requests, counted once in `redis_errors` as its own call would be;
+//!   the other keys' answers stand.
 //! * **Cancellation.** A waiting request whose caller gives up is not sent.
 //!   A leader cancelled mid-call hands the batch and the lead on; its call
 //!   may still reach Redis, which errs on the side of the limit.

@@ -1,33 +1,36 @@
-//! Opportunistic per-key batching: while a script call for a key is in
-//! flight, further requests for the same key (and quota) wait in process
-//! and then go to Redis together, as one batch script call that decides
-//! them in arrival order.
+//! Opportunistic batching: while a script call for a *group* is in flight,
+//! further requests for the same group (and quota) wait in process and then
+//! go to Redis together, as one batch script call that decides them in
+//! arrival order. On a single Redis server a group is every key of one
+//! limiter under one quota, so concurrent requests for distinct keys share
+//! round trips too; on a Cluster, where one script call must stay within a
+//! slot, a group is one key.
 //!
-//! An idle key costs nothing extra: the first request finds no call in
-//! flight and goes alone. A hot key costs one round trip per batch instead
+//! An idle group costs nothing extra: the first request finds no call in
+//! flight and goes alone. A busy one costs one round trip per batch instead
 //! of one per request.
 //!
 //! # Protocol
 //!
-//! A key has an entry in the table exactly while some request *leads* it:
-//! holds a call in flight, or is about to send the next batch. A key has
+//! A group has an entry in the table exactly while some request *leads* it:
+//! holds a call in flight, or is about to send the next batch. A group has
 //! at most `leaders` of them (2 by default: while one batch's answer
 //! travels back and its waiters wake, the next is already on the wire;
 //! both go on the limiter's connection in order, so Redis decides them in
 //! the order they were formed). A request that finds fewer leaders leads
-//! with itself alone. A request that finds the key's leaders all busy
+//! with itself alone. A request that finds the group's leaders all busy
 //! queues a [`Waiter`] and awaits its one-shot channel,
 //! which brings either its answer ([`Msg::Done`]) or the lead of the next
 //! batch ([`Msg::Lead`]: its own request first, then the waiters queued
 //! after it, up to the batch cap). When a leader has its answers, it sends
 //! them to its batch's waiters, then hands the lead to the oldest queued
-//! waiter still listening, or, when none is queued, the key has one
+//! waiter still listening, or, when none is queued, the group has one
 //! leader less (and no entry once it has none).
 //!
 //! The lead travels as a [`Lead`] guard. A guard dropped before its batch
 //! was answered — its leader's future was cancelled mid-call, or the
 //! waiter it was sent to was dropped before reading it — puts the batch's
-//! waiters back at the head of the queue and hands the lead on, so a key
+//! waiters back at the head of the queue and hands the lead on, so a group
 //! never stays locked and no waiter is forgotten. (A cancelled call may
 //! still have reached Redis; its requests are then sent again, which errs
 //! on the side of the limit, as a timed-out call does.) Waiters whose
@@ -39,20 +42,23 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::oneshot;
 
-/// One request of a batch: its weight, whether it only peeks, and its
-/// `now` argument (µs, or -1 for Redis's clock).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One request of a batch: its key (as the caller gave it), its weight,
+/// whether it only peeks, and its `now` argument (µs, or -1 for Redis's
+/// clock).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Request {
+    pub(crate) key: Vec<u8>,
     pub(crate) n: u64,
     pub(crate) peek: bool,
     pub(crate) now: i64,
 }
 
-/// What a batch is for: one key under one quota (requests with another
-/// quota for the same key, e.g. `check_with_quota`, batch separately).
+/// What a batch is for: one group of keys (empty: all of them; on a
+/// Cluster, the one key) under one quota (requests with another quota, e.g.
+/// `check_with_quota`, batch separately).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct BatchKey {
-    pub(crate) key: Vec<u8>,
+    pub(crate) group: Vec<u8>,
     pub(crate) emission_us: u64,
     pub(crate) burst: u64,
 }
@@ -71,7 +77,7 @@ pub(crate) enum Msg<A> {
     Lead(Lead<A>),
 }
 
-/// A key with calls in flight: how many leaders it has, and who waits.
+/// A group with calls in flight: how many leaders it has, and who waits.
 struct Entry<A> {
     leaders: usize,
     queue: VecDeque<Waiter<A>>,
@@ -79,13 +85,13 @@ struct Entry<A> {
 
 type Table<A> = HashMap<BatchKey, Entry<A>>;
 
-/// The table of keys with a call in flight, in shards.
+/// The table of groups with a call in flight, in shards.
 pub(crate) struct Batcher<A> {
     shards: Box<[Mutex<Table<A>>]>,
     hasher: std::collections::hash_map::RandomState,
     /// The most requests in one batch (at least 1).
     max: usize,
-    /// The most calls in flight for one key (at least 1).
+    /// The most calls in flight for one group (at least 1).
     leaders: usize,
 }
 
@@ -98,7 +104,7 @@ impl<A> std::fmt::Debug for Batcher<A> {
     }
 }
 
-/// What joining a key's queue gave.
+/// What joining a group's queue gave.
 pub(crate) enum Joined<A> {
     /// No call was in flight: lead, with this request alone.
     Lead(Lead<A>),
@@ -127,7 +133,7 @@ impl<A> Batcher<A> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Joins `key`'s queue with `req`.
+    /// Joins the queue of the group `key` with `req`.
     pub(crate) fn join(self: &Arc<Self>, key: &BatchKey, req: Request) -> Joined<A> {
         let mut table = self.shard(key);
         match table.get_mut(key) {
@@ -158,7 +164,7 @@ impl<A> Batcher<A> {
     }
 
     /// Hands a finished leader's lead to the oldest listening waiter with
-    /// the next batch; when nobody waits, the key has one leader less, and
+    /// the next batch; when nobody waits, the group has one leader less, and
     /// no entry once it has none. Called with the shard locked.
     fn hand_off(self: &Arc<Self>, table: &mut Table<A>, key: &BatchKey) {
         loop {
@@ -221,15 +227,15 @@ pub(crate) struct Lead<A> {
 
 impl<A> Lead<A> {
     /// The leader's own request: the batch's first.
-    pub(crate) fn own(&self) -> Request {
-        self.own
+    pub(crate) fn own(&self) -> &Request {
+        &self.own
     }
 
     /// The batch's other requests, in arrival order, leaving out (and
     /// forgetting) those whose caller has given up since the batch formed.
     pub(crate) fn others(&mut self) -> Vec<Request> {
         self.others.retain(|w| !w.tx.is_closed());
-        self.others.iter().map(|w| w.req).collect()
+        self.others.iter().map(|w| w.req.clone()).collect()
     }
 
     fn disarm(&mut self) -> Vec<Waiter<A>> {

@@ -26,8 +26,9 @@
 //!   [`ratewise::backend::AsyncKeyedLimiter`], so code written against the
 //!   in-memory [`ratewise::KeyedLimiter`] switches backend by its constructor.
 //!   Each [`Algorithm`] decides exactly as its in-memory twin, in whole µs.
-//! * Concurrent requests for a hot key share one script call (per-key
-//!   batching, [`Options::max_batch`]); decisions are unchanged.
+//! * Concurrent requests share script calls (batching,
+//!   [`Options::max_batch`]): on one Redis server any keys under one quota,
+//!   on a Cluster one key's; decisions are unchanged.
 //! * Every call runs under a timeout and a circuit breaker
 //!   ([`ResilienceConfig`]); meanwhile the [`FailurePolicy`] answers, and
 //!   every decision says where it came from.

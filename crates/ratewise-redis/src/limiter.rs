@@ -93,8 +93,9 @@ impl Algorithm {
 
     /// The Lua source of this algorithm's batch script: the same decision
     /// as [`Algorithm::script_source`], wrapped in a function and applied
-    /// to each request of a batch in turn (see the crate docs' "Batching");
-    /// GCRA's reads and writes its key once per batch.
+    /// to each request of a batch in turn, on the request's own key among
+    /// the batch's (see the crate docs' "Batching"); GCRA's reads and
+    /// writes each key once per batch.
     pub fn batch_script_source(self) -> String {
         if self == Algorithm::Gcra {
             // The same decisions, with the key read and written once.
@@ -147,13 +148,13 @@ pub struct Options {
     /// clock may run slower than Redis's sets a slack so that keys never
     /// expire before their state is back to a fresh key's.
     pub expiry_slack: Duration,
-    /// The most requests for one key decided by one script call (default
-    /// 128; 1 turns batching off). While a call for a key is in flight,
-    /// further requests for that key and quota wait in process and then go
-    /// together, decided in arrival order exactly as one by one; see the
-    /// crate docs' "Batching".
+    /// The most requests decided by one script call (default 128; 1 turns
+    /// batching off). While a call is in flight, further requests under the
+    /// same quota (for any key on a single server, for the same key on a
+    /// Cluster) wait in process and then go together, decided in arrival
+    /// order exactly as one by one; see the crate docs' "Batching".
     pub max_batch: usize,
-    /// The most batch calls in flight at once for one key (default 2): with
+    /// The most batch calls in flight at once for one group (default 2): with
     /// two, the next batch is on its way while the previous one's answers
     /// are delivered. Calls of one limiter share its connection, so Redis
     /// decides them in the order they were sent.
@@ -447,24 +448,31 @@ impl RedisLimiter {
         let q = quota.unwrap_or_else(|| self.micro_quota(key));
         q.validate_weight(n)?;
         let req = Request {
+            key: key.to_vec(),
             n,
             peek,
             now: now_arg(now)?,
         };
         let Some(batcher) = &self.inner.batcher else {
-            return self.call(key, q, req, &[]).await.0;
+            return self.call(q, &req, &[]).await.0;
+        };
+        // One script call must stay within a Cluster slot: there a batch
+        // is one key's; on a single server, any keys under this quota.
+        let group = match &self.inner.core.conn {
+            crate::Connection::Cluster(_) => key.to_vec(),
+            crate::Connection::Single(_) => Vec::new(),
         };
         let bk = BatchKey {
-            key: key.to_vec(),
+            group,
             emission_us: q.emission_us,
             burst: q.burst,
         };
-        let mut joined = batcher.join(&bk, req);
+        let mut joined = batcher.join(&bk, req.clone());
         loop {
             match joined {
                 Joined::Lead(mut lead) => {
                     let others = lead.others();
-                    let (own, others) = self.call(key, q, lead.own(), &others).await;
+                    let (own, others) = self.call(q, lead.own(), &others).await;
                     return lead.finish(own, others);
                 }
                 Joined::Wait(rx) => match rx.await {
@@ -472,32 +480,39 @@ impl RedisLimiter {
                     Ok(Msg::Lead(lead)) => joined = Joined::Lead(lead),
                     // The answer's sender went away unanswered (a leader
                     // panicked): queue again.
-                    Err(_) => joined = batcher.join(&bk, req),
+                    Err(_) => joined = batcher.join(&bk, req.clone()),
                 },
             }
         }
     }
 
-    /// One script call deciding `first`, then `rest` (all for `key` under
-    /// `q`), in order: the single script for one request, the batch script
-    /// for several. Returns `first`'s answer and the others', in order;
-    /// when Redis gives no answer, the failure policy answers each request.
+    /// One script call deciding `first`, then `rest` (all under `q`), in
+    /// order: the single script for one request, the batch script for
+    /// several (their distinct keys as its KEYS). Returns `first`'s answer
+    /// and the others', in order; when Redis gives no answer, the failure
+    /// policy answers each request, and when it refuses one key of a batch
+    /// (e.g. `WRONGTYPE`), that key's requests.
     async fn call(
         &self,
-        key: &[u8],
         q: MicroQuota,
-        first: Request,
+        first: &Request,
         rest: &[Request],
     ) -> (Answer, Vec<Answer>) {
         let core = &self.inner.core;
         let algorithm = self.inner.algorithm;
-        let reqs = || std::iter::once(&first).chain(rest);
+        let reqs = || std::iter::once(first).chain(rest);
         let count = rest.len() + 1;
+        // The batch's distinct keys, in order of first request, and each
+        // request's 1-based index among them.
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut index: Vec<usize> = Vec::with_capacity(count);
         let mut inv;
         if rest.is_empty() {
             let r = first;
+            keys.push(&r.key);
+            index.push(1);
             inv = algorithm.script().prepare_invoke();
-            inv.key(core.full_key(key))
+            inv.key(core.full_key(&r.key))
                 .arg(r.now)
                 .arg(q.emission_us)
                 .arg(q.burst)
@@ -505,15 +520,26 @@ impl RedisLimiter {
                 .arg(u8::from(r.peek))
                 .arg(core.slack_ms);
         } else {
+            let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(count);
+            for r in reqs() {
+                let next = seen.len() + 1;
+                let i = *seen.entry(&r.key).or_insert_with(|| {
+                    keys.push(&r.key);
+                    next
+                });
+                index.push(i);
+            }
             inv = algorithm.batch_script().prepare_invoke();
             let server_clock = if reqs().any(|r| r.now < 0) { -1 } else { 0 };
-            inv.key(core.full_key(key))
-                .arg(server_clock)
+            for k in &keys {
+                inv.key(core.full_key(k));
+            }
+            inv.arg(server_clock)
                 .arg(q.emission_us)
                 .arg(q.burst)
                 .arg(core.slack_ms);
-            for r in reqs() {
-                inv.arg(r.n).arg(u8::from(r.peek)).arg(r.now);
+            for (r, i) in reqs().zip(&index) {
+                inv.arg(r.n).arg(u8::from(r.peek)).arg(r.now).arg(*i);
             }
         }
         let mut conn = core.conn.clone();
@@ -534,7 +560,22 @@ impl RedisLimiter {
             )))),
             Err(f) => Err(f),
         };
-        let answer = |i: usize, r: &Request| match &outcome {
+        // A key the batch script could not read or write: counted once per
+        // key, as its own call's error would have been.
+        let mut refused_keys: Vec<usize> = Vec::new();
+        let mut answer = |i: usize, r: &Request| match &outcome {
+            Ok(v) if v[5 * i] == REFUSED_KEY => {
+                if !refused_keys.contains(&index[i]) {
+                    refused_keys.push(index[i]);
+                    core.res.count_redis_error();
+                }
+                let e = redis::RedisError::from((
+                    redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                    "Redis refused this key (it holds another type, or the script failed on it)",
+                ));
+                core.degrade(&r.key, r.n, r.peek, q.burst, Failure::Redis(e))
+                    .map(Timed::untimed)
+            }
             Ok(v) => {
                 let c = &v[5 * i..5 * i + 5];
                 core.count_backend(c[0] == 1);
@@ -544,10 +585,10 @@ impl RedisLimiter {
                 })
             }
             Err(f) => core
-                .degrade(key, r.n, r.peek, q.burst, f.clone())
+                .degrade(&r.key, r.n, r.peek, q.burst, f.clone())
                 .map(Timed::untimed),
         };
-        let own = answer(0, &first);
+        let own = answer(0, first);
         let others: Vec<Answer> = rest
             .iter()
             .enumerate()
@@ -557,8 +598,18 @@ impl RedisLimiter {
             // Back from an outage: charge what the local share admitted
             // meanwhile, at most what Redis has left, so the refill Redis saw
             // during the outage is not admitted twice.
-            if let Some(owed) = core.owed(key) {
-                let left = q.decision(&v[5 * (count - 1)..]).remaining;
+            for (k, key) in keys.iter().enumerate() {
+                let Some(owed) = core.owed(key) else {
+                    continue;
+                };
+                // What Redis has left after the key's last request.
+                let Some(last) = (0..count)
+                    .rev()
+                    .find(|&i| index[i] == k + 1 && v[5 * i] != REFUSED_KEY)
+                else {
+                    continue;
+                };
+                let left = q.decision(&v[5 * last..5 * last + 5]).remaining;
                 let charge = owed.min(left);
                 if charge > 0 {
                     let mut inv = algorithm.script().prepare_invoke();
@@ -578,6 +629,10 @@ impl RedisLimiter {
         (own, others)
     }
 }
+
+/// What a batch script answers as `allowed` for a request whose key Redis
+/// refused.
+const REFUSED_KEY: i64 = -1;
 
 /// A batch script's answer: little-endian doubles, each an integer below
 /// 2^53 (so exact); a length that is not a whole number of doubles yields

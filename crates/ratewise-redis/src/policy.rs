@@ -324,6 +324,14 @@ impl Resilience {
         self.run_batch(call, 1).await
     }
 
+    /// Counts a Redis error that failed part of a call that answered (a
+    /// batch script's refused key), as its own call's failure would have
+    /// been counted. The breaker does not hear of it: Redis answered.
+    pub(crate) fn count_redis_error(&self) {
+        self.stats.redis_errors.fetch_add(1, Ordering::Relaxed);
+        self.stats.handles().redis_error.increment(1);
+    }
+
     /// [`Resilience::run`] for a call deciding `requests` requests.
     pub(crate) async fn run_batch<T, F>(&self, call: F, requests: usize) -> Result<T, Failure>
     where

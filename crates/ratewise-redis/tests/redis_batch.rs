@@ -1,8 +1,9 @@
-//! Per-key batching against a real, private redis-server: requests that
-//! queue behind a call in flight for their key go as one script call and
-//! are decided exactly as the same requests one by one; a failed batch is
-//! answered by the failure policy request by request; a cancelled leader or
-//! waiter never strands the others.
+//! Batching against a real, private redis-server: requests that queue
+//! behind a call in flight go as one script call — for one key or for
+//! several — and are decided exactly as the same requests one by one, each
+//! key on its own; a failed batch is answered by the failure policy request
+//! by request, and a key Redis refuses fails only its own requests; a
+//! cancelled leader or waiter never strands the others.
 
 mod common;
 
@@ -159,6 +160,161 @@ fn batches_of_every_other_algorithm_decide_as_their_twins_one_by_one() {
         if alg != Algorithm::Gcra {
             batch_conformance(alg, 60);
         }
+    }
+}
+
+/// Sends `ops` (explicit times, in order) all at once, spread over three
+/// keys: the first two alone, the rest as one batch holding several keys.
+/// Every decision must equal its key's in-memory twin's for that key's
+/// requests one by one, and the whole took at most three round trips.
+fn cross_key_batch_conforms(
+    rt: &tokio::runtime::Runtime,
+    redis: &RedisLimiter,
+    alg: Algorithm,
+    q: Quota,
+    start_us: u64,
+    ops: &[common::Op],
+) -> Result<(), TestCaseError> {
+    let keys: Vec<String> = (0..3).map(|_| fresh_key()).collect();
+    for k in &keys {
+        redis.set_key_quota(k, q).expect("valid quota");
+    }
+    // A key per request that varies with the scenario.
+    let key_of = |i: usize, op: &common::Op| (i + op.n as usize + usize::from(op.peek)) % 3;
+    let mut now = start_us;
+    let mut times = Vec::new();
+    for op in ops {
+        now += op.dt_us;
+        times.push(now);
+    }
+    let calls: Vec<Option<Call<'_>>> = ops
+        .iter()
+        .zip(&times)
+        .enumerate()
+        .map(|(i, (op, &t))| {
+            let at = Duration::from_micros(t);
+            let key = keys[key_of(i, op)].clone();
+            let call: Call<'_> = if op.peek {
+                Box::pin(async move { redis.peek_at(&key, op.n, at).await })
+            } else {
+                Box::pin(async move { redis.check_at(&key, op.n, at).await })
+            };
+            Some(call)
+        })
+        .collect();
+    let trips = redis.stats().round_trips;
+    let answers = rt.block_on(run_in_order(calls, &[]));
+    let used = redis.stats().round_trips - trips;
+    prop_assert_eq!(used, ops.len().min(3) as u64);
+    let twins: Vec<_> = (0..3).map(|_| common::memory(alg, q)).collect();
+    for (i, ((op, &t), r)) in ops.iter().zip(&times).zip(answers).enumerate() {
+        let r = r.expect("answered").expect("decided");
+        prop_assert_eq!(r.source, DecisionSource::Backend);
+        let k = key_of(i, op);
+        let m = common::memory_step(&*twins[k], op, t);
+        prop_assert_eq!(
+            r.decision,
+            m,
+            "{} step {} (key {}) at {} µs: {:?}",
+            alg,
+            i,
+            k,
+            t,
+            op
+        );
+    }
+    Ok(())
+}
+
+/// Batches over several keys, every algorithm: each key decides as its
+/// in-memory twin one by one, whatever the other keys in the batch do.
+#[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+fn a_batch_over_several_keys_decides_each_as_its_twin_one_by_one() {
+    let server = common::RedisServer::start();
+    let rt = rt();
+    for alg in Algorithm::ALL {
+        let conn = rt.block_on(connect(&server.url())).expect("connect");
+        let redis = RedisLimiter::with_options(
+            conn,
+            Quota::per_second(1).unwrap(),
+            alg,
+            Options {
+                prefix: format!("x-{alg}:"),
+                ..options()
+            },
+        )
+        .expect("limiter");
+        let cases = if alg == Algorithm::Gcra { 200 } else { 40 };
+        common::run_scenarios(cases, 40, true, |q, start, ops| {
+            cross_key_batch_conforms(&rt, &redis, alg, q, start, ops)
+        });
+    }
+}
+
+/// A key that holds another type, batched with a good key: its requests
+/// are answered by the policy and counted once as a Redis error; the good
+/// key's are decided by Redis as if alone. GCRA's batch script and the
+/// generic one (the sliding-window log's) alike.
+#[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+fn a_refused_key_in_a_batch_fails_alone() {
+    let server = common::RedisServer::start();
+    let rt = rt();
+    for alg in [Algorithm::Gcra, Algorithm::SlidingWindowLog] {
+        let conn = rt.block_on(connect(&server.url())).expect("connect");
+        let l = RedisLimiter::with_options(
+            conn,
+            Quota::per(3, Duration::from_secs(3600)).unwrap(),
+            alg,
+            Options {
+                prefix: format!("refused-{alg}:"),
+                policy: FailurePolicy::FailClosed,
+                resilience: ratewise_redis::ResilienceConfig {
+                    timeout: Duration::from_secs(5),
+                    failure_threshold: 1000,
+                    ..Default::default()
+                },
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        common::wrong_type(&server, l.redis_key("typed"));
+        // good, typed, good, typed, …: the first two alone, eight batched.
+        let calls: Vec<Option<Call<'_>>> = (0..10)
+            .map(|i| {
+                let key = if i % 2 == 0 { "good" } else { "typed" };
+                Some(Box::pin(l.check(key, 1)) as Call<'_>)
+            })
+            .collect();
+        let answers = rt.block_on(run_in_order(calls, &[]));
+        let mut admitted = 0;
+        for (i, a) in answers.into_iter().enumerate() {
+            let d = a.unwrap().unwrap();
+            if i % 2 == 0 {
+                assert_eq!(d.source, DecisionSource::Backend, "{alg}, call {i}");
+                admitted += usize::from(d.decision.allowed);
+            } else {
+                assert_eq!(d.source, DecisionSource::FailClosed, "{alg}, call {i}");
+                assert!(!d.decision.allowed);
+            }
+        }
+        // The good key's burst of 3, then refusals: its own decisions.
+        assert_eq!(admitted, 3, "{alg}");
+        let s = l.stats();
+        // 2 alone, then one batch; the typed key failed once alone and once
+        // (counted once) in the batch.
+        assert_eq!(
+            (s.round_trips, s.redis_errors, s.fail_closed, s.backend),
+            (3, 2, 5, 5),
+            "{alg}"
+        );
     }
 }
 
