@@ -40,6 +40,19 @@ fn options() -> Options {
     }
 }
 
+/// Failures answered by refusing, with a breaker these tests never open.
+fn fail_closed() -> Options {
+    Options {
+        policy: FailurePolicy::FailClosed,
+        resilience: ratewise_redis::ResilienceConfig {
+            timeout: Duration::from_secs(5),
+            failure_threshold: 1000,
+            ..Default::default()
+        },
+        ..Options::default()
+    }
+}
+
 static KEY: AtomicU64 = AtomicU64::new(0);
 fn fresh_key() -> String {
     format!("b{}", KEY.fetch_add(1, Ordering::Relaxed))
@@ -80,10 +93,11 @@ async fn run_in_order<'a>(
     out
 }
 
-/// Sends `ops` (explicit times, in order) all at once for one key: the
-/// first two alone, the rest as one batch. Every decision must equal the
-/// in-memory twin's for the same requests one by one, evidence included,
-/// and the whole took at most three round trips.
+/// Sends `ops` (explicit times, in order) all at once, spread over `keys`
+/// keys by a rule that varies with the scenario: the first two alone, the
+/// rest as one batch (holding several keys when `keys` > 1). Every decision
+/// must equal its key's in-memory twin's for that key's requests one by
+/// one, evidence included, and the whole took at most three round trips.
 fn batch_conforms(
     rt: &tokio::runtime::Runtime,
     redis: &RedisLimiter,
@@ -91,96 +105,13 @@ fn batch_conforms(
     q: Quota,
     start_us: u64,
     ops: &[common::Op],
+    keys: usize,
 ) -> Result<(), TestCaseError> {
-    let key = fresh_key();
-    redis.set_key_quota(&key, q).expect("valid quota");
-    let mut now = start_us;
-    let mut times = Vec::new();
-    for op in ops {
-        now += op.dt_us;
-        times.push(now);
-    }
-    let calls: Vec<Option<Call<'_>>> = ops
-        .iter()
-        .zip(&times)
-        .map(|(op, &t)| {
-            let at = Duration::from_micros(t);
-            let key = key.clone();
-            let call: Call<'_> = if op.peek {
-                Box::pin(async move { redis.peek_at(&key, op.n, at).await })
-            } else {
-                Box::pin(async move { redis.check_at(&key, op.n, at).await })
-            };
-            Some(call)
-        })
-        .collect();
-    let trips = redis.stats().round_trips;
-    let answers = rt.block_on(run_in_order(calls, &[]));
-    let used = redis.stats().round_trips - trips;
-    prop_assert_eq!(used, ops.len().min(3) as u64);
-    let mem = common::memory(alg, q);
-    for (i, ((op, &t), r)) in ops.iter().zip(&times).zip(answers).enumerate() {
-        let r = r.expect("answered").expect("decided");
-        prop_assert_eq!(r.source, DecisionSource::Backend);
-        let m = common::memory_step(&*mem, op, t);
-        prop_assert_eq!(r.decision, m, "{} step {} at {} µs: {:?}", alg, i, t, op);
-    }
-    Ok(())
-}
-
-fn batch_conformance(alg: Algorithm, cases: u32) {
-    let server = common::RedisServer::start();
-    let rt = rt();
-    let conn = rt.block_on(connect(&server.url())).expect("connect");
-    let redis = RedisLimiter::with_options(conn, Quota::per_second(1).unwrap(), alg, options())
-        .expect("limiter");
-    // As the one-by-one conformance tests, plus scenarios with every
-    // request at one instant, and longer.
-    common::run_scenarios(cases, 40, true, |q, start, ops| {
-        batch_conforms(&rt, &redis, alg, q, start, ops)
-    });
-}
-
-#[test]
-#[cfg_attr(
-    ratewise_no_redis_server,
-    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
-)]
-fn a_gcra_batch_decides_as_the_in_memory_gcra_one_by_one() {
-    batch_conformance(Algorithm::Gcra, 500);
-}
-
-#[test]
-#[cfg_attr(
-    ratewise_no_redis_server,
-    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
-)]
-fn batches_of_every_other_algorithm_decide_as_their_twins_one_by_one() {
-    for alg in Algorithm::ALL {
-        if alg != Algorithm::Gcra {
-            batch_conformance(alg, 60);
-        }
-    }
-}
-
-/// Sends `ops` (explicit times, in order) all at once, spread over three
-/// keys: the first two alone, the rest as one batch holding several keys.
-/// Every decision must equal its key's in-memory twin's for that key's
-/// requests one by one, and the whole took at most three round trips.
-fn cross_key_batch_conforms(
-    rt: &tokio::runtime::Runtime,
-    redis: &RedisLimiter,
-    alg: Algorithm,
-    q: Quota,
-    start_us: u64,
-    ops: &[common::Op],
-) -> Result<(), TestCaseError> {
-    let keys: Vec<String> = (0..3).map(|_| fresh_key()).collect();
-    for k in &keys {
+    let names: Vec<String> = (0..keys).map(|_| fresh_key()).collect();
+    for k in &names {
         redis.set_key_quota(k, q).expect("valid quota");
     }
-    // A key per request that varies with the scenario.
-    let key_of = |i: usize, op: &common::Op| (i + op.n as usize + usize::from(op.peek)) % 3;
+    let key_of = |i: usize, op: &common::Op| (i + op.n as usize + usize::from(op.peek)) % keys;
     let mut now = start_us;
     let mut times = Vec::new();
     for op in ops {
@@ -193,7 +124,7 @@ fn cross_key_batch_conforms(
         .enumerate()
         .map(|(i, (op, &t))| {
             let at = Duration::from_micros(t);
-            let key = keys[key_of(i, op)].clone();
+            let key = names[key_of(i, op)].clone();
             let call: Call<'_> = if op.peek {
                 Box::pin(async move { redis.peek_at(&key, op.n, at).await })
             } else {
@@ -206,7 +137,7 @@ fn cross_key_batch_conforms(
     let answers = rt.block_on(run_in_order(calls, &[]));
     let used = redis.stats().round_trips - trips;
     prop_assert_eq!(used, ops.len().min(3) as u64);
-    let twins: Vec<_> = (0..3).map(|_| common::memory(alg, q)).collect();
+    let twins: Vec<_> = (0..keys).map(|_| common::memory(alg, q)).collect();
     for (i, ((op, &t), r)) in ops.iter().zip(&times).zip(answers).enumerate() {
         let r = r.expect("answered").expect("decided");
         prop_assert_eq!(r.source, DecisionSource::Backend);
@@ -226,6 +157,42 @@ fn cross_key_batch_conforms(
     Ok(())
 }
 
+/// `cases` scenarios of [`batch_conforms`] over `keys` keys.
+fn batch_conformance(alg: Algorithm, cases: u32, keys: usize) {
+    let server = common::RedisServer::start();
+    let rt = rt();
+    let conn = rt.block_on(connect(&server.url())).expect("connect");
+    let redis = RedisLimiter::with_options(conn, Quota::per_second(1).unwrap(), alg, options())
+        .expect("limiter");
+    // As the one-by-one conformance tests, plus scenarios with every
+    // request at one instant, and longer.
+    common::run_scenarios(cases, 40, true, |q, start, ops| {
+        batch_conforms(&rt, &redis, alg, q, start, ops, keys)
+    });
+}
+
+#[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+fn a_gcra_batch_decides_as_the_in_memory_gcra_one_by_one() {
+    batch_conformance(Algorithm::Gcra, 500, 1);
+}
+
+#[test]
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+fn batches_of_every_other_algorithm_decide_as_their_twins_one_by_one() {
+    for alg in Algorithm::ALL {
+        if alg != Algorithm::Gcra {
+            batch_conformance(alg, 60, 1);
+        }
+    }
+}
+
 /// Batches over several keys, every algorithm: each key decides as its
 /// in-memory twin one by one, whatever the other keys in the batch do.
 #[test]
@@ -234,24 +201,8 @@ fn cross_key_batch_conforms(
     ignore = "needs redis-server (apt-get install redis-server redis-tools)"
 )]
 fn a_batch_over_several_keys_decides_each_as_its_twin_one_by_one() {
-    let server = common::RedisServer::start();
-    let rt = rt();
     for alg in Algorithm::ALL {
-        let conn = rt.block_on(connect(&server.url())).expect("connect");
-        let redis = RedisLimiter::with_options(
-            conn,
-            Quota::per_second(1).unwrap(),
-            alg,
-            Options {
-                prefix: format!("x-{alg}:"),
-                ..options()
-            },
-        )
-        .expect("limiter");
-        let cases = if alg == Algorithm::Gcra { 200 } else { 40 };
-        common::run_scenarios(cases, 40, true, |q, start, ops| {
-            cross_key_batch_conforms(&rt, &redis, alg, q, start, ops)
-        });
+        batch_conformance(alg, if alg == Algorithm::Gcra { 200 } else { 40 }, 3);
     }
 }
 
@@ -275,13 +226,7 @@ fn a_refused_key_in_a_batch_fails_alone() {
             alg,
             Options {
                 prefix: format!("refused-{alg}:"),
-                policy: FailurePolicy::FailClosed,
-                resilience: ratewise_redis::ResilienceConfig {
-                    timeout: Duration::from_secs(5),
-                    failure_threshold: 1000,
-                    ..Default::default()
-                },
-                ..Options::default()
+                ..fail_closed()
             },
         )
         .unwrap();
@@ -391,15 +336,7 @@ fn a_failed_batch_is_answered_by_the_policy_for_every_request() {
         conn,
         Quota::per_second(100).unwrap(),
         Algorithm::Gcra,
-        Options {
-            policy: FailurePolicy::FailClosed,
-            resilience: ratewise_redis::ResilienceConfig {
-                timeout: Duration::from_secs(5),
-                failure_threshold: 1000,
-                ..Default::default()
-            },
-            ..Options::default()
-        },
+        fail_closed(),
     )
     .unwrap();
     common::wrong_type(&server, l.redis_key("typed"));
