@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use ratewise::MonotonicClock;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -85,10 +85,25 @@ pub enum ServeError {
     Http(std::io::Error),
 }
 
-/// Installs the Prometheus recorder for the `metrics` facade; `None` if
-/// another recorder is already installed in this process.
+/// Upper bounds (seconds) of the latency histograms' buckets: every
+/// metric whose name ends in `_seconds` (the decision's, and a Redis
+/// call's) is a Prometheus histogram with these buckets, so a fleet's
+/// instances add up into one distribution (quantiles computed per instance
+/// would not); 20 ms is Envoy's default rate-limit RPC timeout.
+pub const LATENCY_BUCKETS_S: [f64; 15] = [
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.02, 0.05, 0.1,
+    0.25, 0.5, 1.0,
+];
+
+/// Installs the Prometheus recorder for the `metrics` facade, latencies as
+/// histograms ([`LATENCY_BUCKETS_S`]); `None` if another recorder is
+/// already installed in this process.
 pub fn install_prometheus() -> Option<PrometheusHandle> {
-    PrometheusBuilder::new().install_recorder().ok()
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &LATENCY_BUCKETS_S)
+        .ok()?
+        .install_recorder()
+        .ok()
 }
 
 /// Serves until `shutdown` completes, then lets in-flight calls finish and

@@ -11,7 +11,7 @@
 //! | `ratewise_server_requests_total` | outcome (`ok`, `over_limit`, `invalid`, `unknown_domain`) | calls answered |
 //! | `ratewise_server_degraded_decisions_total` | reason | decisions not made by the configured store |
 //! | `ratewise_server_store_errors_total` | — | store failures |
-//! | `ratewise_server_decision_seconds` | — | time to decide one call |
+//! | `ratewise_server_decision_seconds` | — | time to decide one call (a histogram: `serve::LATENCY_BUCKETS_S`) |
 //! | `ratewise_server_config_reloads_total` | result (`ok`, `failed`) | configuration loads |
 
 use std::sync::atomic::{AtomicU64, Ordering};

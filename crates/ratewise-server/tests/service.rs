@@ -123,8 +123,10 @@ fn http_serves_json_health_metrics_status_and_rules() {
         metrics.contains(r#"ratewise_server_decisions_total{domain="edge",rule="per_user",outcome="over_limit"} 2"#),
         "{metrics}"
     );
+    // A histogram (its buckets add up across instances), not a summary.
     assert!(
-        metrics.contains("ratewise_server_decision_seconds"),
+        metrics.contains(r#"ratewise_server_decision_seconds_bucket{le="0.02"}"#)
+            && metrics.contains("ratewise_server_decision_seconds_count "),
         "{metrics}"
     );
     let (_, _, status_json) = http_get(server.http, "/status", &[]);
