@@ -370,12 +370,14 @@ impl CircuitBreaker {
         outcome
     }
 
-    /// Records how `call` ended, at `now`.
-    pub fn record(&self, call: Call, now: Timestamp, result: CallResult) {
+    /// Records how `call` ended, at `now`; returns the state the breaker
+    /// moved to if this result moved it (`Open` when it trips, `Closed`
+    /// when the probes succeeded), for a driver that reports changes.
+    pub fn record(&self, call: Call, now: Timestamp, result: CallResult) -> Option<State> {
         let mut s = self.lock();
         if call.generation != s.generation {
             // Let through in an earlier state: it says nothing about now.
-            return;
+            return None;
         }
         let slice_len = (self.config.window.as_nanos() / u128::from(BUCKETS)) as u64;
         let config = self.config;
@@ -385,7 +387,7 @@ impl CircuitBreaker {
                 consecutive,
             } => {
                 if result == CallResult::Ignored {
-                    return;
+                    return None;
                 }
                 let failed = result == CallResult::Failure;
                 *consecutive = if failed { *consecutive + 1 } else { 0 };
@@ -426,6 +428,7 @@ impl CircuitBreaker {
                     if *succeeded >= config.probes {
                         s.phase = closed();
                         s.generation += 1;
+                        return Some(State::Closed);
                     }
                     false
                 }
@@ -437,7 +440,9 @@ impl CircuitBreaker {
             };
             s.generation += 1;
             s.counts.opened += 1;
+            return Some(State::Open);
         }
+        None
     }
 
     /// Where the breaker stands at `now` (an open breaker whose pause is

@@ -111,7 +111,14 @@ proptest! {
                     if let Some(call) = held.pop_front() {
                         let probe = call.is_probe();
                         failures_reported += u64::from(result == CallResult::Failure);
-                        breaker.record(call, now, result);
+                        let opened = breaker.counts().opened;
+                        let moved = breaker.record(call, now, result);
+                        // A reported change is the state now, and every
+                        // opening is reported.
+                        if let Some(state) = moved {
+                            prop_assert_eq!(breaker.state(now), state);
+                        }
+                        prop_assert_eq!(breaker.counts().opened, opened + u64::from(moved == Some(State::Open)));
                         if probe && result == CallResult::Ignored {
                             if let Some((_, n)) = batch.as_mut() { *n -= 1; }
                         }
@@ -188,10 +195,23 @@ fn results_from_before_a_trip_are_ignored_and_a_failed_probe_reopens() {
         refused.to_string().contains("lets a probe through in 1s"),
         "{refused}"
     );
-    breaker.record(probe, t1, CallResult::Success);
-    breaker.record(second, t1, CallResult::Failure);
+    // One probe of two succeeded: no change yet; the other fails: open.
+    assert_eq!(breaker.record(probe, t1, CallResult::Success), None);
+    assert_eq!(
+        breaker.record(second, t1, CallResult::Failure),
+        Some(State::Open)
+    );
     assert_eq!(breaker.state(t1), State::Open);
     assert_eq!(breaker.counts().opened, 2);
+    // Both probes of the next pause succeed: closed, reported by the second.
+    let t2 = t1 + Duration::from_secs(1);
+    let (a, b) = (breaker.try_call(t2).unwrap(), breaker.try_call(t2).unwrap());
+    assert_eq!(breaker.record(a, t2, CallResult::Success), None);
+    assert_eq!(
+        breaker.record(b, t2, CallResult::Success),
+        Some(State::Closed)
+    );
+    assert_eq!(breaker.state(t2), State::Closed);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The layer, its shared breaker and the rules that classify a response.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use metrics::{Counter, Gauge};
 use ratewise::breaker::{BreakerConfig, CallResult, CircuitBreaker as Core, ConfigError, State};
 use ratewise::{Clock, MonotonicClock};
 use tower::Layer;
@@ -54,6 +55,66 @@ pub(crate) struct Shared {
     pub(crate) breaker: Core,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) alert_above: f64,
+    /// The metrics label.
+    dependency: Arc<str>,
+    handles: OnceLock<Handles>,
+}
+
+/// The breaker's metric handles, registered on first use.
+struct Handles {
+    success: Counter,
+    failure: Counter,
+    refused: Counter,
+    opened: Counter,
+    state: Gauge,
+}
+
+/// The label of a breaker not given a dependency name.
+const UNNAMED: &str = "default";
+
+impl Shared {
+    fn new(breaker: Core, clock: Arc<dyn Clock>, alert_above: f64, dependency: Arc<str>) -> Self {
+        Shared {
+            breaker,
+            clock,
+            alert_above,
+            dependency,
+            handles: OnceLock::new(),
+        }
+    }
+
+    fn handles(&self) -> &Handles {
+        self.handles.get_or_init(|| {
+            let d = self.dependency.to_string();
+            let calls = |result: &'static str| {
+                metrics::counter!("ratewise_breaker_calls_total", "dependency" => d.clone(), "result" => result)
+            };
+            Handles {
+                success: calls("success"),
+                failure: calls("failure"),
+                refused: metrics::counter!("ratewise_breaker_refused_total", "dependency" => d.clone()),
+                opened: metrics::counter!("ratewise_breaker_opened_total", "dependency" => d.clone()),
+                state: metrics::gauge!("ratewise_breaker_state", "dependency" => d),
+            }
+        })
+    }
+
+    /// Counts a call refused while open (the gauge reads open, or
+    /// half-open with its probes out).
+    pub(crate) fn note_refused(&self, now: ratewise::Timestamp) {
+        let h = self.handles();
+        h.refused.increment(1);
+        h.state.set(state_value(self.breaker.state(now)));
+    }
+}
+
+/// The gauge's reading of a state: 0 closed, 1 half-open, 2 open.
+fn state_value(state: State) -> f64 {
+    match state {
+        State::Closed => 0.0,
+        State::HalfOpen => 1.0,
+        State::Open => 2.0,
+    }
 }
 
 /// A tower layer that opens a circuit breaker around the service; see the
@@ -78,11 +139,12 @@ impl CircuitBreakerLayer<ServerErrors> {
     /// cannot work.
     pub fn new(config: BreakerConfig) -> Result<Self, ConfigError> {
         Ok(CircuitBreakerLayer {
-            shared: Arc::new(Shared {
-                breaker: Core::new(config)?,
-                clock: Arc::new(MonotonicClock::new()),
-                alert_above: crate::observe::DEFAULT_ALERT_RATIO,
-            }),
+            shared: Arc::new(Shared::new(
+                Core::new(config)?,
+                Arc::new(MonotonicClock::new()),
+                crate::observe::DEFAULT_ALERT_RATIO,
+                Arc::from(UNNAMED),
+            )),
             classify: ServerErrors,
         })
     }
@@ -93,11 +155,12 @@ impl<C> CircuitBreakerLayer<C> {
         // Only while building: no clone has the breaker yet.
         let mut shared = match Arc::try_unwrap(self.shared) {
             Ok(shared) => shared,
-            Err(shared) => Shared {
-                breaker: Core::new(*shared.breaker.config()).expect("a config already validated"),
-                clock: Arc::clone(&shared.clock),
-                alert_above: shared.alert_above,
-            },
+            Err(shared) => Shared::new(
+                Core::new(*shared.breaker.config()).expect("a config already validated"),
+                Arc::clone(&shared.clock),
+                shared.alert_above,
+                Arc::clone(&shared.dependency),
+            ),
         };
         f(&mut shared);
         CircuitBreakerLayer {
@@ -111,6 +174,13 @@ impl<C> CircuitBreakerLayer<C> {
     /// a layer already cloned gets a fresh breaker.
     pub fn clock(self, clock: impl Clock + 'static) -> Self {
         self.rebuild(|s| s.clock = Arc::new(clock))
+    }
+
+    /// Names the dependency behind the breaker: the `dependency` label of
+    /// its metrics (default `default`). Call it while building, as
+    /// [`clock`](Self::clock).
+    pub fn dependency(self, name: &str) -> Self {
+        self.rebuild(|s| s.dependency = Arc::from(name))
     }
 
     /// The refusal ratio above which [`health`](Self::health) flags the
@@ -165,7 +235,19 @@ impl Pending {
     pub(crate) fn finish(&mut self, result: CallResult) {
         if let Some(call) = self.call.take() {
             let now = self.shared.clock.now();
-            self.shared.breaker.record(call, now, result);
+            let moved = self.shared.breaker.record(call, now, result);
+            let h = self.shared.handles();
+            match result {
+                CallResult::Success => h.success.increment(1),
+                CallResult::Failure => h.failure.increment(1),
+                CallResult::Ignored => {}
+            }
+            if let Some(state) = moved {
+                h.state.set(state_value(state));
+                if state == State::Open {
+                    h.opened.increment(1);
+                }
+            }
         }
     }
 }

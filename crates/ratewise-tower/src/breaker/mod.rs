@@ -37,6 +37,12 @@
 //! limit's `503`, marked [`LocalRefusal`](crate::LocalRefusal)) counts as
 //! neither. [`CircuitBreakerLayer::classify`] takes any rule. Clones share
 //! one breaker.
+//!
+//! Metrics, labelled `dependency` ([`CircuitBreakerLayer::dependency`]):
+//! `ratewise_breaker_calls_total{result}` (`success`, `failure`),
+//! `ratewise_breaker_refused_total`, `ratewise_breaker_opened_total`, and
+//! the gauge `ratewise_breaker_state` (0 closed, 1 half-open, 2 open; set
+//! when a result moves the breaker and on every refusal).
 
 mod future;
 mod layer;

@@ -50,8 +50,12 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        match self.shared.breaker.try_call(self.shared.clock.now()) {
-            Err(refused) => ResponseFuture::refused(refused),
+        let now = self.shared.clock.now();
+        match self.shared.breaker.try_call(now) {
+            Err(refused) => {
+                self.shared.note_refused(now);
+                ResponseFuture::refused(refused)
+            }
             Ok(call) => ResponseFuture::called(
                 self.inner.call(req),
                 Pending {
