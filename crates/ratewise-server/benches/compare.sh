@@ -11,7 +11,9 @@
 #     crates/ratewise-server/benches/compare.sh > results.jsonl
 #
 # Needs redis-server for the Redis rows. Prints one JSON object per
-# measurement (the load generator's, plus "service" and "round").
+# measurement (the load generator's, plus "service", "round" and the CPU
+# seconds the service and Redis used during it: "service_cpu_s",
+# "redis_cpu_s").
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 BIN=${BIN:-target/release}
@@ -43,7 +45,15 @@ wait_port() { for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/
 
 REDIS_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --save '' --appendonly no > "$WORK/redis.log" 2>&1 &
+REDIS_PID=$!
 wait_port "$REDIS_PORT"
+
+# CPU time a process has used, in clock ticks (Linux; 0 elsewhere), and
+# ticks as seconds: each measurement reports the service's and Redis's CPU
+# over its run, so a per-call cost can be read beside the throughput.
+TICKS=$(getconf CLK_TCK 2>/dev/null || echo 100)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+cpu_s() { awk -v t="$1" -v hz="$TICKS" 'BEGIN { printf "%.2f", t / hz }'; }
 
 start() { # name -> sets PID and PORT
   local name=$1; PORT=$(free_port); local http; http=$(free_port)
@@ -70,10 +80,12 @@ for round in $(seq 1 "$ROUNDS"); do
     for i in $(seq 0 $((n - 1))); do ORDER+=("${list[$(( (i + round - 1) % n ))]}"); done
     for svc in "${ORDER[@]}"; do
       start "$svc"
+      svc0=$(cpu_ticks "$PID"); redis0=$(cpu_ticks "$REDIS_PID")
       out=$("$BIN/examples/rls_load" --target "127.0.0.1:$PORT" --seconds "$SECONDS_EACH" \
         --connections "$CONNECTIONS" --in-flight "$IN_FLIGHT" --keys "$keys" --domain bench --key user \
         ${RATE:+--rate "$RATE"} --json)
-      echo "{\"service\":\"$svc\",\"round\":$round,${out#\{}"
+      svc_cpu=$(( $(cpu_ticks "$PID") - svc0 )); redis_cpu=$(( $(cpu_ticks "$REDIS_PID") - redis0 ))
+      echo "{\"service\":\"$svc\",\"round\":$round,\"service_cpu_s\":$(cpu_s "$svc_cpu"),\"redis_cpu_s\":$(cpu_s "$redis_cpu"),${out#\{}"
       kill "$PID"; wait "$PID" 2>/dev/null || true
       redis-cli -p "$REDIS_PORT" flushall > /dev/null
     done
