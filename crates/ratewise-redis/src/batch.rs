@@ -42,12 +42,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::oneshot;
 
-/// One request of a batch: its key (as the caller gave it), its weight,
-/// whether it only peeks, and its `now` argument (µs, or -1 for Redis's
-/// clock).
+/// One request of a batch: its key (as the caller gave it; shared, so a
+/// request queued again costs no copy), its weight, whether it only peeks,
+/// and its `now` argument (µs, or -1 for Redis's clock).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Request {
-    pub(crate) key: Vec<u8>,
+    pub(crate) key: std::sync::Arc<[u8]>,
     pub(crate) n: u64,
     pub(crate) peek: bool,
     pub(crate) now: i64,

@@ -448,7 +448,7 @@ impl RedisLimiter {
         let q = quota.unwrap_or_else(|| self.micro_quota(key));
         q.validate_weight(n)?;
         let req = Request {
-            key: key.to_vec(),
+            key: Arc::from(key),
             n,
             peek,
             now: now_arg(now)?,

@@ -361,8 +361,7 @@ impl Resilience {
         let outcome = match tokio::time::timeout(self.config.timeout, call).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
-                self.stats.redis_errors.fetch_add(1, Ordering::Relaxed);
-                h.redis_error.increment(1);
+                self.count_redis_error();
                 Err(Failure::Redis(e))
             }
             Err(_) => {

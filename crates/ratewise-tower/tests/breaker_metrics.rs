@@ -2,47 +2,24 @@
 //! only test in this binary): results by kind, refusals, openings and the
 //! state gauge, labelled by the dependency's name.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::recorded;
 use http::{Request, Response, StatusCode};
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::DebugValue;
 use ratewise::breaker::BreakerConfig;
 use ratewise::ManualClock;
 use ratewise_tower::breaker::{CircuitBreakerLayer, Refused};
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
-/// `(name, result label, value)` of the metrics labelled `dependency`.
-fn metrics_of(snap: &Snapshotter, dependency: &str) -> Vec<(String, Option<String>, DebugValue)> {
-    snap.snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(ck, _, _, _)| {
-            ck.key()
-                .labels()
-                .any(|l| l.key() == "dependency" && l.value() == dependency)
-        })
-        .map(|(ck, _, _, v)| {
-            let result = ck
-                .key()
-                .labels()
-                .find(|l| l.key() == "result")
-                .map(|l| l.value().to_owned());
-            (ck.key().name().to_owned(), result, v)
-        })
-        .collect()
-}
-
-fn find<'a>(
-    m: &'a [(String, Option<String>, DebugValue)],
-    name: &str,
-    result: Option<&str>,
-) -> &'a DebugValue {
-    m.iter()
-        .find(|(n, r, _)| n == name && r.as_deref() == result)
-        .map(|(_, _, v)| v)
-        .unwrap_or_else(|| panic!("no {name} {result:?} in {m:?}"))
+/// The value of the breaker metric `name` (with `result = r` if given).
+fn find<'a>(m: &'a [recorded::Sample], name: &str, result: Option<&str>) -> &'a DebugValue {
+    let labels: Vec<(&str, &str)> = result.map(|r| ("result", r)).into_iter().collect();
+    recorded::value(m, name, &labels).unwrap_or_else(|| panic!("no {name} {result:?} in {m:?}"))
 }
 
 fn gauge(v: f64) -> DebugValue {
@@ -51,9 +28,7 @@ fn gauge(v: f64) -> DebugValue {
 
 #[tokio::test(flavor = "current_thread")]
 async fn results_refusals_openings_and_the_state_are_counted() {
-    let recorder = DebuggingRecorder::new();
-    let snap = recorder.snapshotter();
-    recorder.install().unwrap();
+    recorded::recorder();
 
     let clock = ManualClock::new();
     let failing = Arc::new(AtomicBool::new(true));
@@ -89,7 +64,7 @@ async fn results_refusals_openings_and_the_state_are_counted() {
         let err = svc.clone().oneshot(Request::new(())).await.unwrap_err();
         assert!(err.downcast_ref::<Refused>().is_some());
     }
-    let m = metrics_of(&snap, "payments");
+    let m = recorded::of_dependency("payments");
     assert_eq!(
         find(&m, "ratewise_breaker_calls_total", Some("failure")),
         &DebugValue::Counter(2)
@@ -110,7 +85,7 @@ async fn results_refusals_openings_and_the_state_are_counted() {
     let res = svc.clone().oneshot(Request::new(())).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     // (A snapshot resets the counters it read.)
-    let m = metrics_of(&snap, "payments");
+    let m = recorded::of_dependency("payments");
     assert_eq!(
         find(&m, "ratewise_breaker_calls_total", Some("success")),
         &DebugValue::Counter(1)

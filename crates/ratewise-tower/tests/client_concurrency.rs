@@ -15,11 +15,12 @@ use axum::extract::Path;
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
+use common::recorded;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::DebugValue;
 use ratewise::concurrency::{Aimd, Fixed, LimitAlgorithm, Sample};
 use ratewise::TokioClock;
 use ratewise_tower::client_concurrency::ClientError;
@@ -83,39 +84,9 @@ fn get_req(addr: std::net::SocketAddr, path: &str) -> Request<Body> {
         .unwrap()
 }
 
-fn recorder() -> &'static Snapshotter {
-    static SNAP: std::sync::OnceLock<Snapshotter> = std::sync::OnceLock::new();
-    SNAP.get_or_init(|| {
-        let recorder = DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        recorder.install().unwrap();
-        snapshotter
-    })
-}
-
-/// The values of `dependency`'s metrics (one snapshot: reading one
-/// resets the recorder's counters).
-fn metrics_of(dependency: &str) -> Vec<(String, DebugValue)> {
-    recorder()
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(ck, _, _, _)| {
-            ck.key()
-                .labels()
-                .any(|l| l.key() == "dependency" && l.value() == dependency)
-        })
-        .map(|(ck, _, _, v)| (ck.key().name().to_string(), v))
-        .collect()
-}
-
-fn value<'a>(metrics: &'a [(String, DebugValue)], name: &str) -> Option<&'a DebugValue> {
-    metrics.iter().find(|(n, _)| n == name).map(|(_, v)| v)
-}
-
 #[tokio::test(start_paused = true)]
 async fn calls_above_the_limit_fail_locally_and_never_reach_the_server() {
-    recorder();
+    recorded::recorder();
     let gate = Arc::new(Semaphore::new(0));
     let (tx, mut arrived) = mpsc::unbounded_channel();
     let hits = Arc::new(AtomicUsize::new(0));
@@ -172,24 +143,24 @@ async fn calls_above_the_limit_fail_locally_and_never_reach_the_server() {
         .oneshot(get_req(addr, "/status/200"))
         .await
         .is_ok());
-    let m = metrics_of("slow-dep");
+    let m = recorded::of_dependency("slow-dep");
     assert_eq!(
-        value(&m, "ratewise_client_refused_total"),
+        recorded::value(&m, "ratewise_client_refused_total", &[]),
         Some(&DebugValue::Counter(1))
     );
     assert_eq!(
-        value(&m, "ratewise_client_admitted_total"),
+        recorded::value(&m, "ratewise_client_admitted_total", &[]),
         Some(&DebugValue::Counter(3))
     );
     assert_eq!(
-        value(&m, "ratewise_client_limit"),
+        recorded::value(&m, "ratewise_client_limit", &[]),
         Some(&DebugValue::Gauge(2.0.into()))
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn overload_answers_and_errors_shrink_the_limit_client_errors_do_not() {
-    recorder();
+    recorded::recorder();
     let gate = Arc::new(Semaphore::new(0));
     let (tx, _arrived) = mpsc::unbounded_channel();
     let addr = server(gate, tx, Arc::new(AtomicUsize::new(0))).await;
@@ -233,13 +204,13 @@ async fn overload_answers_and_errors_shrink_the_limit_client_errors_do_not() {
     assert!(matches!(err, ClientError::Inner(_)), "{err:?}");
     assert_eq!(layer.limit(), 7);
     assert_eq!(layer.inflight(), 0);
-    let m = metrics_of("flaky-dep");
+    let m = recorded::of_dependency("flaky-dep");
     assert_eq!(
-        value(&m, "ratewise_client_dropped_total"),
+        recorded::value(&m, "ratewise_client_dropped_total", &[]),
         Some(&DebugValue::Counter(3))
     );
     assert_eq!(
-        value(&m, "ratewise_client_limit"),
+        recorded::value(&m, "ratewise_client_limit", &[]),
         Some(&DebugValue::Gauge(7.0.into()))
     );
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod grpc;
+pub mod recorded;
 
 use std::net::SocketAddr;
 use std::time::Duration;
