@@ -253,6 +253,10 @@ impl RateMeter {
 /// * **A first refusal a round trip after a lone first success** measured
 ///   nothing (a server with no burst, say): until the second cut each
 ///   success doubles the rate, as TCP's slow start doubles its window.
+///   So does a first refusal before any success while two or more sends
+///   were out within a tenth of a second, but doubling at most once per
+///   interval (the burst's other answers come at once), and its second
+///   cut sets the additive step's scale.
 /// * **Until the second cut** a success adds at least `start_growth` of the
 ///   rate (the first cut halved a rate measured on an unpaced burst); the
 ///   cooldown is one interval, and the second cut goes to the rate the
@@ -287,6 +291,12 @@ pub struct Adaptive {
     /// The first cut measured nothing: fewer than `START_MIN_SUCCESSES`
     /// successes, all within `START_BURST_SPAN` of the refusal.
     blind_start: bool,
+    /// A blind start refused before any success, with sends in flight at
+    /// once: the burst's other answers may all come at once, so its rate
+    /// doubles at most once per interval, not per success.
+    blind_burst: bool,
+    /// When a blind burst's rate last grew.
+    grown_at: Timestamp,
     /// The remaining count the latest refusal carried: a server that
     /// refuses while its count says quota is left over-states the quota by
     /// that much (or counts another limit than the one refusing), so only
@@ -318,6 +328,8 @@ impl Adaptive {
             slow_start: false,
             slow_started: false,
             blind_start: false,
+            blind_burst: false,
+            grown_at: Timestamp::ZERO,
             refused_at_remaining: 0,
             since_cut: 0,
             held_until: None,
@@ -422,9 +434,19 @@ impl RateController for Adaptive {
                                 .max(self.config.fallback_rate),
                             None => {
                                 // A lone success a round trip before the
-                                // refusal: a rate unknown but not slow.
-                                self.blind_start = self.since_cut == 1
-                                    && self.admitted.burst_rate(now, 1, START_BURST_SPAN).is_some();
+                                // refusal, or none while several sends were
+                                // out at once: a rate unknown but not slow.
+                                // (A lone send refused says nothing of
+                                // speed: the quota may be someone else's
+                                // and spent.)
+                                self.blind_burst = self.since_cut == 0
+                                    && self.meter.burst_rate(now, 2, START_BURST_SPAN).is_some();
+                                self.blind_start = self.blind_burst
+                                    || self.since_cut == 1
+                                        && self
+                                            .admitted
+                                            .burst_rate(now, 1, START_BURST_SPAN)
+                                            .is_some();
                                 self.meter.rate(now).unwrap_or(self.config.fallback_rate)
                             }
                         }
@@ -462,9 +484,17 @@ impl RateController for Adaptive {
                     if self.slow_start {
                         self.base = r;
                     } else {
+                        // A blind burst's first cut measured nothing, so
+                        // neither did the scale it set: this cut, ending a
+                        // climb that doubled per interval, is the first to.
+                        if self.blind_burst {
+                            self.base = r;
+                        }
                         self.blind_start = false;
+                        self.blind_burst = false;
                     }
                     self.at_cut = from;
+                    self.grown_at = now;
                     self.since_cut = 0;
                     self.rate = Some(r);
                     self.last_cut = Some(now);
@@ -503,7 +533,11 @@ impl RateController for Adaptive {
                             * self.probe(now)
                     };
                     if self.slow_start {
-                        let growth = if self.blind_start {
+                        let growth = if self.blind_burst {
+                            let since = now.saturating_duration_since(self.grown_at);
+                            self.grown_at = now;
+                            (since.as_secs_f64() * r).min(BLIND_START_GROWTH)
+                        } else if self.blind_start {
                             BLIND_START_GROWTH
                         } else if self.slow_started {
                             self.config
@@ -771,6 +805,52 @@ mod tests {
         let r = many.on_outcome(t + ms(3), &Outcome::throttled()).unwrap();
         let up = many.on_outcome(t + ms(400), &Outcome::success()).unwrap();
         assert!(up < 1.1 * r, "{r} -> {up}");
+    }
+
+    #[test]
+    fn a_refused_burst_with_no_success_doubles_per_interval_and_its_second_cut_sets_the_step() {
+        // Four sends at once, the first answer a refusal (a server with no
+        // burst): a blind start, from the send rate over the second.
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        for _ in 0..4 {
+            c.on_send(t);
+        }
+        let r = c.on_outcome(t + ms(1), &Outcome::throttled()).unwrap();
+        assert!((r - 2.0).abs() < 0.01, "{r}");
+        // The burst's success, a millisecond later, grows it by a
+        // millisecond's share of an interval, not twofold.
+        let first = c.on_outcome(t + ms(2), &Outcome::success()).unwrap();
+        assert!(first < r * 1.01, "{r} -> {first}");
+        // A success an interval later doubles it.
+        let mut now = t + ms(2);
+        let mut expected = first;
+        for _ in 0..4 {
+            now = now + Duration::from_secs_f64(1.0 / expected);
+            expected *= 2.0;
+            let up = c.on_outcome(now, &Outcome::success()).unwrap();
+            assert!(
+                (up - expected).abs() < 1e-6 * expected,
+                "{up} vs {expected}"
+            );
+        }
+        // The second cut halves the overshoot, and its rate is the scale of
+        // the additive step from then on (the first measured nothing).
+        let cut = c.on_outcome(now + ms(1), &Outcome::throttled()).unwrap();
+        assert!((cut - expected / 2.0).abs() < 1e-6 * expected, "{cut}");
+        let later = now + ms(100);
+        let step = c.on_outcome(later, &Outcome::success()).unwrap() - cut;
+        let d = AdaptiveConfig::default();
+        assert!(
+            (step - cut * d.increase_fraction * c.probe(later)).abs() < 1e-9 * cut,
+            "{step} after a cut to {cut}"
+        );
+        // A lone send refused is no blind start: the quota may be spent.
+        let mut lone = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        lone.on_send(t);
+        let r = lone.on_outcome(t + ms(1), &Outcome::throttled()).unwrap();
+        let up = lone.on_outcome(t + ms(1000), &Outcome::success()).unwrap();
+        assert!(up < r * (1.0 + d.start_growth) + 1e-9, "{r} -> {up}");
     }
 
     #[test]

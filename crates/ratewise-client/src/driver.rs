@@ -134,6 +134,12 @@ impl<R: std::fmt::Debug> std::error::Error for ThrottleError<R> {}
 /// neither refused nor stated a rate is not limiting this client.
 const SLOW_START_MAX_WINDOW: u32 = 64;
 
+/// The shortest and longest a call waiting for a far-off slot sleeps
+/// before it asks again whether the partition re-planned
+/// ([`Throttle::recheck_at`]).
+const RECHECK_MIN: Duration = Duration::from_millis(250);
+const RECHECK_MAX: Duration = Duration::from_secs(1);
+
 /// A partition's start gate ([`AsyncThrottle::first_contact`]): a window of
 /// calls in flight, one at first, one more per success, until the partition
 /// paces (a refusal or a stated rate) or the window is large.
@@ -397,7 +403,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> AsyncThrottle<K> {
         }
         let mut wait = self.acquire_at(key, call, now, now)?;
         while !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+            // A slot far off may be moved closer by a rise meanwhile (calls
+            // that queued at a blind start's slow pace would otherwise keep
+            // it for seconds after the pace found the server's): the call
+            // looks again after an eighth of its wait, within bounds (a
+            // wait under `RECHECK_MIN` is slept whole).
+            tokio::time::sleep(wait.min((wait / 8).clamp(RECHECK_MIN, RECHECK_MAX))).await;
             now = self.now();
             wait = self.recheck_at(key, call, now);
         }
@@ -478,6 +489,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> AsyncThrottle<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adaptive::AdaptiveConfig;
     use crate::backoff::{BackoffConfig, Jitter};
     use crate::throttle::{Adaptation, ThrottleConfig};
     use crate::ServerHints;
@@ -670,6 +682,61 @@ mod tests {
             "the client refused to send a retry it could not pay for"
         );
         assert!(err.to_string().contains("client-side"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waiting_for_a_far_slot_takes_a_nearer_one_after_a_rise() {
+        let th: AsyncThrottle<()> = AsyncThrottle::new(ThrottleConfig {
+            adaptation: Adaptation::Adaptive(AdaptiveConfig::default()),
+            burst: Some(1),
+            ..config()
+        })
+        .unwrap();
+        // One send, refused: pacing starts slow (half the send rate
+        // measured over the second).
+        let now = th.now();
+        let mut first = th.begin(now);
+        th.acquire_at(&(), &mut first, now, now).unwrap();
+        th.record_at(&(), &mut first, now, &Outcome::throttled());
+        let slow = th.rate_of(&()).unwrap();
+        // The retry takes the slot at the pause's end, a second call the
+        // next, an interval at the slow pace later; the waiter's is after it.
+        th.acquire_at(&(), &mut first, now, now).unwrap();
+        let mut second = th.begin(now);
+        let far = th.acquire_at(&(), &mut second, now, now).unwrap()
+            + Duration::from_secs_f64(1.0 / slow);
+        assert!(far >= Duration::from_secs(1), "{far:?} at {slow}/s");
+        let t0 = tokio::time::Instant::now();
+        let waiter = async {
+            let now = th.now();
+            let mut call = th.begin(now);
+            th.wait_for_slot(&(), &mut call, now, now).await.unwrap();
+            t0.elapsed()
+        };
+        // Meanwhile successes raise the pace past twice the one the
+        // waiter's slot was taken at.
+        let rise = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            for _ in 0..10_000 {
+                if th.rate_of(&()).unwrap() > 2.5 * slow {
+                    break;
+                }
+                let now = th.now();
+                let mut c = th.begin(now);
+                th.record_at(&(), &mut c, now, &Outcome::success());
+            }
+            th.rate_of(&()).unwrap()
+        };
+        let (sent, fast) = tokio::join!(waiter, rise);
+        assert!(fast > 2.5 * slow, "{slow} -> {fast}");
+        // It sent at the new pace, an interval after the rise (give or take
+        // an eighth of its wait, when it looked again), not at its old slot.
+        let rise_at = Duration::from_millis(100);
+        let interval = Duration::from_secs_f64(1.0 / fast);
+        assert!(
+            sent >= rise_at + interval && sent <= rise_at + interval + far / 8,
+            "sent at {sent:?}; slot {far:?} at {slow}/s, {interval:?} at {fast}/s"
+        );
     }
 
     #[tokio::test(start_paused = true)]

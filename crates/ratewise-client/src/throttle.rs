@@ -781,11 +781,13 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
 
     /// Called by a driver when the slot [`Throttle::acquire_at`] gave `call`
     /// comes due, just before it sends: the extra wait before sending, zero
-    /// almost always. When the partition was cut or paused after the slot
-    /// was taken, the slot belongs to a schedule that no longer holds (the
-    /// old pace, or inside the pause): the call takes a new slot, after the
-    /// pause and at the current pace, and is to wait that long and ask
-    /// again. A driver that skips this sends at the old schedule; after a
+    /// almost always. When the partition was cut, paused or sped up well
+    /// past the pace the slot was taken at, the slot belongs to a schedule
+    /// that no longer holds (the old pace, or inside the pause): the call
+    /// takes a new slot, after the pause and at the current pace, and is to
+    /// wait that long and ask again. A driver may also ask before the slot
+    /// comes due (a rise moves far-off slots closer): the answer is then the
+    /// wait still left, to the same slot or to the new one. A driver that skips this sends at the old schedule; after a
     /// cut many tasks would then keep sending at the pace that was just
     /// refused. The attempt is not counted again, and the call's deadline
     /// is not checked again (it was checked when the first slot was taken).
@@ -794,7 +796,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         let (pacing, start) = {
             let st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
             if call.plan == st.plan {
-                return Duration::ZERO;
+                return call.sent_at.saturating_duration_since(now);
             }
             call.plan = st.plan;
             (st.pacing, st.paused_until.max(now))
@@ -1827,8 +1829,8 @@ mod tests {
             .map(|c| th.acquire_at(&0, c, t, t).unwrap())
             .collect();
         assert_eq!(waits, [ms(0), ms(100), ms(200)]);
-        // Nothing changed: each sends at its slot.
-        assert_eq!(th.recheck_at(&0, &mut calls[1], t + ms(10)), Duration::ZERO);
+        // Nothing changed: asked early, the wait left to its slot.
+        assert_eq!(th.recheck_at(&0, &mut calls[1], t + ms(10)), ms(90));
         // The first is refused at 50 ms: cut to 5/s, paused 100 ms (to
         // 150 ms). The slots at 100 and 200 ms were handed out at 10/s.
         let step = th.record_at(&0, &mut calls[0], t + ms(50), &Outcome::throttled());

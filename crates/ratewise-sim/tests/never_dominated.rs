@@ -4,8 +4,9 @@
 //! pass).
 //!
 //! A debug build checks the scenarios that broke the rule before (a strict
-//! sliding log, over-stated headers, a bucket's remaining count shared by
-//! many clients) and a few shipped APIs, two runs each, in about 20 s;
+//! sliding log, over-stated headers, a leaky bucket with no burst, a
+//! bucket's remaining count shared by many clients) and a few shipped APIs,
+//! two runs each, in about 20 s;
 //! the full sweep over every file in `scenarios/` is
 //! `cargo run --release -p ratewise-sim --example never_dominated`.
 
@@ -24,6 +25,7 @@ fn the_default_is_never_dominated_on_any_scenario() {
         "sliding-log-retry-after",
         "sliding-log-bare",
         "overstated-quota",
+        "leaky-bucket-strict",
         "token-bucket-many",
         "sliding-log-shared",
         "hidden-limit",
