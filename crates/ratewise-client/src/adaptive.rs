@@ -251,8 +251,10 @@ impl RateMeter {
 ///   after at least five successes, measures the burst over that tenth of
 ///   a second, not over a whole second.
 /// * **A first refusal a round trip after a lone first success** measured
-///   nothing (a server with no burst, say): until the second cut each
-///   success doubles the rate, as TCP's slow start doubles its window.
+///   nothing (a server with no burst, say): pacing starts at half the
+///   sends' pace over the tenth of a second they came in, and until the
+///   second cut each success doubles the rate, as TCP's slow start doubles
+///   its window.
 ///   So does a first refusal before any success while two or more sends
 ///   were out within a tenth of a second, but doubling at most once per
 ///   interval (the burst's other answers come at once), and its second
@@ -447,7 +449,18 @@ impl RateController for Adaptive {
                                             .admitted
                                             .burst_rate(now, 1, START_BURST_SPAN)
                                             .is_some();
-                                self.meter.rate(now).unwrap_or(self.config.fallback_rate)
+                                let sent =
+                                    self.meter.rate(now).unwrap_or(self.config.fallback_rate);
+                                // After a lone success, the sends all within
+                                // a tenth of a second went one after another:
+                                // their count per that span is the pace they
+                                // went at. (A burst's sends went at once:
+                                // per span they would say nothing.)
+                                let lone = self.blind_start && !self.blind_burst;
+                                match self.meter.burst_rate(now, 2, START_BURST_SPAN) {
+                                    Some(span) if lone => span.max(sent),
+                                    _ => sent,
+                                }
                             }
                         }
                     });
@@ -781,8 +794,8 @@ mod tests {
         c.on_outcome(t + ms(1), &Outcome::success());
         c.on_send(t + ms(1));
         let r = c.on_outcome(t + ms(2), &Outcome::throttled()).unwrap();
-        // The send rate over the second, halved (it measured nothing more).
-        assert!((r - 1.0).abs() < 0.01, "{r}");
+        // Two sends within a tenth of a second: 20/s, halved.
+        assert!((r - 10.0).abs() < 1e-9, "{r}");
         let mut now = t + ms(2);
         let mut expected = r;
         for _ in 0..5 {
@@ -867,7 +880,8 @@ mod tests {
         c.on_send(now);
         let r = c.on_outcome(now, &Outcome::throttled()).unwrap();
         assert!((r - 50.0).abs() < 1e-9, "{r}");
-        // One success says nothing: the send rate over the second, halved.
+        // One success measures no burst: the two sends' pace over the tenth
+        // of a second, halved (a blind start).
         let mut one = Adaptive::new(AdaptiveConfig::default()).unwrap();
         one.on_send(Timestamp::ZERO);
         one.on_outcome(Timestamp::ZERO, &Outcome::success());
@@ -875,7 +889,17 @@ mod tests {
         let r = one
             .on_outcome(Timestamp::ZERO + ms(1), &Outcome::throttled())
             .unwrap();
-        assert!((r - 1.0 / 1.001).abs() < 1e-9, "{r}");
+        assert!((r - 10.0).abs() < 1e-9, "{r}");
+        // Sent a second apart: no blind start, the two sends over the last
+        // one to two seconds (one second here), halved.
+        let mut slow = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        slow.on_send(Timestamp::ZERO);
+        slow.on_outcome(Timestamp::ZERO + ms(5), &Outcome::success());
+        let t = Timestamp::ZERO + ms(1_000);
+        slow.on_send(t);
+        let r = slow.on_outcome(t, &Outcome::throttled()).unwrap();
+        assert!((r - 1.0).abs() < 1e-9, "{r}");
+        assert!(!slow.blind_start);
     }
 
     #[test]

@@ -156,20 +156,12 @@ impl Pacer {
     /// next slot is at `at` (or after the latest slot already reserved), the
     /// ones after it an interval apart.
     pub fn resume_at(&self, at: Timestamp) {
-        // Everything but the one slot at `at`. (Draining one interval before
-        // `at` says the same, but not when `at` is less than an interval
-        // after the clock's origin: the drain would then land at the origin
-        // and push the slot to one interval after it, later than `at`.)
-        // A peek's `remaining` is the credit at `at`, the one slot included.
-        let spare = self.limiter.peek_at(1, at).map_or(0, |d| {
-            if d.allowed {
-                d.remaining.saturating_sub(1)
-            } else {
-                0
-            }
-        });
-        if spare > 0 {
-            let _ = self.limiter.reserve_at(spare, at);
+        // A slot free at `at` means none was handed out after it: the
+        // schedule restarts there, the fraction of a slot saved dropped
+        // with the whole ones (taking only the whole ones would leave the
+        // second slot less than an interval after the first).
+        if self.limiter.peek_at(1, at).is_ok_and(|d| d.allowed) {
+            self.limiter.restart_at(at);
         }
     }
 
@@ -322,6 +314,24 @@ mod tests {
         paused.resume_at(end);
         assert_eq!(paused.acquire_at(z, z), Duration::from_secs(5));
         assert_eq!(paused.acquire_at(z, z), ms(5_100));
+        // A fraction of a slot saved is dropped too: 40/s, the burst spent
+        // at 0, resumed 1.5 intervals later (1.5 slots saved), the second
+        // slot after it is a whole interval on, not half of one.
+        let p = Pacer::new(40.0).unwrap();
+        for _ in 0..40 {
+            p.acquire_at(z, z);
+        }
+        let end = z + Duration::from_micros(37_500);
+        p.resume_at(end);
+        assert_eq!(p.acquire_at(end, end), Duration::ZERO);
+        assert_eq!(p.acquire_at(end, end), ms(25));
+        // Slots already handed out past the pause's end stand.
+        let busy = Pacer::new(10.0).unwrap().with_burst(1).unwrap();
+        for k in 0..3 {
+            assert_eq!(busy.acquire_at(z, z), ms(100 * k));
+        }
+        busy.resume_at(z + ms(150));
+        assert_eq!(busy.acquire_at(z, z), ms(300));
     }
 
     #[test]
