@@ -152,8 +152,21 @@ pub const DEFAULT_ALERT_RATIO: f64 = 0.5;
 /// One protection layer's refusals since it was built, for operators: a
 /// ratio above the layer's alert threshold means the layer is turning
 /// away a large share of the work (the dependency fails, or demand is
-/// above capacity) and someone should look. Two snapshots subtracted give
-/// the figures over an interval.
+/// above capacity) and someone should look. Counts since the start dilute
+/// a fresh outage in a long healthy history: [`Health::since`] gives the
+/// figures, and the alert, over the interval between two snapshots.
+///
+/// ```
+/// use ratewise_tower::observe::Health;
+///
+/// // A day of traffic with few refusals, then a minute refusing most.
+/// let morning = Health::new("circuit_breaker", 1_000_000, 10, 0.5);
+/// let now = Health::new("circuit_breaker", 1_000_100, 910, 0.5);
+/// assert!(!now.alert, "diluted: {}", now.refusal_ratio);
+/// let minute = now.since(&morning);
+/// assert_eq!((minute.admitted, minute.refused), (100, 900));
+/// assert!(minute.alert);
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Health {
     /// `rate_limit`, `circuit_breaker` or `concurrency_limit`.
@@ -166,6 +179,8 @@ pub struct Health {
     pub refusal_ratio: f64,
     /// The ratio is above the layer's threshold.
     pub alert: bool,
+    /// The layer's threshold.
+    pub alert_above: f64,
 }
 
 impl Health {
@@ -184,7 +199,21 @@ impl Health {
             refused,
             refusal_ratio,
             alert: refusal_ratio > alert_above,
+            alert_above,
         }
+    }
+
+    /// The health over the interval since `earlier`, an older snapshot of
+    /// the same layer: the requests admitted and refused in between, their
+    /// ratio, and the alert on it (at this snapshot's threshold). Counts
+    /// never go back, so an `earlier` that is in fact later gives zeros.
+    pub fn since(&self, earlier: &Health) -> Health {
+        Health::new(
+            self.layer,
+            self.admitted.saturating_sub(earlier.admitted),
+            self.refused.saturating_sub(earlier.refused),
+            self.alert_above,
+        )
     }
 }
 
@@ -257,6 +286,24 @@ pub struct BackendStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn health_since_an_earlier_snapshot_judges_the_interval_alone() {
+        let earlier = Health::new("concurrency_limit", 990, 10, 0.2);
+        let later = Health::new("concurrency_limit", 1_000, 40, 0.2);
+        assert!(!later.alert, "{later:?}");
+        let interval = later.since(&earlier);
+        assert_eq!((interval.admitted, interval.refused), (10, 30));
+        assert!((interval.refusal_ratio - 0.75).abs() < 1e-12);
+        assert!(interval.alert);
+        assert_eq!(interval.alert_above, 0.2);
+        // Nothing in between: no ratio, no alert; swapped: zeros, never a
+        // wrapped count.
+        let idle = later.since(&later);
+        assert_eq!((idle.admitted, idle.refused, idle.alert), (0, 0, false));
+        let swapped = earlier.since(&later);
+        assert_eq!((swapped.admitted, swapped.refused), (0, 0));
+    }
 
     #[test]
     fn warn_gate_lets_one_through_per_interval_and_counts_the_rest() {

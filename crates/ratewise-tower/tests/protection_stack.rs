@@ -146,7 +146,9 @@ async fn the_stack_protects_against_a_failing_and_hanging_dependency() -> Result
     }
     assert!(limited > 0, "{:?}", status.status());
     let after = breaker.health();
-    assert_eq!(after.admitted - before.admitted, 60 - limited);
+    let burst = after.since(&before);
+    assert_eq!(burst.admitted, 60 - limited);
+    assert_eq!((burst.refused, burst.alert), (0, false), "{burst:?}");
 
     // Health: each layer's refusal ratio, flagged above its threshold.
     let b = breaker.health();
