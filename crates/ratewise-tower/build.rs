@@ -1,6 +1,7 @@
-//! Finds the programs this crate's tests drive (`redis-server`, `chromium`, `nginx`, `envoy`). A test that
-//! needs a missing one is marked ignored (cfg `ratewise_no_redis_server`, `ratewise_no_chromium`,
-//! `ratewise_no_nginx`, `ratewise_no_envoy`), so `cargo test`
+//! Finds the programs this crate's tests drive (`redis-server`, `chromium`, `nginx`, `envoy`), and
+//! whether this machine has an IPv6 loopback. A test that needs a missing one is marked ignored (cfg
+//! `ratewise_no_redis_server`, `ratewise_no_chromium`, `ratewise_no_nginx`, `ratewise_no_envoy`,
+//! `ratewise_no_ipv6`), so `cargo test`
 //! reports it as ignored, with the reason, instead of as passed, and this
 //! script warns once, naming the install command. Under CI (`CI` set) a
 //! missing program is not excused: the tests run and fail.
@@ -55,6 +56,17 @@ fn main() {
             println!(
                 "cargo::warning={program} is not installed: the tests that need it are ignored ({install})"
             );
+        }
+    }
+    println!("cargo::rustc-check-cfg=cfg(ratewise_no_ipv6)");
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        if ci {
+            println!(
+                "cargo::warning=no IPv6 loopback (::1) and CI is set: the IPv6 end-to-end test will fail"
+            );
+        } else {
+            println!("cargo::rustc-cfg=ratewise_no_ipv6");
+            println!("cargo::warning=no IPv6 loopback (::1): the IPv6 end-to-end test is ignored");
         }
     }
 }
