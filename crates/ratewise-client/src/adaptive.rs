@@ -227,6 +227,20 @@ impl RateMeter {
     }
 }
 
+/// How a first cut that measured nothing came about (see [`Adaptive`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Blind {
+    /// The first cut measured something (or none came yet).
+    No,
+    /// A refusal a round trip after a lone first success: the rate doubles
+    /// per success until the second cut.
+    LoneSuccess,
+    /// A refusal before any success, with sends out at once: the burst's
+    /// other answers may all come at once, so the rate doubles at most once
+    /// per interval, and the second cut sets the step's scale.
+    Burst,
+}
+
 /// The default throttle's rate controller (see the [module](self)).
 ///
 /// * **No pacing until there is a reason.** Until the first throttle the
@@ -290,13 +304,8 @@ pub struct Adaptive {
     slow_start: bool,
     /// A driver let this partition's calls out in a slow start.
     slow_started: bool,
-    /// The first cut measured nothing: fewer than `START_MIN_SUCCESSES`
-    /// successes, all within `START_BURST_SPAN` of the refusal.
-    blind_start: bool,
-    /// A blind start refused before any success, with sends in flight at
-    /// once: the burst's other answers may all come at once, so its rate
-    /// doubles at most once per interval, not per success.
-    blind_burst: bool,
+    /// Whether the first cut measured nothing, and how (until the second).
+    blind: Blind,
     /// When a blind burst's rate last grew.
     grown_at: Timestamp,
     /// The remaining count the latest refusal carried: a server that
@@ -329,8 +338,7 @@ impl Adaptive {
             gentle: 1.0,
             slow_start: false,
             slow_started: false,
-            blind_start: false,
-            blind_burst: false,
+            blind: Blind::No,
             grown_at: Timestamp::ZERO,
             refused_at_remaining: 0,
             since_cut: 0,
@@ -441,14 +449,18 @@ impl RateController for Adaptive {
                                 // (A lone send refused says nothing of
                                 // speed: the quota may be someone else's
                                 // and spent.)
-                                self.blind_burst = self.since_cut == 0
-                                    && self.meter.burst_rate(now, 2, START_BURST_SPAN).is_some();
-                                self.blind_start = self.blind_burst
-                                    || self.since_cut == 1
-                                        && self
-                                            .admitted
-                                            .burst_rate(now, 1, START_BURST_SPAN)
-                                            .is_some();
+                                let span = self.meter.burst_rate(now, 2, START_BURST_SPAN);
+                                self.blind = match self.since_cut {
+                                    0 if span.is_some() => Blind::Burst,
+                                    1 if self
+                                        .admitted
+                                        .burst_rate(now, 1, START_BURST_SPAN)
+                                        .is_some() =>
+                                    {
+                                        Blind::LoneSuccess
+                                    }
+                                    _ => Blind::No,
+                                };
                                 let sent =
                                     self.meter.rate(now).unwrap_or(self.config.fallback_rate);
                                 // After a lone success, the sends all within
@@ -456,9 +468,10 @@ impl RateController for Adaptive {
                                 // their count per that span is the pace they
                                 // went at. (A burst's sends went at once:
                                 // per span they would say nothing.)
-                                let lone = self.blind_start && !self.blind_burst;
-                                match self.meter.burst_rate(now, 2, START_BURST_SPAN) {
-                                    Some(span) if lone => span.max(sent),
+                                match span {
+                                    Some(span) if self.blind == Blind::LoneSuccess => {
+                                        span.max(sent)
+                                    }
                                     _ => sent,
                                 }
                             }
@@ -500,11 +513,10 @@ impl RateController for Adaptive {
                         // A blind burst's first cut measured nothing, so
                         // neither did the scale it set: this cut, ending a
                         // climb that doubled per interval, is the first to.
-                        if self.blind_burst {
+                        if self.blind == Blind::Burst {
                             self.base = r;
                         }
-                        self.blind_start = false;
-                        self.blind_burst = false;
+                        self.blind = Blind::No;
                     }
                     self.at_cut = from;
                     self.grown_at = now;
@@ -546,18 +558,18 @@ impl RateController for Adaptive {
                             * self.probe(now)
                     };
                     if self.slow_start {
-                        let growth = if self.blind_burst {
-                            let since = now.saturating_duration_since(self.grown_at);
-                            self.grown_at = now;
-                            (since.as_secs_f64() * r).min(BLIND_START_GROWTH)
-                        } else if self.blind_start {
-                            BLIND_START_GROWTH
-                        } else if self.slow_started {
-                            self.config
+                        let growth = match self.blind {
+                            Blind::Burst => {
+                                let since = now.saturating_duration_since(self.grown_at);
+                                self.grown_at = now;
+                                (since.as_secs_f64() * r).min(BLIND_START_GROWTH)
+                            }
+                            Blind::LoneSuccess => BLIND_START_GROWTH,
+                            Blind::No if self.slow_started => self
+                                .config
                                 .slow_started_growth
-                                .max(self.config.start_growth)
-                        } else {
-                            self.config.start_growth
+                                .max(self.config.start_growth),
+                            Blind::No => self.config.start_growth,
                         };
                         step = step.max(r * growth);
                     }
@@ -899,7 +911,7 @@ mod tests {
         slow.on_send(t);
         let r = slow.on_outcome(t, &Outcome::throttled()).unwrap();
         assert!((r - 1.0).abs() < 1e-9, "{r}");
-        assert!(!slow.blind_start);
+        assert_eq!(slow.blind, Blind::No);
     }
 
     #[test]
