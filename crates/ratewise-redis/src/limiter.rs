@@ -23,6 +23,13 @@ const PRELUDE: &str = include_str!("lua/prelude.lua");
 const SINGLE: &str = include_str!("lua/single.lua");
 const BATCH: &str = include_str!("lua/batch.lua");
 const BATCH_END: &str = include_str!("lua/batch_end.lua");
+/// GCRA's decision, shared by its single and batch scripts.
+const GCRA_DECIDE: &str = include_str!("lua/gcra_decide.lua");
+const GCRA: &str = concat!(
+    include_str!("lua/gcra_decide.lua"),
+    "\n",
+    include_str!("lua/gcra.lua")
+);
 
 /// The algorithm a [`RedisLimiter`] runs on Redis. Each is the Redis form of
 /// the core limiter of the same name and answers with the same
@@ -75,7 +82,7 @@ impl Algorithm {
     fn body(self) -> (&'static str, &'static str) {
         const WINDOW_END: &str = include_str!("lua/window_end.lua");
         match self {
-            Algorithm::Gcra => (include_str!("lua/gcra.lua"), ""),
+            Algorithm::Gcra => (GCRA, ""),
             Algorithm::TokenBucket => (include_str!("lua/token_bucket.lua"), ""),
             Algorithm::FixedWindow => (include_str!("lua/fixed_window.lua"), WINDOW_END),
             Algorithm::SlidingWindowCounter => {
@@ -99,7 +106,10 @@ impl Algorithm {
     pub fn batch_script_source(self) -> String {
         if self == Algorithm::Gcra {
             // The same decisions, with the key read and written once.
-            return format!("{PRELUDE}\n{}", include_str!("lua/gcra_batch.lua"));
+            return format!(
+                "{PRELUDE}\n{GCRA_DECIDE}\n{}",
+                include_str!("lua/gcra_batch.lua")
+            );
         }
         let (body, end) = self.body();
         format!("{PRELUDE}\n{BATCH}\n{body}\n{end}\n{BATCH_END}")

@@ -3,7 +3,8 @@
 -- to request in a table; its last admission's SET (value and PX) is its only
 -- write, which is what its own SET would have left after one-by-one calls.
 -- A key Redis refuses (GET fails, e.g. WRONGTYPE) answers allowed = -1 for
--- each of its requests; the other keys' stand.
+-- each of its requests; the other keys' stand. The decision is
+-- gcra_decide.lua's, which precedes this.
 local e = tonumber(ARGV[2])
 local b = tonumber(ARGV[3])
 local slack = tonumber(ARGV[4])
@@ -31,21 +32,12 @@ for i = 5, #ARGV, 4 do
   if not read[k] then
     out[#out + 1] = pack('<ddddd', -1, 0, 0, 0, t)
   else
-    local base = max(stored[k] or t, t)
-    local new_tat = base + n * e
-    local ahead = new_tat - t
-    if ahead > tau or peek then
-      local a = base - t
-      local retry = -1
-      if ahead > tau then
-        retry = ahead - tau
-      end
-      out[#out + 1] = pack('<ddddd', (retry < 0 and 1 or 0), floor((max(0, tau - a)) / e), a, retry, t)
-    else
+    local allowed, left, wait, retry, new_tat = gcra_decide(stored[k], t, n, e, tau, peek)
+    if new_tat then
       stored[k] = new_tat
-      last_ahead[k] = ahead
-      out[#out + 1] = pack('<ddddd', 1, floor((tau - ahead) / e), ahead, -1, t)
+      last_ahead[k] = wait
     end
+    out[#out + 1] = pack('<ddddd', allowed, left, wait, retry, t)
   end
 end
 for k, ahead in pairs(last_ahead) do
