@@ -5,9 +5,9 @@
 //! 429, with and without its `x-ratelimit-*` headers).
 //!
 //! For 1, 4 and 16 tasks sharing a fixed number of calls (100 at nginx's
-//! 50/s, 150 at Envoy's 100/s), each case asserts
-//! zero failed calls, refusals ≤ 3 % of the requests sent, and a time to
-//! finish ≤ 1.15× the least the server's limit allows. A naive client
+//! 50/s, 150 at Envoy's 100/s; `REAL_SERVER_CALLS` sets another), each case
+//! asserts zero failed calls, refusals ≤ 3 % of the requests sent, and a
+//! time to finish ≤ 1.15× the least the server's limit allows. A naive client
 //! (exponential backoff with full jitter, no pacing) makes the same calls in
 //! the same run, on a bucket of its own, for comparison; it is measured, not
 //! asserted. Every case prints one table row (`--nocapture`); the figures
@@ -33,6 +33,18 @@ const CONCURRENCY: [usize; 3] = [1, 4, 16];
 const MAX_REFUSED: f64 = 0.03;
 /// The largest multiple of the time the limit allows.
 const MAX_RATIO: f64 = 1.15;
+
+/// The calls per run: `default`, or `REAL_SERVER_CALLS` when set (a longer
+/// run shows the steady pace apart from the start's cost).
+fn calls_per_run(default: u64) -> u64 {
+    match std::env::var("REAL_SERVER_CALLS") {
+        Ok(v) => match v.parse::<u64>() {
+            Ok(n) if n > 20 => n,
+            _ => panic!("REAL_SERVER_CALLS={v:?}: expected a whole number above 20"),
+        },
+        Err(_) => default,
+    }
+}
 
 /// Only one case runs at a time, so the tests' timings do not share the
 /// machine's cores with each other.
@@ -265,11 +277,11 @@ async fn cases(
     misses
 }
 
-/// nginx at `limit`, 100 calls per run.
+/// nginx at `limit`, 100 calls per run ([`calls_per_run`]).
 async fn nginx_cases(name: &str, limit: NginxLimit) {
     let _one = ONE_AT_A_TIME.lock().await;
     let nginx = Nginx::start(&limit).unwrap_or_else(|e| panic!("{e}"));
-    const CALLS: u64 = 100;
+    let calls = calls_per_run(100);
     let rate = f64::from(limit.rate_per_s);
     // The first request, plus a burst let through at once with `nodelay`,
     // then one per 1/rate. A delayed burst only queues: it saves no time.
@@ -278,11 +290,11 @@ async fn nginx_cases(name: &str, limit: NginxLimit) {
     } else {
         0
     };
-    let allowed = Duration::from_secs_f64((CALLS - u64::from(free)) as f64 / rate);
+    let allowed = Duration::from_secs_f64((calls - u64::from(free)) as f64 / rate);
     let misses = cases(
         name,
         |i| nginx.url(i),
-        CALLS,
+        calls,
         allowed,
         limit.refusal_status(),
     )
@@ -294,15 +306,15 @@ async fn nginx_cases(name: &str, limit: NginxLimit) {
     );
 }
 
-/// Envoy at `limit`, 150 calls per run.
+/// Envoy at `limit`, 150 calls per run ([`calls_per_run`]).
 async fn envoy_cases(name: &str, limit: EnvoyLimit) {
     let _one = ONE_AT_A_TIME.lock().await;
     let envoy = Envoy::start(&limit, 2 * CONCURRENCY.len()).unwrap_or_else(|e| panic!("{e}"));
-    const CALLS: u64 = 150;
+    let calls = calls_per_run(150);
     // The full bucket, then the fill rate.
     let allowed =
-        Duration::from_secs_f64((CALLS - u64::from(limit.max_tokens)) as f64 / limit.rate_per_s());
-    let misses = cases(name, |i| envoy.url(i), CALLS, allowed, 429).await;
+        Duration::from_secs_f64((calls - u64::from(limit.max_tokens)) as f64 / limit.rate_per_s());
+    let misses = cases(name, |i| envoy.url(i), calls, allowed, 429).await;
     assert!(
         misses.is_empty(),
         "{misses:#?}\nenvoy log:\n{}",
