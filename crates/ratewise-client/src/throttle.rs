@@ -105,9 +105,13 @@ pub struct ThrottleConfig {
     /// limit: the server's word only sets how long to wait before a retry the
     /// backoff allows.
     pub backoff: BackoffConfig,
-    /// The pacer's burst; `None` (default) for about one second of rate,
-    /// `max(1, floor(rate))`, as the AWS adaptive limiter. `Some(1)` paces
-    /// strictly evenly.
+    /// The pacer's burst (default `Some(1)`: strictly even pacing, so a
+    /// send that went out late never makes the next one early). A server
+    /// with no burst of its own (nginx's `limit_req` without `burst`, a
+    /// sliding log) refuses a request that follows the previous one by
+    /// less than its interval, whatever the average; a pacer that caught up
+    /// after a late send drew exactly those refusals. `None` for about one
+    /// second of rate, `max(1, floor(rate))`, as the AWS adaptive limiter.
     pub burst: Option<u64>,
     /// Attempts per call, the first included (default `u32::MAX`: a call is
     /// never given up while the server is merely throttling; set a limit or
@@ -143,7 +147,7 @@ impl Default for ThrottleConfig {
             adaptation: Adaptation::Adaptive(AdaptiveConfig::default()),
             backoff: BackoffConfig::exponential(Duration::from_millis(100), 2.0)
                 .with_max_delay(Duration::from_secs(2)),
-            burst: None,
+            burst: Some(1),
             max_attempts: u32::MAX,
             deadline: None,
             max_retry_after: Duration::from_secs(60),
@@ -1129,6 +1133,31 @@ mod tests {
         }
         assert_eq!(waits, [ms(0), ms(100), ms(200)], "10/s AIMD start, burst 1");
         assert_eq!(th.metrics().attempts, 3);
+    }
+
+    #[test]
+    fn the_default_pace_never_catches_up_after_a_late_send() {
+        // 10/s: a send 250 ms after the first (late for its slot) does not
+        // let the next go at once; it waits one whole interval. With a
+        // burst of one second of rate it would have gone with it, 0 ms
+        // apart: a server with no burst refuses that one.
+        let fixed = |burst| ThrottleConfig {
+            adaptation: Adaptation::Fixed(10.0),
+            burst,
+            ..ThrottleConfig::default()
+        };
+        assert_eq!(ThrottleConfig::default().burst, Some(1));
+        for (burst, third) in [(ThrottleConfig::default().burst, ms(100)), (None, ms(0))] {
+            let th: Throttle<u8> = Throttle::new(fixed(burst)).unwrap();
+            let t = Timestamp::ZERO;
+            let late = t + ms(250);
+            let mut waits = vec![];
+            for now in [t, late, late] {
+                let mut call = th.begin(now);
+                waits.push(th.acquire_at(&0, &mut call, now, now).unwrap());
+            }
+            assert_eq!(waits, [ms(0), ms(0), third], "burst {burst:?}");
+        }
     }
 
     #[test]

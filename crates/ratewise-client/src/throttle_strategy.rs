@@ -12,14 +12,13 @@
 //!   [`Throttle::recheck_at`] whether a cut or a pause re-planned the
 //!   partition meanwhile; if so the call waits for its new slot.
 //! * `after_attempt(now, outcome)` records the outcome. [`Step::Done`] is
-//!   [`Next::Done`]; [`Step::GiveUp`] is [`Next::GiveUp`]; for
-//!   [`Step::Retry`] the retry's slot is taken at once, no earlier than the
-//!   retry delay, and the whole wait is answered. (Reserving ahead holds the
-//!   pacer until then; the strategy interface must answer the full wait now,
-//!   where the async driver sleeps the delay first.) A retry the throttle
-//!   refuses (SRE rejection, deadline) is [`Next::GiveUp`].
-//! * The interface has no "do not send", so a *first* attempt the throttle
-//!   refuses is expressed as a wait: the refusal is counted (metrics, SRE),
+//!   [`Next::Done`]; [`Step::GiveUp`] is [`Next::GiveUp`]; [`Step::Retry`]
+//!   is [`Next::Retry`] with its delay, and the retry takes its slot when
+//!   the delay has passed (`before_send`), as the async driver does: a slot
+//!   reserved a delay ahead would hold the partition's pacer for every
+//!   other call until then.
+//! * The interface has no "do not send", so an attempt whose slot the
+//!   throttle refuses (SRE rejection, a deadline) is expressed as a wait: the refusal is counted (metrics, SRE),
 //!   and the call is sent [`ThrottleStrategy::refusal_delay`] later through
 //!   the pause and the pacer like any attempt — what an application does with
 //!   a call it still needs.
@@ -41,14 +40,27 @@ use super::throttle::{Call, Step, Throttle};
 use super::{Next, Outcome, Strategy};
 use ratewise::time::Timestamp;
 
+/// Where a call's next attempt stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempt {
+    /// It holds a pacer slot and waits for it.
+    Slotted,
+    /// A retry waiting out its delay: it takes its slot when the delay has
+    /// passed, as the async driver does (a slot reserved a delay ahead
+    /// would hold the whole partition's pacer until then).
+    Unslotted,
+    /// Sent ([`Strategy::before_send`] said so).
+    Sent,
+}
+
 /// One partition of a [`Throttle`] as a [`Strategy`].
 #[derive(Debug)]
 pub struct ThrottleStrategy<K = ()> {
     throttle: Throttle<K>,
     key: K,
-    /// Calls in flight with the instant their attempt is due and whether it
-    /// was sent ([`Strategy::before_send`] said so).
-    calls: VecDeque<(Timestamp, bool, Call)>,
+    /// Calls in flight with the instant their attempt is due and where it
+    /// stands.
+    calls: VecDeque<(Timestamp, Attempt, Call)>,
     refusal_delay: Duration,
     refused: u64,
 }
@@ -76,7 +88,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> ThrottleStrategy<K> {
         self.refusal_delay
     }
 
-    /// First attempts the throttle refused (and that were sent later).
+    /// Attempts whose slot the throttle refused (and that were sent later).
     pub fn refused(&self) -> u64 {
         self.refused
     }
@@ -96,8 +108,23 @@ impl<K: Hash + Eq + Clone + Send + Sync> ThrottleStrategy<K> {
         self.calls.len()
     }
 
+    /// A slot for `call` at `now`; a slot the throttle refuses (SRE, the
+    /// deadline) is taken anyway after the refusal delay, and counted, as
+    /// for a first attempt: the interface has no "do not send".
+    fn slot(&mut self, call: &mut Call, now: Timestamp) -> Duration {
+        match self.throttle.acquire_at(&self.key, call, now, now) {
+            Ok(wait) => wait,
+            Err(_refusal) => {
+                self.refused += 1;
+                let later = now.saturating_add(self.refusal_delay);
+                self.throttle
+                    .acquire_unrefused_at(&self.key, call, now, later)
+            }
+        }
+    }
+
     /// Keeps `calls` ordered by the instant each attempt is due.
-    fn push(&mut self, due: Timestamp, call: Call) {
+    fn push(&mut self, due: Timestamp, attempt: Attempt, call: Call) {
         let at = self.calls.partition_point(|(d, _, _)| *d <= due);
         if self.calls.capacity() == 0 {
             // Most callers (one simulated client thread each) never hold
@@ -105,7 +132,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> ThrottleStrategy<K> {
             // default four (a call is a few hundred bytes).
             self.calls.reserve_exact(1);
         }
-        self.calls.insert(at, (due, false, call));
+        self.calls.insert(at, (due, attempt, call));
     }
 }
 
@@ -116,16 +143,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
 
     fn before_call(&mut self, now: Timestamp) -> Duration {
         let mut call = self.throttle.begin(now);
-        let wait = match self.throttle.acquire_at(&self.key, &mut call, now, now) {
-            Ok(wait) => wait,
-            Err(_refusal) => {
-                self.refused += 1;
-                let later = now.saturating_add(self.refusal_delay);
-                self.throttle
-                    .acquire_unrefused_at(&self.key, &mut call, now, later)
-            }
-        };
-        self.push(now.saturating_add(wait), call);
+        let wait = self.slot(&mut call, now);
+        self.push(now.saturating_add(wait), Attempt::Slotted, call);
         wait
     }
 
@@ -138,9 +157,15 @@ impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
         let at = self
             .calls
             .iter()
-            .position(|(_, sent, _)| *sent)
+            .position(|(_, attempt, _)| *attempt == Attempt::Sent)
             .unwrap_or(0);
         let mut call = match self.calls.remove(at) {
+            Some((_, Attempt::Unslotted, mut call)) => {
+                // A retry sent without `before_send`: its slot is taken
+                // now, so that it is counted and paced.
+                self.slot(&mut call, now);
+                call
+            }
             Some((_, _, call)) => call,
             None => self.throttle.begin(now),
         };
@@ -148,14 +173,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
             Step::Done => Next::Done,
             Step::GiveUp(_) => Next::GiveUp,
             Step::Retry(delay) => {
-                let at = now.saturating_add(delay);
-                match self.throttle.acquire_at(&self.key, &mut call, now, at) {
-                    Ok(wait) => {
-                        self.push(now.saturating_add(wait), call);
-                        Next::Retry(wait)
-                    }
-                    Err(_) => Next::GiveUp,
-                }
+                self.push(now.saturating_add(delay), Attempt::Unslotted, call);
+                Next::Retry(delay)
             }
         }
     }
@@ -165,22 +184,22 @@ impl<K: Hash + Eq + Clone + Send + Sync> Strategy for ThrottleStrategy<K> {
         let Some(at) = self
             .calls
             .iter()
-            .position(|(due, sent, _)| !*sent && *due <= now)
+            .position(|(due, attempt, _)| *attempt != Attempt::Sent && *due <= now)
         else {
             return Duration::ZERO;
         };
-        let more = match self.calls.get_mut(at) {
-            Some((_, sent, call)) => {
-                let more = self.throttle.recheck_at(&self.key, call, now);
-                *sent = more.is_zero();
-                more
-            }
-            None => Duration::ZERO,
+        let Some((due, attempt, mut call)) = self.calls.remove(at) else {
+            return Duration::ZERO;
         };
-        if !more.is_zero() {
-            if let Some((_, _, call)) = self.calls.remove(at) {
-                self.push(now.saturating_add(more), call);
-            }
+        let more = match attempt {
+            Attempt::Unslotted => self.slot(&mut call, now),
+            _ => self.throttle.recheck_at(&self.key, &mut call, now),
+        };
+        if more.is_zero() {
+            // Back in its place, sent.
+            self.calls.insert(at, (due, Attempt::Sent, call));
+        } else {
+            self.push(now.saturating_add(more), Attempt::Slotted, call);
         }
         more
     }
@@ -328,20 +347,24 @@ mod tests {
         );
         assert_eq!(s.in_flight(), 3);
         // The others' slots (100 and 200 ms) were handed out before the
-        // pause: each takes a new one after the retry's, 100 ms apart.
-        assert_eq!(s.before_send(t + ms(100)), ms(150));
-        assert_eq!(s.before_send(t + ms(150)), Duration::ZERO, "the retry");
-        assert_eq!(s.before_send(t + ms(200)), ms(150));
-        assert_eq!(s.before_send(t + ms(250)), Duration::ZERO);
-        // The retry's answer comes first: its second throttle reaches its own
-        // attempt limit; it was not confused with the two fresh calls.
+        // pause: each takes a new one when it comes due, and the retry takes
+        // its slot when its delay has passed (at 150 ms), as the async driver
+        // does, not at the throttle (a slot reserved 100 ms ahead would hold
+        // the pacer for everybody until then).
+        assert_eq!(s.before_send(t + ms(100)), ms(50), "to the pause's end");
+        assert_eq!(s.before_send(t + ms(150)), ms(100), "the retry's slot");
+        assert_eq!(s.before_send(t + ms(150)), Duration::ZERO, "the second");
+        assert_eq!(s.before_send(t + ms(200)), ms(150), "after the retry's");
+        assert_eq!(s.before_send(t + ms(250)), Duration::ZERO, "the retry");
+        assert_eq!(
+            s.after_attempt(t + ms(260), &Outcome::success()),
+            Next::Done
+        );
+        // The retry's answer: its second throttle reaches its own attempt
+        // limit; it was not confused with the fresh call still waiting.
         assert_eq!(
             s.after_attempt(t + ms(300), &Outcome::throttled()),
             Next::GiveUp
-        );
-        assert_eq!(
-            s.after_attempt(t + ms(310), &Outcome::success()),
-            Next::Done
         );
         // The second throttle paused the partition again (200 ms, until
         // 500 ms): the last call's slot at 350 ms moves to the pause's end.

@@ -251,6 +251,7 @@ pub const ALL: &[StrategyInfo] = &[
                 backoff: BackoffConfig::exponential(Duration::from_millis(100), 2.0)
                     .with_max_delay(Duration::from_secs(20)),
                 max_attempts: 5,
+                burst: None,
                 hint_reset: match p.reset_meaning {
                     ResetMeaning::Auto => ResetMeaning::WindowEnd,
                     m => m,
