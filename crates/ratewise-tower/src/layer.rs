@@ -21,7 +21,7 @@ use crate::body::ReplyBody;
 use crate::key::Scope;
 use crate::key::{FoundKey, Key, KeyRef, KeySource, MissingKey, RequestInfo};
 use crate::observe::{
-    BackendStatus, Health, LayerMetrics, PolicyStatus, SetStatus, Status, WarnGate,
+    BackendStatus, Health, LayerMetrics, PolicyStatus, RecentCounts, SetStatus, Status, WarnGate,
 };
 use crate::policy::{Policy, PolicyRuntime, PolicySet, Refusal};
 use crate::problem;
@@ -176,6 +176,7 @@ pub struct RateLimitLayerBuilder {
     on_error: BackendFailure,
     warn_interval: Duration,
     alert_above: f64,
+    recent_window: Duration,
 }
 
 impl std::fmt::Debug for RateLimitLayerBuilder {
@@ -337,6 +338,13 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// The window the status's recent figures cover (default 60 s; see
+    /// [`PolicyStatus::recent`](crate::observe::PolicyStatus::recent)).
+    pub fn recent_window(mut self, window: Duration) -> Self {
+        self.recent_window = window;
+        self
+    }
+
     /// Builds the layer.
     ///
     /// # Errors
@@ -398,6 +406,7 @@ impl RateLimitLayerBuilder {
                 metrics: LayerMetrics::default(),
                 warn: WarnGate::new(self.warn_interval),
                 alert_above: self.alert_above,
+                recent: RecentCounts::new(self.recent_window),
             }),
         })
     }
@@ -471,6 +480,7 @@ pub(crate) struct Shared {
     metrics: LayerMetrics,
     warn: WarnGate,
     alert_above: f64,
+    recent: RecentCounts,
 }
 
 thread_local! {
@@ -592,6 +602,14 @@ impl Shared {
 
     fn status(&self) -> Status {
         self.refresh_key_gauges();
+        let counts: Vec<(u64, u64)> = self
+            .sets
+            .iter()
+            .flat_map(|s| s.all_policies())
+            .map(|p| (p.admitted.sum(), p.refused.sum()))
+            .collect();
+        let (recent_for, before) = self.recent.baseline(self.clock.now(), &counts);
+        let mut at = counts.iter().zip(before.iter());
         Status {
             enabled: self.enabled.load(Ordering::Relaxed),
             shadow: self.shadow.load(Ordering::Relaxed),
@@ -604,9 +622,12 @@ impl Shared {
                         .all_policies()
                         .map(|p| {
                             let q = p.quota();
-                            let (admitted, refused) = (p.admitted.sum(), p.refused.sum());
+                            let (&(admitted, refused), &then) =
+                                at.next().unwrap_or((&(0, 0), &(0, 0)));
                             let health =
                                 Health::new("rate_limit", admitted, refused, self.alert_above);
+                            let earlier =
+                                Health::new("rate_limit", then.0, then.1, self.alert_above);
                             PolicyStatus {
                                 name: p.name.to_string(),
                                 scope: p.scope,
@@ -619,6 +640,8 @@ impl Shared {
                                 shadow: s.shadows.iter().any(|x| Arc::ptr_eq(x, p)),
                                 refusal_ratio: health.refusal_ratio,
                                 alert: health.alert,
+                                recent: health.since(&earlier),
+                                recent_secs: recent_for.as_secs_f64(),
                             }
                         })
                         .collect(),
@@ -678,6 +701,7 @@ impl RateLimitLayer {
             on_error: BackendFailure::Admit,
             warn_interval: Duration::from_secs(1),
             alert_above: crate::observe::DEFAULT_ALERT_RATIO,
+            recent_window: crate::observe::DEFAULT_RECENT_WINDOW,
         }
     }
 

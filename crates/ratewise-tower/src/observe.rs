@@ -27,12 +27,14 @@
 //! the recorder (e.g. `metrics-exporter-prometheus`) before the first
 //! request.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 use ratewise::striped::StripedCounter;
+use ratewise::Timestamp;
 use serde::Serialize;
 
 use crate::key::Scope;
@@ -217,6 +219,68 @@ impl Health {
     }
 }
 
+/// The window a status snapshot's recent figures cover, unless configured
+/// otherwise.
+pub const DEFAULT_RECENT_WINDOW: Duration = Duration::from_secs(60);
+
+/// Counts taken at earlier status snapshots, so that a snapshot can also
+/// report the interval since the latest one at least `window` old (or the
+/// oldest, while the layer is younger than that): an outage after a long
+/// healthy history shows there, where counts since the start dilute it.
+/// A sample is kept at most every sixteenth of the window, so memory stays
+/// bounded however often the status is read.
+pub(crate) struct RecentCounts {
+    window: Duration,
+    samples: Mutex<VecDeque<Sample>>,
+}
+
+/// When a snapshot was taken, and its (admitted, refused) per policy.
+type Sample = (Timestamp, Vec<(u64, u64)>);
+
+impl RecentCounts {
+    pub(crate) fn new(window: Duration) -> Self {
+        RecentCounts {
+            window,
+            samples: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Records `counts` (admitted, refused per policy, cumulative) taken
+    /// at `now`, and returns the interval's length and the counts at its
+    /// start. A clock that went back starts the history again.
+    pub(crate) fn baseline(
+        &self,
+        now: Timestamp,
+        counts: &[(u64, u64)],
+    ) -> (Duration, Vec<(u64, u64)>) {
+        let mut samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
+        if samples
+            .back()
+            .is_some_and(|(t, c)| *t > now || c.len() != counts.len())
+        {
+            samples.clear();
+        }
+        let step = self.window / 16;
+        if samples
+            .back()
+            .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= step)
+        {
+            samples.push_back((now, counts.to_vec()));
+        }
+        while samples.len() >= 2
+            && samples
+                .get(1)
+                .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= self.window)
+        {
+            samples.pop_front();
+        }
+        match samples.front() {
+            Some((t, c)) => (now.saturating_duration_since(*t), c.clone()),
+            None => (Duration::ZERO, counts.to_vec()),
+        }
+    }
+}
+
 /// A point-in-time view of the limiter, for a health or status endpoint
 /// (`serde_json::to_string(&handle.status())`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -268,6 +332,15 @@ pub struct PolicyStatus {
     /// The refusal ratio is above the layer's threshold
     /// ([`RateLimitLayerBuilder::refusal_alert`](crate::RateLimitLayerBuilder::refusal_alert)).
     pub alert: bool,
+    /// The same figures, and the alert, over the recent interval: since
+    /// the latest earlier snapshot at least the layer's recent window old
+    /// ([`RateLimitLayerBuilder::recent_window`](crate::RateLimitLayerBuilder::recent_window),
+    /// default 60 s), or since the first snapshot while none is. Zero at
+    /// the first snapshot. An operator's alert reads this one: counts since
+    /// the start dilute a fresh outage in a long healthy history.
+    pub recent: Health,
+    /// The recent interval's length in seconds.
+    pub recent_secs: f64,
 }
 
 /// The backend in a [`Status`].
@@ -286,6 +359,28 @@ pub struct BackendStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recent_counts_keep_one_window_and_bounded_samples() {
+        let r = RecentCounts::new(Duration::from_secs(60));
+        let at = |s: u64| Timestamp::ZERO + Duration::from_secs(s);
+        assert_eq!(r.baseline(at(0), &[(0, 0)]), (Duration::ZERO, vec![(0, 0)]));
+        // Read every second for ten minutes: the interval never passes the
+        // window by more than a sample's step, and at most 17 are kept.
+        for s in 1..=600 {
+            let (len, before) = r.baseline(at(s), &[(s, 0)]);
+            assert!(len >= Duration::from_secs(60).min(at(s) - at(0)), "{s}");
+            assert!(len < Duration::from_secs(64), "{s}: {len:?}");
+            assert_eq!(before[0].0, s - len.as_secs());
+            let kept = r.samples.lock().unwrap().len();
+            assert!(kept <= 17, "{s}: {kept}");
+        }
+        // A clock that went back starts again.
+        assert_eq!(
+            r.baseline(at(10), &[(7, 1)]),
+            (Duration::ZERO, vec![(7, 1)])
+        );
+    }
 
     #[test]
     fn health_since_an_earlier_snapshot_judges_the_interval_alone() {

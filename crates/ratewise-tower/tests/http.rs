@@ -786,3 +786,47 @@ async fn a_coarse_clock_drives_the_layer() {
         .unwrap();
     assert_eq!(retry, Duration::from_secs(1800));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_flags_a_recent_outage_that_the_counts_since_the_start_dilute() {
+    // 100 per second: an hour of traffic inside the limit, then a minute
+    // of a flood the policy mostly refuses.
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder()
+        .key(KeySource::Global)
+        .policy(Policy::global("api", per_second(100)))
+        .refusal_alert(0.5)
+        .recent_window(Duration::from_secs(60))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let client = HttpClient::new(serve(app(layer)).await);
+    let first = handle.status().sets[0].policies[0].clone();
+    assert_eq!((first.recent.admitted, first.recent_secs), (0, 0.0));
+    for _ in 0..60 {
+        for _ in 0..20 {
+            assert_eq!(client.get("/", &[]).await.status, StatusCode::OK);
+        }
+        clock.advance(Duration::from_secs(60));
+        let _ = handle.status(); // an operator's dashboard, once a minute
+    }
+    let calm = handle.status().sets[0].policies[0].clone();
+    assert_eq!((calm.admitted, calm.refused), (1200, 0));
+    assert_eq!((calm.recent.admitted, calm.recent_secs), (20, 60.0));
+    assert!(!calm.recent.alert);
+    // The flood: 400 requests in an instant, 100 admitted.
+    let mut refused = 0;
+    for _ in 0..400 {
+        if client.get("/", &[]).await.status == StatusCode::TOO_MANY_REQUESTS {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 300);
+    clock.advance(Duration::from_secs(60));
+    let now = handle.status().sets[0].policies[0].clone();
+    assert!(!now.alert, "diluted since the start: {}", now.refusal_ratio);
+    assert_eq!((now.recent.admitted, now.recent.refused), (100, 300));
+    assert_eq!(now.recent_secs, 60.0);
+    assert!(now.recent.alert, "{:?}", now.recent);
+}
