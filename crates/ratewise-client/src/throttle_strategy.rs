@@ -18,10 +18,11 @@
 //!   reserved a delay ahead would hold the partition's pacer for every
 //!   other call until then.
 //! * The interface has no "do not send", so an attempt whose slot the
-//!   throttle refuses (SRE rejection, a deadline) is expressed as a wait: the refusal is counted (metrics, SRE),
-//!   and the call is sent [`ThrottleStrategy::refusal_delay`] later through
-//!   the pause and the pacer like any attempt — what an application does with
-//!   a call it still needs.
+//!   throttle refuses (SRE rejection, a deadline) is expressed as a wait:
+//!   the refusal is counted (metrics, SRE), and the call is sent
+//!   [`ThrottleStrategy::refusal_delay`] later through the pause and the
+//!   pacer like any attempt — what an application does with a call it
+//!   still needs.
 //!
 //! Several `ThrottleStrategy` values may share one `Throttle` (it is a cheap
 //! clone) and even one key: the partition's state is shared, as it is among
