@@ -261,6 +261,13 @@ enum Blind {
 /// * **Without a remaining count the step probes**: a fraction of the rate
 ///   just before the latest cut, doubled every `probe_doubling` without a
 ///   cut, up to `probe_max_factor ×`.
+/// * **A quota found closed slows the probe**: once the partition has found
+///   its quota closed for a while
+///   ([`RateController::note_closed_quota`]: a window spent, a log full),
+///   the step grows at most four-fold while the rate is above what the
+///   server admitted over its latest cycle (from the start of one run of
+///   refusals to the start of the next). A climb that speeds up the longer
+///   it goes unrefused overshoots a window by the window's whole length.
 /// * **A first refusal within a tenth of a second of the first success**,
 ///   after at least five successes, measures the burst over that tenth of
 ///   a second, not over a whole second.
@@ -317,6 +324,61 @@ pub struct Adaptive {
     since_cut: u32,
     /// Until when a refusal that came too soon to cut holds the rate.
     held_until: Option<Timestamp>,
+    /// The partition found its quota closed for a while: above the rate
+    /// the server admitted over its latest cycle, the unhinted step grows
+    /// at most `WINDOWED_PROBE_MAX`-fold.
+    windowed: bool,
+    /// The rate admitted per cycle of refusals.
+    cycles: Cycles,
+}
+
+/// How far the unhinted step may grow above the rate of the latest cycle
+/// once the quota has been found closed for a while (else
+/// `probe_max_factor`): a climb that speeds up the longer it goes
+/// unrefused overshoots a window by the window's whole length.
+const WINDOWED_PROBE_MAX: f64 = 4.0;
+
+/// The rate a server admitted over one cycle: from the start of one run of
+/// refusals to the start of the next (with at least
+/// `admitted_min_count` successes between). Over a window's cycle it is the
+/// window's rate, where the one-to-two-second meter says zero or a burst.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cycles {
+    /// When the current cycle's run of refusals began.
+    start: Option<Timestamp>,
+    /// Successes since then.
+    successes: u32,
+    /// Whether the latest answer was a refusal.
+    refusing: bool,
+    /// Successes per second over the latest whole cycle.
+    rate: Option<f64>,
+}
+
+impl Cycles {
+    fn success(&mut self) {
+        self.refusing = false;
+        self.successes = self.successes.saturating_add(1);
+    }
+
+    /// A refusal at `now`: a run of them after at least `min` successes
+    /// closes a cycle (fewer make a blip inside the current one).
+    fn refusal(&mut self, now: Timestamp, min: u32) {
+        if self.refusing {
+            return;
+        }
+        self.refusing = true;
+        if self.start.is_some() && self.successes < min {
+            return;
+        }
+        if let Some(s) = self.start {
+            let span = now.saturating_duration_since(s).as_secs_f64();
+            if span > 0.0 {
+                self.rate = Some(f64::from(self.successes) / span);
+            }
+        }
+        self.start = Some(now);
+        self.successes = 0;
+    }
 }
 
 impl Adaptive {
@@ -343,6 +405,8 @@ impl Adaptive {
             refused_at_remaining: 0,
             since_cut: 0,
             held_until: None,
+            windowed: false,
+            cycles: Cycles::default(),
         })
     }
 
@@ -353,7 +417,16 @@ impl Adaptive {
             .last_cut
             .map_or(0.0, |c| now.saturating_duration_since(c).as_secs_f64());
         let doublings = quiet / self.config.probe_doubling.as_secs_f64();
-        2f64.powf(doublings).min(self.config.probe_max_factor)
+        let above_cycle = match (self.rate, self.cycles.rate) {
+            (Some(r), Some(c)) => r >= c,
+            _ => false,
+        };
+        let max = if self.windowed && above_cycle {
+            WINDOWED_PROBE_MAX.min(self.config.probe_max_factor)
+        } else {
+            self.config.probe_max_factor
+        };
+        2f64.powf(doublings).min(max)
     }
 
     /// Successes per second since the latest cut, when at least
@@ -405,6 +478,7 @@ impl RateController for Adaptive {
                 if let Some(left) = outcome.hints.remaining {
                     self.refused_at_remaining = left;
                 }
+                self.cycles.refusal(now, self.config.admitted_min_count);
                 // A cut is judged by requests sent at the cut rate: at most
                 // one per cooldown, and at most one per interval at the
                 // current rate.
@@ -527,6 +601,7 @@ impl RateController for Adaptive {
             }
             Signal::Success => {
                 self.admitted.note(now);
+                self.cycles.success();
                 self.since_cut = self.since_cut.saturating_add(1);
                 // Only the count above what the latest refusal said is spare.
                 let floor = self.refused_at_remaining;
@@ -585,6 +660,10 @@ impl RateController for Adaptive {
         self.slow_started = true;
     }
 
+    fn note_closed_quota(&mut self) {
+        self.windowed = true;
+    }
+
     fn limit_to(&mut self, rate: f64) {
         let r = self.clamp(rate);
         match self.rate {
@@ -626,6 +705,51 @@ mod tests {
             remaining: Some(r),
             ..ServerHints::default()
         })
+    }
+
+    #[test]
+    fn a_quota_found_closed_caps_the_probe_above_the_cycles_rate() {
+        // Two cuts 200 s apart with 21 successes between: the cycle's rate
+        // is 21/200 per second, and the second cut goes there too.
+        let cycled = || {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            let t = Timestamp::ZERO;
+            c.on_outcome(t, &Outcome::throttled()).unwrap();
+            for i in 1..=21 {
+                c.on_outcome(t + Duration::from_secs(i), &Outcome::success());
+            }
+            let r = c
+                .on_outcome(t + Duration::from_secs(200), &Outcome::throttled())
+                .unwrap();
+            assert!((r - 0.105).abs() < 1e-9, "{r}");
+            c
+        };
+        // A success 100 s after that cut: the probe has doubled five times.
+        let step = |c: &mut Adaptive| {
+            let before = c.rate().unwrap();
+            let t = Timestamp::ZERO + Duration::from_secs(300);
+            c.on_outcome(t, &Outcome::success()).unwrap() - before
+        };
+        let mut open = cycled();
+        let mut closed = cycled();
+        closed.note_closed_quota();
+        let (free, capped) = (step(&mut open), step(&mut closed));
+        let d = AdaptiveConfig::default();
+        assert!(free > 0.0 && capped > 0.0);
+        assert!(
+            (free / capped - 32.0 / WINDOWED_PROBE_MAX).abs() < 1e-6,
+            "{free} against {capped}"
+        );
+        assert!(WINDOWED_PROBE_MAX < d.probe_max_factor);
+        // Below the cycle's rate the probe is whole again: a partition cut
+        // far below its share climbs back at the usual speed.
+        let mut open = cycled();
+        let mut closed = cycled();
+        closed.note_closed_quota();
+        for c in [&mut open, &mut closed] {
+            c.limit_to(0.05);
+        }
+        assert!((step(&mut open) - step(&mut closed)).abs() < 1e-12);
     }
 
     #[test]

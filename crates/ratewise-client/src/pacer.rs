@@ -238,6 +238,13 @@ pub trait RateController: Send {
     /// measured was a burst the driver kept small, not what the calls
     /// want. The default does nothing.
     fn note_slow_started(&mut self) {}
+
+    /// Told that this controller's partition found its quota closed for a
+    /// while (bare refusals to lone probes, no success): the server counts
+    /// a window, and a refusal there means "nothing until the window
+    /// moves", so a climb that speeds up the longer it goes unrefused
+    /// overshoots by the window's whole length. The default does nothing.
+    fn note_closed_quota(&mut self) {}
 }
 
 impl<R: RateController + ?Sized> RateController for Box<R> {
@@ -258,6 +265,9 @@ impl<R: RateController + ?Sized> RateController for Box<R> {
     }
     fn note_slow_started(&mut self) {
         (**self).note_slow_started()
+    }
+    fn note_closed_quota(&mut self) {
+        (**self).note_closed_quota()
     }
 }
 

@@ -12,7 +12,13 @@
 //! 2. a **pause** — a throttled response stops the whole partition until the
 //!    server's `Retry-After` (capped, jittered) or the backoff delay; a
 //!    whole-second `Retry-After` pauses a fast partition only two intervals
-//!    at its admitted rate;
+//!    at its admitted rate. A quota that stays **closed** (bare refusals, an
+//!    attempt sent after the first refusal refused too, no success since:
+//!    a spent window, a full log) is probed by one send at a time, each
+//!    waiting for the previous one's answer; once closed for
+//!    [`CLOSED_PAUSE_AFTER`] the pause grows to half the time it has been
+//!    closed (at most [`CLOSED_PAUSE_MAX`]), and the controller is told
+//!    ([`RateController::note_closed_quota`]);
 //! 3. a per-call **backoff** and attempt limit, an optional deadline, an
 //!    optional **retry budget** and an optional **SRE adaptive throttle**.
 //!
@@ -337,6 +343,15 @@ struct PartitionState {
     /// it succeeds: a refusal of such an attempt says the short pause was
     /// too short, and the next pause honours the whole `Retry-After`.
     short_pause_end: Option<Timestamp>,
+    /// When the first bare refusal (no `Retry-After`) since the latest
+    /// success was answered: the quota has looked closed since then.
+    closed_since: Option<Timestamp>,
+    /// The latest answer's round trip (from its slot to its answer).
+    round_trip: Duration,
+    /// Whether an attempt sent after the first bare refusal was refused
+    /// too: the quota is closed, not merely passed a moment too fast, and
+    /// sends go as lone probes ([`lone_probe`]) until one succeeds.
+    probing: bool,
 }
 
 struct Partition {
@@ -443,6 +458,9 @@ impl Template {
                 plan: 0,
                 plan_rate: 0.0,
                 short_pause_end: None,
+                closed_since: None,
+                round_trip: Duration::ZERO,
+                probing: false,
             }),
         }
     }
@@ -560,6 +578,44 @@ fn short_pause(
             .map_or(now + pause, |e| e.max(now + pause)),
     );
     Some(pause)
+}
+
+/// While the partition probes a closed quota (see the module docs), a send
+/// at `at` goes alone: the partition's next send waits until its answer is
+/// due (1.5 of the latest round trips, at most [`CLOSED_PAUSE_MAX`]), so a
+/// closed quota costs one refusal per probe, not one per send the pace
+/// would let out meanwhile.
+fn lone_probe(part: &Partition, at: Timestamp) {
+    let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
+    if st.probing {
+        let wait = st.round_trip.mul_f64(1.5).min(CLOSED_PAUSE_MAX);
+        let until = at.saturating_add(wait);
+        if until > st.paused_until {
+            st.paused_until = until;
+        }
+    }
+}
+
+/// How long a quota must have looked closed (bare refusals, no success)
+/// before the partition's pause grows past the refused call's own backoff:
+/// longer than any bucket at a sane rate takes to admit again, and longer
+/// than a client sharing a short window with others waits for its turn.
+pub const CLOSED_PAUSE_AFTER: Duration = Duration::from_secs(8);
+
+/// The longest partition pause a closed quota grows to.
+pub const CLOSED_PAUSE_MAX: Duration = Duration::from_secs(8);
+
+/// The partition pause after a bare refusal when the quota has looked
+/// closed for `closed`: half of that from [`CLOSED_PAUSE_AFTER`] on, at
+/// most [`CLOSED_PAUSE_MAX`] (zero before). A quota closed for a minute
+/// is probed at growing intervals, a handful of times, not once per
+/// backoff delay of each waiting call; the probe that finds it open comes
+/// at most half the closed time (and `CLOSED_PAUSE_MAX`) late.
+fn closed_pause(closed: Duration) -> Duration {
+    if closed < CLOSED_PAUSE_AFTER {
+        return Duration::ZERO;
+    }
+    (closed / 2).min(CLOSED_PAUSE_MAX)
 }
 
 fn seed_for(seed: u64, n: u64) -> u64 {
@@ -767,6 +823,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             Ok(w) => {
                 call.attempts += 1;
                 call.sent_at = now.saturating_add(w);
+                lone_probe(&part, call.sent_at);
                 part.last_slot
                     .fetch_max(call.sent_at.as_nanos(), Ordering::Relaxed);
                 call.paced = pacing;
@@ -811,6 +868,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             start.saturating_duration_since(now)
         };
         call.sent_at = now.saturating_add(wait);
+        lone_probe(&part, call.sent_at);
         call.paced = pacing;
         part.last_slot
             .fetch_max(call.sent_at.as_nanos(), Ordering::Relaxed);
@@ -836,6 +894,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         if pacing {
             part.pacer.try_acquire_at(now)?;
         }
+        lone_probe(&part, now);
         self.inner.counters.attempts.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -857,6 +916,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         //    when the whole quota returns; it says nothing about the pace,
         //    so the controller does not cut for it.
         st.answered = true;
+        st.round_trip = now.saturating_duration_since(call.sent_at);
         if cfg.use_hints {
             st.hints.observe(now, &outcome.hints);
             if st.hints.pause_until() > st.paused_until {
@@ -951,6 +1011,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             Signal::Success => {
                 c.successes.fetch_add(1, Ordering::Relaxed);
                 st.admitted.note(now);
+                st.closed_since = None;
+                st.probing = false;
                 if st.short_pause_end.is_some_and(|end| call.sent_at >= end) {
                     st.short_pause_end = None;
                 }
@@ -986,7 +1048,24 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         if outcome.signal == Signal::Throttled {
             let pause = match retry_after {
                 Some(ra) => short_pause(&mut st, call, now, ra).unwrap_or(ra),
-                None => delay.unwrap_or(Duration::ZERO),
+                None => {
+                    // A bare refusal: the quota may be closed. Refused
+                    // again for an attempt sent after the first refusal was
+                    // answered, it is: probe it one send at a time.
+                    if st.closed_since.is_some_and(|t| call.sent_at >= t) {
+                        st.probing = true;
+                    }
+                    let since = *st.closed_since.get_or_insert(now);
+                    let closed = closed_pause(now.saturating_duration_since(since));
+                    // Closed for long while probed: the server counts a
+                    // window, which the controller's climb must respect.
+                    if st.probing && !closed.is_zero() {
+                        if let Some(ctl) = st.controller.as_mut() {
+                            ctl.note_closed_quota();
+                        }
+                    }
+                    delay.unwrap_or(Duration::ZERO).max(closed)
+                }
             };
             let u: f64 = st.rng.random();
             let pause = pause.saturating_add(pause.mul_f64(u * cfg.pause_jitter));
@@ -1182,6 +1261,131 @@ mod tests {
         th.forget(&0);
         assert_eq!(th.partitions(), 1);
         assert_eq!(th.try_acquire_at(&0, t), Ok(()), "a fresh partition");
+    }
+
+    /// `n` calls take slots of partition 0 at `t`.
+    fn sends(th: &Throttle<u8>, t: Timestamp, n: usize) -> Vec<Call> {
+        (0..n)
+            .map(|_| {
+                let mut call = th.begin(t);
+                th.acquire_at(&0, &mut call, t, t).unwrap();
+                call
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_closed_quota_is_probed_by_one_send_at_a_time() {
+        // A fixed 20/s: sends 50 ms apart, answers 100 ms after a send.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(20.0),
+            ..config()
+        })
+        .unwrap();
+        let t = Timestamp::ZERO;
+        let bare = Outcome::throttled();
+        // One bare refusal: the pace may only have been a moment too
+        // fast; the partition pauses for the backoff and goes on at its
+        // pace, several sends a round trip.
+        let mut first = sends(&th, t, 1).remove(0);
+        let answered = t + ms(100);
+        assert!(matches!(
+            th.record_at(&0, &mut first, answered, &bare),
+            Step::Retry(_)
+        ));
+        let after_first = sends(&th, answered, 3);
+        let gaps: Vec<Duration> = after_first
+            .windows(2)
+            .map(|w| w[1].sent_at.saturating_duration_since(w[0].sent_at))
+            .collect();
+        assert!(gaps.iter().all(|g| *g <= ms(51)), "{gaps:?}");
+        // An attempt sent after that refusal is refused too: the quota is
+        // closed. From now on each send waits for the previous one's
+        // answer (1.5 round trips of 100 ms), whatever the pace allows.
+        let mut second = after_first.into_iter().next().unwrap();
+        let at = second.sent_at + ms(100);
+        assert!(matches!(
+            th.record_at(&0, &mut second, at, &bare),
+            Step::Retry(_)
+        ));
+        let probes = sends(&th, at, 3);
+        for w in probes.windows(2) {
+            let gap = w[1].sent_at.saturating_duration_since(w[0].sent_at);
+            assert!(gap >= ms(150), "probes {gap:?} apart");
+        }
+        // A success reopens it: the pace alone spaces sends again.
+        let mut ok = probes.into_iter().last().unwrap();
+        let open = ok.sent_at + ms(100);
+        assert_eq!(
+            th.record_at(&0, &mut ok, open, &Outcome::success()),
+            Step::Done
+        );
+        let reopened = sends(&th, open + ms(1000), 3);
+        for w in reopened.windows(2) {
+            let gap = w[1].sent_at.saturating_duration_since(w[0].sent_at);
+            assert!(gap <= ms(51), "{gap:?}");
+        }
+    }
+
+    #[test]
+    fn a_quota_closed_for_long_is_probed_at_growing_intervals() {
+        // One call, a fixed 10/s pace, answers 100 ms after each send,
+        // against a quota closed for a minute: until CLOSED_PAUSE_AFTER
+        // the backoff (capped at 2 s) spaces the probes; then the pause
+        // grows to half the closed time, at most CLOSED_PAUSE_MAX. With
+        // the backoff alone the minute would cost about 30 probes.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(10.0),
+            backoff: BackoffConfig::exponential(ms(100), 2.0)
+                .with_max_delay(Duration::from_secs(2))
+                .with_jitter(Jitter::None),
+            ..config()
+        })
+        .unwrap();
+        let reopens = Timestamp::ZERO + Duration::from_secs(60);
+        let mut call = th.begin(Timestamp::ZERO);
+        let mut now = Timestamp::ZERO;
+        let mut sent = vec![];
+        loop {
+            let at = now + th.acquire_at(&0, &mut call, now, now).unwrap();
+            sent.push(at);
+            let answered = at + ms(100);
+            if at >= reopens {
+                let ok = th.record_at(&0, &mut call, answered, &Outcome::success());
+                assert_eq!(ok, Step::Done);
+                break;
+            }
+            let Step::Retry(d) = th.record_at(&0, &mut call, answered, &Outcome::throttled())
+            else {
+                panic!("the default retries while throttled");
+            };
+            now = answered + d;
+        }
+        let gaps: Vec<Duration> = sent
+            .windows(2)
+            .map(|w| w[1].saturating_duration_since(w[0]))
+            .collect();
+        let probes = sent.len() - 1;
+        assert!(
+            (8..=16).contains(&probes),
+            "{probes} refused in a closed minute: {gaps:?}"
+        );
+        let max = CLOSED_PAUSE_MAX + ms(100);
+        assert!(gaps.iter().all(|g| *g <= max), "{gaps:?}");
+        assert!(
+            gaps.iter().any(|g| *g > ms(2100)),
+            "the pause grew: {gaps:?}"
+        );
+        // Found open at most CLOSED_PAUSE_MAX (and a round trip) late.
+        assert!(sent[probes] <= reopens + max, "{:?}", sent[probes]);
+        // A success ends the closed run: a new refusal pauses only for
+        // the backoff again.
+        let t = sent[probes] + ms(200);
+        let mut next = th.begin(t);
+        let at = t + th.acquire_at(&0, &mut next, t, t).unwrap();
+        let step = th.record_at(&0, &mut next, at + ms(100), &Outcome::throttled());
+        assert_eq!(step, Step::Retry(ms(100)));
+        assert!(th.try_acquire_at(&0, at + ms(201)).is_ok());
     }
 
     #[test]
