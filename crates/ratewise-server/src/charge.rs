@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ratewise::{CheckError, Decision, Reservation, Timestamp};
 
-use crate::config::{ReportedLimit, Rule};
+use crate::config::{Limit, ReportedLimit, Rule};
 use crate::counters::Counters;
 
 /// A rule borrowed from the rule set in force, or owned (a `limit`
@@ -44,9 +44,15 @@ impl Charge<'_> {
         self.rule.counters.as_deref()
     }
 
-    /// Whether this charge can refuse the request.
+    /// Whether this charge can refuse the request by itself.
     pub(crate) fn enforcing(&self) -> bool {
-        !self.rule.shadow && self.hits > 0
+        !self.rule.shadow && !self.rule.quota && self.hits > 0
+    }
+
+    /// Whether this charge is in quota mode: it refuses the request only
+    /// together with every other such charge ([`quota_refuses`]).
+    pub(crate) fn in_quota_mode(&self) -> bool {
+        !self.rule.shadow && self.rule.quota && self.hits > 0
     }
 }
 
@@ -158,4 +164,24 @@ pub(crate) fn never_admitted(e: &CheckError) -> Decision {
         retry_after: None,
         delay: Duration::ZERO,
     }
+}
+
+/// Whether the request's quota-mode charges refuse it: there is at least
+/// one, and every one is over its limit (`over(i)` for charge `i`).
+pub(crate) fn quota_refuses(charges: &[Charge<'_>], over: impl Fn(&Charge<'_>) -> bool) -> bool {
+    let mut quota = charges.iter().filter(|c| c.in_quota_mode()).peekable();
+    quota.peek().is_some() && quota.all(over)
+}
+
+/// Whether `c` was decided and refused (its status shows OVER_LIMIT).
+pub(crate) fn refused_verdict(c: &Charge<'_>) -> bool {
+    c.verdict.as_ref().is_some_and(|v| !v.allowed)
+}
+
+/// Whether the request is refused whatever its counters say: a rule that
+/// refuses everything (`requests_per_unit: 0`) refuses it, or every
+/// quota-mode rule it matched is such a rule.
+pub(crate) fn refused_before_counting(charges: &[Charge<'_>]) -> bool {
+    let blocked = |c: &Charge<'_>| matches!(c.rule.limit, Limit::Blocked { .. });
+    charges.iter().any(|c| c.enforcing() && blocked(c)) || quota_refuses(charges, blocked)
 }

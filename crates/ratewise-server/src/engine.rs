@@ -10,7 +10,9 @@ use arc_swap::ArcSwap;
 use ratewise::keyed::KeyedError;
 use ratewise::{CheckError, Decision, Quota, Timestamp};
 
-use crate::charge::{Charge, RuleRef, Verdict};
+use crate::charge::{
+    quota_refuses, refused_before_counting, refused_verdict, Charge, RuleRef, Verdict,
+};
 use crate::config::{AlgorithmName, Limit, Matched, ReportedLimit, Rule, RuleSet};
 use crate::counters::Counters;
 use crate::response::{self, HeaderMode};
@@ -391,6 +393,7 @@ impl Engine {
             domain: domain.into(),
             limit,
             shadow: false,
+            quota: false,
             replaces: Vec::new(),
             counters,
         });
@@ -404,9 +407,7 @@ impl Engine {
     /// Decides every charge: all enforcing charges pass or none is made.
     fn decide_charges(&self, charges: &mut [Charge]) {
         let counted = charges.iter().filter(|c| c.verdict.is_none()).count();
-        let blocked = charges
-            .iter()
-            .any(|c| c.enforcing() && matches!(c.rule.limit, Limit::Blocked { .. }));
+        let blocked = refused_before_counting(charges);
         if counted == 1 && !blocked {
             // One counter: its own check is atomic.
             let c = charges
@@ -443,6 +444,7 @@ impl Engine {
             }
             c.verdict = Some(Verdict::counted(c.descriptor, &c.rule, d, c.rule.shadow));
         }
+        refused = refused || quota_refuses(charges, refused_verdict);
         if refused {
             for v in charges.iter_mut().filter_map(|c| c.verdict.as_mut()) {
                 v.uncharged = true;
@@ -469,10 +471,12 @@ impl Engine {
                     break;
                 }
                 Err(_) => {
-                    // A shadow rule that filled up since phase 1: it is
-                    // not charged, and its refusal is counted.
+                    // A shadow or quota-mode rule that filled up since
+                    // phase 1: it is not charged, and its refusal is
+                    // counted (a quota-mode one shows OVER_LIMIT).
                     let d = look_for(c, c.hits);
-                    c.verdict = Some(Verdict::counted(c.descriptor, &c.rule, d, true));
+                    let shadow = c.rule.shadow;
+                    c.verdict = Some(Verdict::counted(c.descriptor, &c.rule, d, shadow));
                 }
             }
         }

@@ -17,7 +17,9 @@ use ratewise_redis::{
     ResilienceConfig,
 };
 
-use crate::charge::{never_admitted, Charge, Verdict};
+use crate::charge::{
+    never_admitted, quota_refuses, refused_before_counting, refused_verdict, Charge, Verdict,
+};
 use crate::config::{AlgorithmName, FailureMode, Limit};
 use crate::engine::Plan;
 
@@ -208,10 +210,7 @@ impl RedisStore {
         if counted.is_empty() {
             return Ok(());
         }
-        let blocked = plan
-            .charges
-            .iter()
-            .any(|c| c.enforcing() && matches!(c.rule.limit, Limit::Blocked { .. }));
+        let blocked = refused_before_counting(&plan.charges);
         let together = counted.len() > 1
             && counted.iter().all(|&i| {
                 let c = &plan.charges[i];
@@ -325,7 +324,7 @@ impl RedisStore {
             }
             set(&mut plan.charges[i], answer, true);
         }
-        if refused {
+        if refused || quota_refuses(&plan.charges, refused_verdict) {
             return Ok(());
         }
         for &i in counted {

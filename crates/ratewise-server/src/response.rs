@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ratewise::response_headers::{retry_after_secs, HeaderBuf};
 
-use crate::charge::{Charge, Verdict};
+use crate::charge::{quota_refuses, refused_verdict, Charge, Verdict};
 use crate::config::Rule;
 use crate::rls::{
     Code, DescriptorStatus, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse,
@@ -91,7 +91,12 @@ pub(crate) fn build(
             },
         })
         .collect();
-    let over = decided().any(|(_, v)| !v.allowed);
+    // A refusal refuses the request, but a quota-mode rule's only with
+    // every other quota-mode rule's.
+    let over = charges
+        .iter()
+        .any(|c| refused_verdict(c) && !c.in_quota_mode())
+        || quota_refuses(charges, refused_verdict);
     let retry = decided()
         .filter(|(_, v)| !v.allowed)
         .filter_map(|(_, v)| v.retry_after)

@@ -312,6 +312,77 @@ descriptors:
     assert_eq!(admitted(&e, &r("/api/b"), 6, secs(1)), 4);
 }
 
+/// The quota-mode rules of envoyproxy/ratelimit's examples/ratelimit/config/example.yaml,
+/// beside a rule that is not in quota mode.
+const QUOTA_MODE: &str = "domain: rl
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+    metadata:
+      service_with_quota:
+        name: \"service_1\"
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+";
+
+#[test]
+fn quota_mode_refuses_only_when_every_quota_mode_descriptor_is_over() {
+    let e = engine(QUOTA_MODE);
+    let one = req("rl", vec![desc(&[("service", "service_1")])]);
+    let both = req(
+        "rl",
+        vec![
+            desc(&[("service", "service_1")]),
+            desc(&[("service", "service_2")]),
+        ],
+    );
+    // Alone, a quota-mode descriptor over its limit refuses (every one of
+    // the request's quota-mode descriptors is over).
+    assert_eq!(code(&decide(&e, &one, secs(1))), Code::Ok);
+    assert_eq!(code(&decide(&e, &one, secs(1))), Code::OverLimit);
+    // With another that has room: the request passes, the first shows
+    // OVER_LIMIT, the second is charged.
+    let r = decide(&e, &both, secs(1));
+    assert_eq!(code(&r), Code::Ok);
+    assert_eq!(codes(&r), [Code::OverLimit, Code::Ok]);
+    assert_eq!(r.statuses[1].limit_remaining, 1);
+    let r = decide(&e, &both, secs(1));
+    assert_eq!((code(&r), r.statuses[1].limit_remaining), (Code::Ok, 0));
+    // Both over: refused, and nothing charged.
+    let r = decide(&e, &both, secs(1));
+    assert_eq!(code(&r), Code::OverLimit);
+    assert_eq!(codes(&r), [Code::OverLimit, Code::OverLimit]);
+    // A rule not in quota mode refuses as always, quota room or not.
+    let e = engine(QUOTA_MODE);
+    let mixed = req(
+        "rl",
+        vec![desc(&[("service", "service_2")]), desc(&[("user", "u")])],
+    );
+    assert_eq!(code(&decide(&e, &mixed, secs(1))), Code::Ok);
+    let r = decide(&e, &mixed, secs(1));
+    assert_eq!(code(&r), Code::OverLimit);
+    assert_eq!(codes(&r), [Code::Ok, Code::OverLimit]);
+    // The refused request charged nothing: service_2 still has one left.
+    let r = decide(
+        &e,
+        &req("rl", vec![desc(&[("service", "service_2")])]),
+        secs(1),
+    );
+    assert_eq!((code(&r), r.statuses[0].limit_remaining), (Code::Ok, 0));
+}
+
 #[test]
 fn intentional_difference_gcra_has_no_window_boundary_burst_and_fixed_window_does() {
     let yaml = |algorithm: &str| {

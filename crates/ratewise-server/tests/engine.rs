@@ -402,6 +402,21 @@ fn config_errors_name_the_file_the_line_and_the_key() {
     assert!(matches!(domain_twice, ConfigError::DuplicateDomain { .. }));
     let period = load("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { period: 5 minutes, requests_per_unit: 1 }\n");
     assert!(period.to_string().contains("invalid period"), "{period}");
+    // envoyproxy/ratelimit's test/config/replaces_self.yaml and
+    // replaces_empty.yaml: both refused there too.
+    let replaces = |entry: &str| {
+        load(&format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name:{entry}\n      unit: second\n      requests_per_unit: 5\n"
+        ))
+        .to_string()
+    };
+    let own = replaces(" self");
+    assert!(own.contains("itself") && own.contains("line 3"), "{own}");
+    let empty = replaces("");
+    assert!(
+        empty.contains("empty `name`") && empty.contains("line 3"),
+        "{empty}"
+    );
 }
 
 #[test]

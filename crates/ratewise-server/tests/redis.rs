@@ -107,6 +107,49 @@ async fn on_redis_a_refused_request_charges_no_other_descriptor() {
     assert_eq!(left, 999);
 }
 
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_quota_mode_refuses_only_when_every_quota_mode_descriptor_is_over() {
+    let redis = Redis::start();
+    let dir = config_dir(
+        "domain: q
+descriptors:
+  - key: service
+    value: one
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: service
+    value: two
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+",
+    );
+    let server = Server::start(&dir, &["--redis", &redis.url(), "--store-deadline", "2s"]);
+    let mut c = client(&server).await;
+    let one = req("q", vec![desc(&[("service", "one")])]);
+    let both = req(
+        "q",
+        vec![desc(&[("service", "one")]), desc(&[("service", "two")])],
+    );
+    assert!(ok(&mut c, &one).await);
+    assert!(!ok(&mut c, &one).await, "alone, over its quota");
+    let codes = |r: &ratewise_server::rls::RateLimitResponse| {
+        r.statuses.iter().map(|s| s.code()).collect::<Vec<_>>()
+    };
+    for left in [1, 0] {
+        let r = c.should_rate_limit(both.clone()).await.unwrap();
+        assert_eq!(r.overall_code(), Code::Ok, "`two` has room");
+        assert_eq!(codes(&r), [Code::OverLimit, Code::Ok]);
+        assert_eq!(r.statuses[1].limit_remaining, left);
+    }
+    let r = c.should_rate_limit(both).await.unwrap();
+    assert_eq!(r.overall_code(), Code::OverLimit, "every quota is over");
+    assert_eq!(degraded(&server), 0, "Redis decided every call");
+}
+
 /// Calls `r` every few milliseconds on one connection until `until`, and
 /// returns each call's latency with whether it was admitted.
 async fn drive(

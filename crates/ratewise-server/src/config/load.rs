@@ -229,12 +229,6 @@ impl Compiler<'_> {
             if d.key.is_empty() {
                 return Err(self.invalid(&here, "`key` is empty"));
             }
-            if d.quota_mode {
-                return Err(self.invalid(
-                    &here,
-                    "`quota_mode` is not supported by ratewise-server; remove it or set it to false",
-                ));
-            }
             let segment = match &d.value {
                 Some(v) => format!("{}={v}", d.key),
                 None => d.key.clone(),
@@ -361,6 +355,7 @@ impl Compiler<'_> {
             domain: Arc::clone(&self.domain),
             limit,
             shadow: d.shadow_mode,
+            quota: d.quota_mode,
             replaces: spec
                 .replaces
                 .iter()

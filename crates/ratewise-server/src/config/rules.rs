@@ -182,6 +182,11 @@ pub struct Rule {
     pub limit: Limit,
     /// Answer OK even when over the limit (but count it).
     pub shadow: bool,
+    /// envoyproxy/ratelimit's quota mode: over its limit, this rule's
+    /// descriptor shows OVER_LIMIT but refuses the request only when every
+    /// quota-mode rule the request matched is over too (and a rule not in
+    /// quota mode refuses as always).
+    pub quota: bool,
     /// Names of rules this one replaces in a request that matches both.
     pub replaces: Vec<Arc<str>>,
     /// The counters (in memory), one per distinct descriptor value.

@@ -81,7 +81,8 @@ pub struct DescriptorSchema {
     /// Every value matching this node's wildcard shares one counter.
     #[serde(default)]
     pub share_threshold: bool,
-    /// envoyproxy/ratelimit's quota mode; not supported (an error if true).
+    /// envoyproxy/ratelimit's quota mode: over its limit, refuses only with
+    /// every other quota-mode rule of the request.
     #[serde(default)]
     pub quota_mode: bool,
     /// Free-form metadata, accepted and ignored.
@@ -122,8 +123,15 @@ pub struct RawRateLimit {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplacesSchema {
-    /// The name of the rule replaced.
+    /// The name of the rule replaced (`name:` with no value reads as empty,
+    /// which is refused).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub name: String,
+}
+
+/// A string that may be written as nothing (`name:`), read as empty.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
 /// A unit name, checked while parsing (so a bad one is reported with its
@@ -271,7 +279,17 @@ impl TryFrom<RawRateLimit> for RateLimitSpec {
     type Error = String;
 
     fn try_from(raw: RawRateLimit) -> Result<Self, String> {
-        let replaces = raw.replaces.into_iter().map(|r| r.name).collect();
+        let replaces: Vec<String> = raw.replaces.into_iter().map(|r| r.name).collect();
+        if replaces.iter().any(|r| r.trim().is_empty()) {
+            return Err("a `replaces` entry has an empty `name`".to_string());
+        }
+        if let Some(own) = raw.name.as_deref() {
+            if replaces.iter().any(|r| r == own) {
+                return Err(format!(
+                    "`replaces` names this rule itself (`{own}`); a rule replaces others"
+                ));
+            }
+        }
         if raw.unlimited {
             let extra = [
                 (raw.unit.is_some(), "unit"),
