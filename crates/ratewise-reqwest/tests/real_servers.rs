@@ -370,6 +370,40 @@ async fn envoy_local_rate_limit_with_headers() {
     envoy_cases("envoy 429 + x-ratelimit", limit).await;
 }
 
+/// Envoy's token bucket refilled whole once per 10 s: a fixed window of 20
+/// requests, closed for most of each window once spent, with bare 429s.
+const ENVOY_WINDOW: EnvoyLimit = EnvoyLimit {
+    max_tokens: 20,
+    tokens_per_fill: 20,
+    fill_interval: Duration::from_secs(10),
+    headers: false,
+};
+
+#[ignore = "target not met yet: the default throttle misses 1.15× / 3 % here (figures in benches/README.md, Clients against real rate-limited servers); run with --ignored"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_fixed_window_bare() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let envoy =
+        Envoy::start(&ENVOY_WINDOW, 2 * CONCURRENCY.len()).unwrap_or_else(|e| panic!("{e}"));
+    let calls = calls_per_run(60);
+    // The first window at once, then a window's worth per fill interval.
+    let windows = calls.div_ceil(u64::from(ENVOY_WINDOW.max_tokens)) - 1;
+    let allowed = ENVOY_WINDOW.fill_interval * u32::try_from(windows).unwrap_or(u32::MAX);
+    let misses = cases(
+        "envoy 429, window 20 per 10 s",
+        |i| envoy.url(i),
+        calls,
+        allowed,
+        429,
+    )
+    .await;
+    assert!(
+        misses.is_empty(),
+        "{misses:#?}\nenvoy log:\n{}",
+        envoy.log()
+    );
+}
+
 /// What holds today on every real server: no call fails (the targets above
 /// are what does not, yet). Envoy's token bucket and nginx's leaky bucket
 /// with a `nodelay` burst, 1, 4 and 16 tasks; the misses are printed.
