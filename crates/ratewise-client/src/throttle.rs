@@ -580,7 +580,9 @@ fn short_pause(
     Some(pause)
 }
 
-/// While the partition probes a closed quota (see the module docs), a send
+/// Called only when the partition was probing as the slot was taken (no
+/// second lock on the common path). While the partition probes a closed
+/// quota (see the module docs), a send
 /// at `at` goes alone: the partition's next send waits until its answer is
 /// due (1.5 of the latest round trips, at most [`CLOSED_PAUSE_MAX`]), so a
 /// closed quota costs one refusal per probe, not one per send the pace
@@ -789,7 +791,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     ) -> Result<Duration, StopReason> {
         let part = self.partition(key);
         let c = &self.inner.counters;
-        let (pacing, start) = {
+        let (pacing, start, probing) = {
             let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(sre) = st.sre.as_mut() {
                 if !may_refuse {
@@ -805,7 +807,11 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 ctl.on_send(now);
             }
             call.plan = st.plan;
-            (st.pacing, not_before.max(st.paused_until).max(now))
+            (
+                st.pacing,
+                not_before.max(st.paused_until).max(now),
+                st.probing,
+            )
         };
         let deadline = call
             .deadline(self.inner.config.deadline)
@@ -823,7 +829,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             Ok(w) => {
                 call.attempts += 1;
                 call.sent_at = now.saturating_add(w);
-                lone_probe(&part, call.sent_at);
+                if probing {
+                    lone_probe(&part, call.sent_at);
+                }
                 part.last_slot
                     .fetch_max(call.sent_at.as_nanos(), Ordering::Relaxed);
                 call.paced = pacing;
@@ -854,13 +862,13 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// is not checked again (it was checked when the first slot was taken).
     pub fn recheck_at(&self, key: &K, call: &mut Call, now: Timestamp) -> Duration {
         let part = self.partition(key);
-        let (pacing, start) = {
+        let (pacing, start, probing) = {
             let st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
             if call.plan == st.plan {
                 return call.sent_at.saturating_duration_since(now);
             }
             call.plan = st.plan;
-            (st.pacing, st.paused_until.max(now))
+            (st.pacing, st.paused_until.max(now), st.probing)
         };
         let wait = if pacing {
             part.pacer.acquire_at(now, start)
@@ -868,7 +876,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             start.saturating_duration_since(now)
         };
         call.sent_at = now.saturating_add(wait);
-        lone_probe(&part, call.sent_at);
+        if probing {
+            lone_probe(&part, call.sent_at);
+        }
         call.paced = pacing;
         part.last_slot
             .fetch_max(call.sent_at.as_nanos(), Ordering::Relaxed);
@@ -884,9 +894,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// The wait, when the partition is paused or its pacer is empty.
     pub fn try_acquire_at(&self, key: &K, now: Timestamp) -> Result<(), Duration> {
         let part = self.partition(key);
-        let (pacing, paused_until) = {
+        let (pacing, paused_until, probing) = {
             let st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
-            (st.pacing, st.paused_until)
+            (st.pacing, st.paused_until, st.probing)
         };
         if paused_until > now {
             return Err(paused_until.saturating_duration_since(now));
@@ -894,7 +904,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         if pacing {
             part.pacer.try_acquire_at(now)?;
         }
-        lone_probe(&part, now);
+        if probing {
+            lone_probe(&part, now);
+        }
         self.inner.counters.attempts.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
