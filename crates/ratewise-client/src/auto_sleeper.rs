@@ -30,7 +30,7 @@
 use std::time::Duration;
 
 use crate::JitterRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 use super::config::{at_least, at_least_one, within, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};

@@ -38,7 +38,7 @@
 use std::time::Duration;
 
 use crate::JitterRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 use super::config::{at_least, positive, secs_to_duration, within, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};

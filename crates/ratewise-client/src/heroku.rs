@@ -42,7 +42,7 @@
 use std::time::Duration;
 
 use crate::JitterRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 use super::config::{at_least, positive, secs_to_duration, within, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};
@@ -163,17 +163,8 @@ impl Base {
 
     /// `v + jitter(v)` with a fresh `U`, recorded for the metrics.
     fn sleep(&mut self, v: f64) -> Duration {
-        let u = if self.p.jitter > 0.0 {
-            self.rng.random::<f64>() * self.p.jitter
-        } else {
-            0.0
-        };
-        let total = v * (1.0 + u);
         self.last_base = v;
-        if total > self.max_sleep {
-            self.max_sleep = total;
-        }
-        secs_to_duration(total)
+        jittered(&mut self.rng, self.p.jitter, v, &mut self.max_sleep)
     }
 
     /// The increase path of the exponential-increase family on one 429:
@@ -191,6 +182,21 @@ impl Base {
         self.stored = self.local;
         self.last_base = self.stored;
     }
+}
+
+/// `v · (1 + U)`, `U ~ Uniform[0, jitter)` (none when `jitter` is 0), and
+/// the largest such sleep kept in `max_sleep`.
+fn jittered(rng: &mut JitterRng, jitter: f64, v: f64, max_sleep: &mut f64) -> Duration {
+    let u = if jitter > 0.0 {
+        rng.random::<f64>() * jitter
+    } else {
+        0.0
+    };
+    let total = v * (1.0 + u);
+    if total > *max_sleep {
+        *max_sleep = total;
+    }
+    secs_to_duration(total)
 }
 
 macro_rules! heroku_common_methods {
@@ -249,7 +255,19 @@ impl Strategy for Null {
 /// this strategy with `multiplier = 2.0`.
 #[derive(Clone, Debug)]
 pub struct ExponentialBackoff {
-    base: Base,
+    // Only what backoff reads (64 bytes: a simulated fleet holds one per
+    // client); the increase family's stored value and decrease rules are
+    // not kept.
+    min_sleep: f64,
+    multiplier: f64,
+    jitter: f64,
+    rng: JitterRng,
+    /// The next retry's sleep before jitter.
+    local: f64,
+    /// The base (pre-jitter) value of the latest sleep asked for.
+    last_base: f64,
+    /// The largest sleep asked for so far, jitter included.
+    max_sleep: f64,
 }
 
 impl ExponentialBackoff {
@@ -259,15 +277,22 @@ impl ExponentialBackoff {
     /// # Errors
     /// [`ConfigError`] when a parameter is non-finite or out of range.
     pub fn new(config: HerokuConfig, seed: u64) -> Result<Self, ConfigError> {
+        let p = Params::new(&config)?;
         Ok(ExponentialBackoff {
-            base: Base::new(&config, seed)?,
+            min_sleep: p.min_sleep,
+            multiplier: p.multiplier,
+            jitter: p.jitter,
+            rng: JitterRng::seed_from_u64(seed),
+            local: p.min_sleep,
+            last_base: 0.0,
+            max_sleep: 0.0,
         })
     }
 
     /// The largest sleep this strategy has asked for, jitter included, in
     /// seconds (the simulator's `max_sleep_val`).
     pub fn max_sleep(&self) -> f64 {
-        self.base.max_sleep
+        self.max_sleep
     }
 }
 
@@ -277,25 +302,26 @@ impl Strategy for ExponentialBackoff {
     }
 
     fn before_call(&mut self, _now: Timestamp) -> Duration {
-        self.base.local = self.base.p.min_sleep;
+        self.local = self.min_sleep;
         Duration::ZERO
     }
 
     fn after_attempt(&mut self, _now: Timestamp, outcome: &Outcome) -> Next {
         if outcome.signal == Signal::Throttled {
-            let d = self.base.sleep(self.base.local);
-            self.base.local *= self.base.p.multiplier;
+            self.last_base = self.local;
+            let d = jittered(&mut self.rng, self.jitter, self.local, &mut self.max_sleep);
+            self.local *= self.multiplier;
             Next::Retry(d)
         } else {
             // The gem's `sleep(0)` after a success: the chart drops to zero.
-            self.base.last_base = 0.0;
-            self.base.local = self.base.p.min_sleep;
+            self.last_base = 0.0;
+            self.local = self.min_sleep;
             Next::Done
         }
     }
 
     fn current_delay(&self) -> Duration {
-        secs_to_duration(self.base.last_base)
+        secs_to_duration(self.last_base)
     }
 }
 
@@ -440,6 +466,12 @@ mod tests {
 
     const T: Timestamp = Timestamp::ZERO;
     const EPS: f64 = 1e-9;
+
+    #[test]
+    fn backoff_holds_only_what_it_reads() {
+        // A simulated fleet holds one per client.
+        assert!(std::mem::size_of::<ExponentialBackoff>() <= 64);
+    }
 
     fn exact() -> HerokuConfig {
         HerokuConfig {

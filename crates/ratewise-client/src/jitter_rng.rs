@@ -7,18 +7,20 @@
 //! `rand_chacha::ChaCha8Rng` buffers four 64-byte blocks (about 320 bytes in
 //! all); every client strategy holds one, and a simulated fleet of a hundred
 //! thousand clients holds a hundred thousand. This generator produces the
-//! same words from the same seed (a test compares the two over random seeds
-//! and draws) in 40 bytes: the key and the position in the stream. A draw
-//! computes its block (a few dozen nanoseconds); jitter is drawn once per
-//! refusal or sleep, never per request on the fast path.
+//! same words from the same `u64` seed (a test compares the two over random
+//! seeds and draws) in 16 bytes: the seed and the position in the stream.
+//! A draw expands the seed into the key (eight PCG32 steps, as
+//! `SeedableRng::seed_from_u64` does) and computes its block (a few dozen
+//! nanoseconds in all); jitter is drawn once per refusal or sleep, never per
+//! request on the fast path.
 
-use rand::{RngCore, SeedableRng};
+use rand::RngCore;
 
-/// ChaCha8 with a 64-bit block counter and stream 0, as
-/// `rand_chacha::ChaCha8Rng`, no block buffered.
+/// ChaCha8 with a 64-bit block counter and stream 0, keyed as
+/// `rand_chacha::ChaCha8Rng::seed_from_u64` keys it, no block buffered.
 #[derive(Clone, Debug)]
 pub(crate) struct JitterRng {
-    key: [u32; 8],
+    seed: u64,
     /// The next word of the stream to hand out (block `pos / 16`, word
     /// `pos % 16`).
     pos: u64,
@@ -38,11 +40,30 @@ fn quarter(s: &mut [u32; 16], a: usize, b: usize, c: usize, d: usize) {
 }
 
 impl JitterRng {
-    /// Block `n` of the key's stream.
-    fn block(key: &[u32; 8], n: u64) -> [u32; 16] {
+    /// The generator `rand_chacha::ChaCha8Rng::seed_from_u64(seed)` is.
+    pub(crate) fn seed_from_u64(seed: u64) -> JitterRng {
+        JitterRng { seed, pos: 0 }
+    }
+
+    /// The key `SeedableRng::seed_from_u64` derives from `seed`: eight
+    /// words of PCG32 (rand_core 0.9's expansion).
+    fn key(mut state: u64) -> [u32; 8] {
+        const MUL: u64 = 6_364_136_223_846_793_005;
+        const INC: u64 = 11_634_580_027_462_260_723;
+        let mut key = [0u32; 8];
+        for k in &mut key {
+            state = state.wrapping_mul(MUL).wrapping_add(INC);
+            let xorshifted = (((state >> 18) ^ state) >> 27) as u32;
+            *k = xorshifted.rotate_right((state >> 59) as u32);
+        }
+        key
+    }
+
+    /// Block `n` of the stream.
+    fn block(&self, n: u64) -> [u32; 16] {
         let mut input = [0u32; 16];
         input[..4].copy_from_slice(&CONSTANTS);
-        input[4..12].copy_from_slice(key);
+        input[4..12].copy_from_slice(&Self::key(self.seed));
         input[12] = n as u32;
         input[13] = (n >> 32) as u32;
         let mut s = input;
@@ -63,21 +84,9 @@ impl JitterRng {
     }
 }
 
-impl SeedableRng for JitterRng {
-    type Seed = [u8; 32];
-
-    fn from_seed(seed: [u8; 32]) -> Self {
-        let mut key = [0u32; 8];
-        for (k, b) in key.iter_mut().zip(seed.chunks_exact(4)) {
-            *k = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        JitterRng { key, pos: 0 }
-    }
-}
-
 impl RngCore for JitterRng {
     fn next_u32(&mut self) -> u32 {
-        let w = Self::block(&self.key, self.pos / 16)[(self.pos % 16) as usize];
+        let w = self.block(self.pos / 16)[(self.pos % 16) as usize];
         self.pos = self.pos.wrapping_add(1);
         w
     }
@@ -86,7 +95,7 @@ impl RngCore for JitterRng {
         // Two words, low first, as a block RNG reads them; one block
         // computed unless they straddle two.
         let (lo, hi) = if self.pos % 16 < 15 {
-            let b = Self::block(&self.key, self.pos / 16);
+            let b = self.block(self.pos / 16);
             let i = (self.pos % 16) as usize;
             self.pos = self.pos.wrapping_add(2);
             (b[i], b[i + 1])
@@ -133,8 +142,8 @@ mod tests {
     }
 
     #[test]
-    fn it_is_an_eighth_of_the_size() {
-        assert!(std::mem::size_of::<JitterRng>() <= 40);
+    fn it_is_a_twentieth_of_the_size() {
+        assert!(std::mem::size_of::<JitterRng>() <= 16);
         assert!(std::mem::size_of::<ChaCha8Rng>() >= 3 * 100);
     }
 }

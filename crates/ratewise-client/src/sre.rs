@@ -32,7 +32,7 @@
 use std::time::Duration;
 
 use crate::JitterRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 use super::config::{at_least, ConfigError};
 use super::{Next, Outcome, Signal, Strategy};

@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::JitterRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 use super::adaptive::{Adaptive, AdaptiveConfig, RateMeter};
 use super::aimd::{Aimd, AimdConfig};

@@ -93,28 +93,29 @@ enum Phase {
     Done,
 }
 
+/// An event: a thread's wake-up, or the sampler's.
+///
+/// A wake-up needs no generation to cancel it: the only wake-up ever
+/// abandoned is that of a thread already `Done`, which ignores it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    Wake { thread: u32, gen: u32 },
+    Wake { thread: u32 },
     Sample,
 }
 
 impl Kind {
-    /// Packed in 8 bytes for the queue (thread `u32::MAX` is the sampler).
-    fn pack(self) -> u64 {
+    /// Packed in 4 bytes for the queue (thread `u32::MAX` is the sampler).
+    fn pack(self) -> u32 {
         match self {
-            Kind::Wake { thread, gen } => u64::from(thread) << 32 | u64::from(gen),
-            Kind::Sample => u64::MAX,
+            Kind::Wake { thread } => thread,
+            Kind::Sample => u32::MAX,
         }
     }
 
-    fn unpack(x: u64) -> Kind {
+    fn unpack(x: u32) -> Kind {
         match x {
-            u64::MAX => Kind::Sample,
-            _ => Kind::Wake {
-                thread: (x >> 32) as u32,
-                gen: x as u32,
-            },
+            u32::MAX => Kind::Sample,
+            thread => Kind::Wake { thread },
         }
     }
 }
@@ -127,29 +128,74 @@ struct Group {
     stop_at_remaining: Option<u64>,
     cycle: Option<(f64, f64)>,
     interrupt_siblings: bool,
+    /// The group's first thread, process and strategy object, its threads
+    /// per process and whether a process's threads share one object: a
+    /// thread's process and object follow from its index.
+    first_thread: u32,
+    first_process: u32,
+    first_strategy: u32,
+    threads_per_process: u32,
+    per_process: bool,
+}
+
+impl Group {
+    /// Thread `t`'s process, `t` one of the group's threads.
+    fn process(&self, t: usize) -> usize {
+        self.first_process as usize
+            + (t - self.first_thread as usize) / self.threads_per_process as usize
+    }
+
+    /// Thread `t`'s strategy object.
+    fn strategy(&self, t: usize) -> usize {
+        if self.per_process {
+            self.first_strategy as usize + self.process(t) - self.first_process as usize
+        } else {
+            self.first_strategy as usize + t - self.first_thread as usize
+        }
+    }
 }
 
 /// One client thread: only what changes as it runs and its counts (one
-/// place in memory per event), so a hundred thousand of them fit in about
-/// eleven megabytes. Its group's settings are in `Engine::groups`, the
-/// response it awaits in `Engine::responses`.
+/// place in memory per event), in 64 bytes, so a hundred thousand of them
+/// fit in 6.4 megabytes. Its group's settings (and through them its process
+/// and strategy object) are in `Engine::groups`, the response it awaits in
+/// `Engine::responses`. Its [`ThreadRecord`] is made when the run ends.
 struct Thread {
-    record: ThreadRecord,
-    strategy: u32,
+    /// Attempts, throttled ones included (every other attempt succeeded).
+    requests: u64,
+    throttled: u64,
+    max_sleep_s: f64,
+    /// While the thread runs, the seconds its current call has waited so
+    /// far; once it is `Done`, when it stopped (simulated seconds).
+    wait_then_end_s: f64,
+    last_sleep: f64,
+    /// Calls still to make; `u64::MAX` without a count.
+    calls_left: u64,
+    failed_calls: u32,
     group: u32,
-    process: u32,
-    gen: u32,
-    phase: Phase,
-    calls_left: Option<u64>,
     /// Slot of the awaited response while `InFlight`.
     response: u32,
-    call_wait: f64,
-    last_sleep: f64,
+    phase: Phase,
+    cleared: bool,
+}
+
+impl Thread {
+    fn record(&self) -> ThreadRecord {
+        ThreadRecord {
+            requests: self.requests,
+            successes: self.requests - self.throttled,
+            throttled: self.throttled,
+            max_sleep_s: self.max_sleep_s,
+            failed_calls: u64::from(self.failed_calls),
+            finished_at_s: self.wait_then_end_s,
+            cleared: self.cleared,
+        }
+    }
 }
 
 struct Engine<'a> {
     scenario: &'a Scenario,
-    queue: EventQueue<u64>,
+    queue: EventQueue<u32>,
     threads: Vec<Thread>,
     groups: Vec<Group>,
     /// Per process, its threads' index range (a process's threads are
@@ -177,14 +223,12 @@ impl Engine<'_> {
     }
 
     fn wake(&mut self, t: usize, at: Timestamp) {
-        let gen = self.threads[t].gen;
-        self.push(
-            at,
-            Kind::Wake {
-                thread: t as u32,
-                gen,
-            },
-        );
+        self.push(at, Kind::Wake { thread: t as u32 });
+    }
+
+    fn strategy(&mut self, t: usize) -> &mut dyn Strategy {
+        let s = self.group(t).strategy(t);
+        &mut *self.strategies[s]
     }
 
     fn group(&self, t: usize) -> &Group {
@@ -201,8 +245,8 @@ impl Engine<'_> {
         let s = d.as_secs_f64();
         let th = &mut self.threads[t];
         th.last_sleep += s;
-        th.call_wait += s;
-        th.record.max_sleep_s = th.record.max_sleep_s.max(th.last_sleep);
+        th.wait_then_end_s += s;
+        th.max_sleep_s = th.max_sleep_s.max(th.last_sleep);
     }
 
     fn finish(&mut self, t: usize, now: Timestamp, cleared: bool) {
@@ -211,7 +255,7 @@ impl Engine<'_> {
         }
         self.mark_done(t, now, cleared);
         if self.group(t).interrupt_siblings {
-            let (first, end) = self.processes[self.threads[t].process as usize];
+            let (first, end) = self.processes[self.group(t).process(t)];
             for s in first as usize..end as usize {
                 if s != t
                     && matches!(
@@ -225,14 +269,13 @@ impl Engine<'_> {
         }
     }
 
-    /// Ends thread `t` at `now`: cancels its pending wake-up and records
-    /// when and whether it cleared its work.
+    /// Ends thread `t` at `now` (its pending wake-up, if any, will find it
+    /// `Done`) and records when and whether it cleared its work.
     fn mark_done(&mut self, t: usize, now: Timestamp, cleared: bool) {
         let th = &mut self.threads[t];
         th.phase = Phase::Done;
-        th.gen = th.gen.wrapping_add(1);
-        th.record.finished_at_s = now.as_secs_f64();
-        th.record.cleared = cleared;
+        th.wait_then_end_s = now.as_secs_f64();
+        th.cleared = cleared;
         self.active -= 1;
     }
 
@@ -243,7 +286,7 @@ impl Engine<'_> {
             self.finish(t, now, false);
             return;
         }
-        if self.threads[t].calls_left == Some(0) {
+        if self.threads[t].calls_left == 0 {
             self.finish(t, now, true);
             return;
         }
@@ -257,9 +300,8 @@ impl Engine<'_> {
                 return;
             }
         }
-        let si = self.threads[t].strategy as usize;
-        let d = self.strategies[si].before_call(now);
-        self.threads[t].call_wait = 0.0;
+        let d = self.strategy(t).before_call(now);
+        self.threads[t].wait_then_end_s = 0.0;
         self.record_sleep(t, d);
         self.threads[t].phase = Phase::PreSleep;
         self.wake(t, now.saturating_add(d));
@@ -269,8 +311,7 @@ impl Engine<'_> {
     /// ([`Strategy::before_send`]), else the attempt is sent. A further wait
     /// lengthens the sleep it follows.
     fn due(&mut self, t: usize, now: Timestamp) {
-        let si = self.threads[t].strategy as usize;
-        let more = self.strategies[si].before_send(now);
+        let more = self.strategy(t).before_send(now);
         if more.is_zero() {
             self.send(t, now);
             return;
@@ -284,13 +325,12 @@ impl Engine<'_> {
         // requests knows when this one's response leaves.
         let lat = self.scenario.latency.sample(self.rng.random::<f64>());
         let resp = self.server.handle_for(now, lat);
-        let r = &mut self.threads[t].record;
-        r.requests += 1;
+        let th = &mut self.threads[t];
+        th.requests += 1;
         if resp.throttled {
-            r.throttled += 1;
+            th.throttled += 1;
             self.interval_429 += 1;
         } else {
-            r.successes += 1;
             self.interval_ok += 1;
         }
         let lat = lat + resp.delay;
@@ -333,8 +373,7 @@ impl Engine<'_> {
                 hints: resp.hints,
             },
         };
-        let si = self.threads[t].strategy as usize;
-        match self.strategies[si].after_attempt(now, &outcome) {
+        match self.strategy(t).after_attempt(now, &outcome) {
             Next::Retry(d) => {
                 self.record_sleep(t, d);
                 self.threads[t].phase = Phase::RetrySleep;
@@ -342,13 +381,13 @@ impl Engine<'_> {
             }
             Next::Done | Next::GiveUp => {
                 let th = &mut self.threads[t];
-                self.waits.push(th.call_wait);
+                self.waits.push(th.wait_then_end_s);
                 if resp.throttled {
                     // The call ended without success (the strategy gave up
                     // or hands 429s back): the work item is still to do.
-                    th.record.failed_calls += 1;
-                } else if let Some(n) = th.calls_left.as_mut() {
-                    *n = n.saturating_sub(1);
+                    th.failed_calls = th.failed_calls.saturating_add(1);
+                } else if th.calls_left != u64::MAX {
+                    th.calls_left = th.calls_left.saturating_sub(1);
                 }
                 th.phase = Phase::Ready;
                 let stop = matches!(
@@ -469,30 +508,35 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
             stop_at_remaining: w.stop_when_remaining_at_most,
             cycle: w.busy_s.zip(w.idle_s),
             interrupt_siblings: w.interrupt_siblings,
+            first_thread: threads.len() as u32,
+            first_process: processes.len() as u32,
+            first_strategy: strategies.len() as u32,
+            threads_per_process: group.threads,
+            per_process: group.state == StateSharing::PerProcess,
         });
         for _ in 0..group.processes {
-            let shared = if group.state == StateSharing::PerProcess {
-                Some(make(&mut strategies)?)
-            } else {
-                None
-            };
+            // Objects are made in thread order, one per process when its
+            // threads share one, so `Group::strategy` finds them by index.
+            if group.state == StateSharing::PerProcess {
+                make(&mut strategies)?;
+            }
             let first = threads.len() as u32;
             for _ in 0..group.threads {
-                let si = match shared {
-                    Some(s) => s,
-                    None => make(&mut strategies)?,
-                };
+                if group.state != StateSharing::PerProcess {
+                    make(&mut strategies)?;
+                }
                 threads.push(Thread {
-                    record: ThreadRecord::default(),
-                    strategy: si,
-                    group: gi,
-                    process: processes.len() as u32,
-                    gen: 0,
-                    phase: Phase::Ready,
-                    calls_left: w.requests,
-                    response: u32::MAX,
-                    call_wait: 0.0,
+                    requests: 0,
+                    throttled: 0,
+                    max_sleep_s: 0.0,
+                    wait_then_end_s: 0.0,
                     last_sleep: 0.0,
+                    calls_left: w.requests.unwrap_or(u64::MAX),
+                    failed_calls: 0,
+                    group: gi,
+                    response: u32::MAX,
+                    phase: Phase::Ready,
+                    cleared: false,
                 });
             }
             processes.push((first, threads.len() as u32));
@@ -555,11 +599,8 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
                 interval *= engine.decimate_if_full();
                 engine.push(now.saturating_add(interval), Kind::Sample);
             }
-            Kind::Wake { thread, gen } => {
+            Kind::Wake { thread } => {
                 let thread = thread as usize;
-                if engine.threads[thread].gen != gen {
-                    continue;
-                }
                 match engine.threads[thread].phase {
                     Phase::Ready => engine.begin_call(thread, now),
                     Phase::PreSleep | Phase::RetrySleep => engine.due(thread, now),
@@ -572,14 +613,14 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     let end = engine
         .threads
         .iter()
-        .map(|t| t.record.finished_at_s)
+        .map(|t| t.wait_then_end_s)
         .fold(0.0_f64, f64::max);
     let offered = engine.server.offered(Timestamp::from_secs_f64(end));
     // The per-client state goes before the per-client results are summed.
     drop(std::mem::take(&mut engine.strategies));
     let records: Vec<ThreadRecord> = std::mem::take(&mut engine.threads)
         .into_iter()
-        .map(|t| t.record)
+        .map(|t| t.record())
         .collect();
     let metrics = RunMetrics::compute(
         records,
@@ -598,6 +639,12 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_is_64_bytes() {
+        // What a fleet of a hundred thousand clients pays per client.
+        assert!(std::mem::size_of::<Thread>() <= 64);
+    }
 
     #[test]
     fn long_runs_keep_a_bounded_trace_with_every_response_counted() {
