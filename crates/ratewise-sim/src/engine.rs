@@ -2,7 +2,7 @@
 //!
 //! Every simulated client thread is a small state machine
 //! (`Ready → PreSleep → InFlight → (RetrySleep → InFlight)* → Ready`) that
-//! drives a real [`Strategy`] object through its
+//! drives a real [`Strategy`](ratewise_client::Strategy) object through its
 //! sans-IO interface: `before_call` gives the pre-call sleep, the server
 //! model answers each attempt when it is sent, the response comes back after
 //! a sampled latency, and `after_attempt` decides between done and retry.
@@ -28,7 +28,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ratewise::Timestamp;
 use ratewise_client::hints::ResetMeaning;
-use ratewise_client::{secs_to_duration, Next, Outcome, Signal, Strategy};
+use ratewise_client::{secs_to_duration, Next, Outcome, Signal};
 
 use crate::error::SimError;
 use crate::in_flight::InFlight;
@@ -36,7 +36,7 @@ use crate::metrics::{RunMetrics, ThreadRecord};
 use crate::queue::EventQueue;
 use crate::samples::Samples;
 use crate::scenario::{Scenario, StateSharing};
-use crate::strategies::{StrategyInfo, StrategyParams};
+use crate::strategies::{Fleet, StrategyInfo, StrategyParams};
 
 /// SplitMix64, the mixer every seed of a run is derived with; it lives
 /// with the strategies' seeds ([`crate::strategies::derive_seed`]).
@@ -160,6 +160,7 @@ impl Group {
 /// fit in 6.4 megabytes. Its group's settings (and through them its process
 /// and strategy object) are in `Engine::groups`, the response it awaits in
 /// `Engine::responses`. Its [`ThreadRecord`] is made when the run ends.
+#[repr(align(64))]
 struct Thread {
     /// Attempts, throttled ones included (every other attempt succeeded).
     requests: u64,
@@ -195,13 +196,13 @@ impl Thread {
 
 struct Engine<'a> {
     scenario: &'a Scenario,
-    queue: EventQueue<u32>,
+    queue: EventQueue,
     threads: Vec<Thread>,
     groups: Vec<Group>,
     /// Per process, its threads' index range (a process's threads are
     /// contiguous).
     processes: Vec<(u32, u32)>,
-    strategies: Vec<Box<dyn Strategy>>,
+    strategies: Box<dyn Fleet>,
     server: Box<dyn crate::server::ServerModel>,
     /// Responses on their way back, by slot; `free` lists the empty slots.
     responses: Vec<InFlight>,
@@ -226,9 +227,18 @@ impl Engine<'_> {
         self.push(at, Kind::Wake { thread: t as u32 });
     }
 
-    fn strategy(&mut self, t: usize) -> &mut dyn Strategy {
-        let s = self.group(t).strategy(t);
-        &mut *self.strategies[s]
+    /// Starts loading the thread and the strategy object of the event
+    /// after the one being handled (see [`crate::prefetch`]).
+    fn prefetch_next(&self) {
+        if let Some((_, e)) = self.queue.peek() {
+            if let Kind::Wake { thread } = Kind::unpack(e) {
+                let t = thread as usize;
+                if let Some(th) = self.threads.get(t) {
+                    crate::prefetch::prefetch(th);
+                    self.strategies.prefetch(self.group(t).strategy(t));
+                }
+            }
+        }
     }
 
     fn group(&self, t: usize) -> &Group {
@@ -300,18 +310,23 @@ impl Engine<'_> {
                 return;
             }
         }
-        let d = self.strategy(t).before_call(now);
+        let d = self.strategies.before_call(self.group(t).strategy(t), now);
         self.threads[t].wait_then_end_s = 0.0;
         self.record_sleep(t, d);
         self.threads[t].phase = Phase::PreSleep;
-        self.wake(t, now.saturating_add(d));
+        if d.is_zero() {
+            // No wait: the same as a wake-up now, without the queue.
+            self.due(t, now);
+        } else {
+            self.wake(t, now.saturating_add(d));
+        }
     }
 
     /// The thread's wait has passed: the strategy may ask for more
-    /// ([`Strategy::before_send`]), else the attempt is sent. A further wait
+    /// ([`Fleet::before_send`]), else the attempt is sent. A further wait
     /// lengthens the sleep it follows.
     fn due(&mut self, t: usize, now: Timestamp) {
-        let more = self.strategy(t).before_send(now);
+        let more = self.strategies.before_send(self.group(t).strategy(t), now);
         if more.is_zero() {
             self.send(t, now);
             return;
@@ -373,7 +388,10 @@ impl Engine<'_> {
                 hints: resp.hints,
             },
         };
-        match self.strategy(t).after_attempt(now, &outcome) {
+        match self
+            .strategies
+            .after_attempt(self.group(t).strategy(t), now, &outcome)
+        {
             Next::Retry(d) => {
                 self.record_sleep(t, d);
                 self.threads[t].phase = Phase::RetrySleep;
@@ -467,7 +485,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     let server = scenario.server.build()?;
     let initial_delay = scenario.strategy.initial_delay_s.map(secs_to_duration);
     let mut threads = Vec::with_capacity(scenario.client_count());
-    let mut strategies: Vec<Box<dyn Strategy>> = Vec::new();
+    let mut objects = 0u32;
     let mut groups = Vec::with_capacity(scenario.clients.len());
     let mut processes = Vec::new();
     // The quota a client believes it has: the scenario's explicit
@@ -484,17 +502,6 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         .reset_meaning
         .map(Into::into)
         .unwrap_or_default();
-    let make = |strategies: &mut Vec<Box<dyn Strategy>>| -> Result<u32, SimError> {
-        let n = strategies.len() as u64;
-        let params = StrategyParams {
-            seed: derive_seed(seed ^ derive_seed(n.wrapping_add(0x5EED))),
-            initial_delay,
-            known_quota,
-            reset_meaning,
-        };
-        strategies.push(strategy.instantiate(&params)?);
-        Ok((strategies.len() - 1) as u32)
-    };
     for group in &scenario.clients {
         let w = &group.workload;
         let join = Timestamp::from_secs_f64(group.join_s);
@@ -510,20 +517,20 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
             interrupt_siblings: w.interrupt_siblings,
             first_thread: threads.len() as u32,
             first_process: processes.len() as u32,
-            first_strategy: strategies.len() as u32,
+            first_strategy: objects,
             threads_per_process: group.threads,
             per_process: group.state == StateSharing::PerProcess,
         });
         for _ in 0..group.processes {
-            // Objects are made in thread order, one per process when its
+            // Objects are numbered in thread order, one per process when its
             // threads share one, so `Group::strategy` finds them by index.
             if group.state == StateSharing::PerProcess {
-                make(&mut strategies)?;
+                objects += 1;
             }
             let first = threads.len() as u32;
             for _ in 0..group.threads {
                 if group.state != StateSharing::PerProcess {
-                    make(&mut strategies)?;
+                    objects += 1;
                 }
                 threads.push(Thread {
                     requests: 0,
@@ -542,11 +549,18 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
             processes.push((first, threads.len() as u32));
         }
     }
+    let strategies =
+        strategy.instantiate_fleet(&mut (0..u64::from(objects)).map(|n| StrategyParams {
+            seed: derive_seed(seed ^ derive_seed(n.wrapping_add(0x5EED))),
+            initial_delay,
+            known_quota,
+            reset_meaning,
+        }))?;
     let n = threads.len();
     let followed = followed(n);
     let mut engine = Engine {
         scenario,
-        queue: EventQueue::new(),
+        queue: EventQueue::with_capacity(n + 1),
         active: n,
         threads,
         groups,
@@ -568,11 +582,13 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         interval_429: 0,
         events: 0,
     };
+    // A sample at time T counts what happened before T: it comes first
+    // among the events at its time.
+    engine.queue.push(0, Kind::Sample.pack());
     for t in 0..n {
         let join = engine.group(t).join;
         engine.wake(t, join);
     }
-    engine.push(Timestamp::from_nanos(0), Kind::Sample);
     let limit = Timestamp::from_secs_f64(scenario.max_time_s);
     let mut interval = secs_to_duration(scenario.sample_interval_s);
     while let Some((now_ns, kind)) = engine.queue.pop() {
@@ -597,10 +613,14 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
             Kind::Sample => {
                 engine.sample(now);
                 interval *= engine.decimate_if_full();
-                engine.push(now.saturating_add(interval), Kind::Sample);
+                let next = now.saturating_add(interval);
+                engine
+                    .queue
+                    .push_first(next.as_nanos(), Kind::Sample.pack());
             }
             Kind::Wake { thread } => {
                 let thread = thread as usize;
+                engine.prefetch_next();
                 match engine.threads[thread].phase {
                     Phase::Ready => engine.begin_call(thread, now),
                     Phase::PreSleep | Phase::RetrySleep => engine.due(thread, now),
@@ -617,28 +637,69 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         .fold(0.0_f64, f64::max);
     let offered = engine.server.offered(Timestamp::from_secs_f64(end));
     // The per-client state goes before the per-client results are summed.
-    drop(std::mem::take(&mut engine.strategies));
-    let records: Vec<ThreadRecord> = std::mem::take(&mut engine.threads)
-        .into_iter()
-        .map(|t| t.record())
-        .collect();
-    let metrics = RunMetrics::compute(
-        records,
-        &mut engine.waits,
-        offered,
-        scenario.overhead_s,
-        end,
-    );
+    let Engine {
+        threads,
+        strategies,
+        mut waits,
+        trace,
+        events,
+        ..
+    } = engine;
+    drop(strategies);
+    let records: Vec<ThreadRecord> = threads.into_iter().map(|t| t.record()).collect();
+    let metrics = RunMetrics::compute(records, &mut waits, offered, scenario.overhead_s, end);
     Ok(RunOutput {
         metrics,
-        trace: engine.trace,
-        events: engine.events,
+        trace,
+        events,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every registered strategy runs the same held by value (its
+    /// `fleet` constructor) as boxed one by one (`build`), in groups of
+    /// per-thread and per-process objects side by side.
+    #[test]
+    fn a_fleet_by_value_runs_as_boxed_objects_do() {
+        let src = r#"
+name = "mixed"
+description = "two groups, objects per thread and per process"
+sample_interval_s = 1
+[latency]
+kind = "uniform"
+min_s = 0.05
+max_s = 0.15
+[server]
+kind = "limiter"
+algorithm = "gcra"
+rate_per_s = 20.0
+burst = 10
+[[clients]]
+processes = 3
+threads = 2
+state = "per_process"
+workload = { duration_s = 20 }
+[[clients]]
+processes = 2
+threads = 3
+workload = { requests = 40 }
+"#;
+        let scenario = Scenario::parse(src, "mixed.toml").unwrap_or_else(|e| panic!("{e}"));
+        for info in crate::strategies::ALL {
+            let boxed = StrategyInfo {
+                fleet: None,
+                ..*info
+            };
+            let a = run(&scenario, info, 3).unwrap_or_else(|e| panic!("{e}"));
+            let b = run(&scenario, &boxed, 3).unwrap_or_else(|e| panic!("{e}"));
+            assert!(a.metrics.requests > 0, "{}", info.name);
+            assert_eq!(a.metrics, b.metrics, "{}", info.name);
+            assert_eq!(a.trace, b.trace, "{}", info.name);
+        }
+    }
 
     #[test]
     fn a_thread_is_64_bytes() {

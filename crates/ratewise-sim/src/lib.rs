@@ -33,6 +33,7 @@ pub mod error;
 mod in_flight;
 pub mod metrics;
 pub mod overload;
+mod prefetch;
 pub mod queue;
 pub mod rank;
 pub mod report;

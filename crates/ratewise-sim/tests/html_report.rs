@@ -46,6 +46,7 @@ fn report_html() -> (String, Vec<String>) {
         name: "local-fixed",
         description: "test strategy",
         build,
+        fleet: None,
     });
     let names: Vec<String> = chosen.iter().map(|s| s.name.to_owned()).collect();
     let e = Experiment::new(scenario)

@@ -262,9 +262,10 @@ fn ticks(
 }
 
 /// The event queue, in (time, insertion order); an event's kind and id
-/// are packed in 8 bytes (the kind in the low 3 bits).
+/// are packed in 4 bytes (the kind in the low 3 bits; ids are slots of
+/// requests and calls in flight, far below 2^29).
 struct Events {
-    queue: EventQueue<u64>,
+    queue: EventQueue,
 }
 
 const KINDS: [Kind; 6] = [
@@ -280,7 +281,8 @@ impl Events {
     fn push(&mut self, at_ns: u64, kind: Kind, id: usize) {
         // `KINDS` lists the kinds in declaration order: the discriminant
         // is the index.
-        self.queue.push(at_ns, (id as u64) << 3 | kind as u64);
+        debug_assert!(id < 1 << 29, "slot {id} does not pack");
+        self.queue.push(at_ns, (id as u32) << 3 | kind as u32);
     }
 
     fn pop(&mut self) -> Option<Event> {
