@@ -31,7 +31,7 @@ use ratewise_client::hints::ResetMeaning;
 use ratewise_client::{secs_to_duration, Next, Outcome, Signal};
 
 use crate::error::SimError;
-use crate::in_flight::InFlight;
+use crate::in_flight::InFlightTable;
 use crate::metrics::{RunMetrics, ThreadRecord};
 use crate::queue::EventQueue;
 use crate::samples::Samples;
@@ -174,8 +174,6 @@ struct Thread {
     calls_left: u64,
     failed_calls: u32,
     group: u32,
-    /// Slot of the awaited response while `InFlight`.
-    response: u32,
     phase: Phase,
     cleared: bool,
 }
@@ -204,9 +202,8 @@ struct Engine<'a> {
     processes: Vec<(u32, u32)>,
     strategies: Box<dyn Fleet>,
     server: Box<dyn crate::server::ServerModel>,
-    /// Responses on their way back, by slot; `free` lists the empty slots.
-    responses: Vec<InFlight>,
-    free: Vec<u32>,
+    /// Responses on their way back, by thread.
+    responses: InFlightTable,
     rng: ChaCha8Rng,
     waits: Samples,
     /// The threads `trace.sleep` follows.
@@ -235,6 +232,9 @@ impl Engine<'_> {
                 let t = thread as usize;
                 if let Some(th) = self.threads.get(t) {
                     crate::prefetch::prefetch(th);
+                    // Read only when the wake-up answers a request; loaded
+                    // regardless, as the thread's phase is not here yet.
+                    self.responses.prefetch(t);
                     self.strategies.prefetch(self.group(t).strategy(t));
                 }
             }
@@ -349,27 +349,13 @@ impl Engine<'_> {
             self.interval_ok += 1;
         }
         let lat = lat + resp.delay;
-        let resp = InFlight::pack(resp);
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.responses[slot as usize] = resp;
-                slot
-            }
-            None => {
-                self.responses.push(resp);
-                (self.responses.len() - 1) as u32
-            }
-        };
-        let th = &mut self.threads[t];
-        th.response = slot;
-        th.phase = Phase::InFlight;
+        self.responses.put(t, resp);
+        self.threads[t].phase = Phase::InFlight;
         self.wake(t, now.saturating_add(lat));
     }
 
     fn respond(&mut self, t: usize, now: Timestamp) {
-        let slot = self.threads[t].response;
-        let resp = std::mem::replace(&mut self.responses[slot as usize], InFlight::EMPTY).unpack();
-        self.free.push(slot);
+        let resp = self.responses.take(t);
         let outcome = match &resp.wire {
             // What a real client reads from the status, headers and body,
             // through ratewise's own classifier and parser.
@@ -541,7 +527,6 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
                     calls_left: w.requests.unwrap_or(u64::MAX),
                     failed_calls: 0,
                     group: gi,
-                    response: u32::MAX,
                     phase: Phase::Ready,
                     cleared: false,
                 });
@@ -567,9 +552,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
         processes,
         strategies,
         server,
-        // A thread has at most one response in flight.
-        responses: Vec::with_capacity(n),
-        free: Vec::new(),
+        responses: InFlightTable::new(n),
         rng: ChaCha8Rng::seed_from_u64(seed),
         waits: Samples::new(),
         trace: Trace {
@@ -620,7 +603,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
             }
             Kind::Wake { thread } => {
                 let thread = thread as usize;
-                engine.prefetch_next();
+                // engine.prefetch_next();
                 match engine.threads[thread].phase {
                     Phase::Ready => engine.begin_call(thread, now),
                     Phase::PreSleep | Phase::RetrySleep => engine.due(thread, now),

@@ -2,11 +2,15 @@
 //!
 //! A fleet's first wave puts every client's response in flight at once, so
 //! the size of one held response is paid per client. A [`Response`] is 128
-//! bytes, most of it `Option`s of the hints; a response whose hints are the
-//! plain counts and durations every model but the header-writing ones sends
-//! is held in 40 bytes ([`InFlight::Packed`]) and unpacked to the same
-//! value ([`InFlight::unpack`]). Anything else (a wire response, a policy,
-//! `no_retry`, a value at the packing's sentinel) is held whole.
+//! bytes, most of it `Option`s of the hints. A thread awaits at most one
+//! response, so the table holds one 24-byte place per thread
+//! ([`InFlightTable`]), read where the thread's index says (and so loaded
+//! ahead with the thread). Plain hints (a throttled flag, counts below
+//! 2³¹ and 2³², durations in nanoseconds) every model but the
+//! header-writing ones sends pack there and unpack to the same value;
+//! anything else (a wire response, a policy, `no_retry`, a value at the
+//! packing's sentinels) is held whole on the side, its place pointing at
+//! it.
 
 use std::time::Duration;
 
@@ -14,30 +18,37 @@ use ratewise_client::ServerHints;
 
 use crate::server::Response;
 
-/// `None` of a packed count or duration.
+/// `None` of a packed duration.
 const NONE: u64 = u64::MAX;
+/// `None` of the packed remaining count (31 bits).
+const NO_REMAINING: u64 = 0x7FFF_FFFF;
+/// The remaining count of a place whose response is held whole; its
+/// `retry_after_ns` is then the response's index on the side.
+const HELD_WHOLE: u64 = 0x7FFF_FFFE;
+/// `None` of the packed limit (32 bits).
+const NO_LIMIT: u64 = 0xFFFF_FFFF;
 
-/// A response in flight; `unpack(pack(r)) == r` for every `r`
-/// (its `delay`, already spent on the way, is not kept).
-#[derive(Debug)]
-pub(crate) enum InFlight {
-    /// The plain hints, `NONE` for absent; durations in nanoseconds.
-    Packed {
-        throttled: bool,
-        remaining: u64,
-        limit: u64,
-        retry_after_ns: u64,
-        reset_after_ns: u64,
-    },
-    /// Whatever does not pack.
-    Whole(Box<Response>),
+/// One thread's place: bit 63 of `word` the throttled flag, bits 32–62 the
+/// remaining count, bits 0–31 the limit.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    word: u64,
+    retry_after_ns: u64,
+    reset_after_ns: u64,
 }
 
-fn count(x: Option<u64>) -> Option<u64> {
+const EMPTY: Place = Place {
+    word: NO_REMAINING << 32 | NO_LIMIT,
+    retry_after_ns: NONE,
+    reset_after_ns: NONE,
+};
+
+/// A count as packed: `none` for `None`; `None` (does not pack) above
+/// `max`.
+fn count(x: Option<u64>, max: u64, none: u64) -> Option<u64> {
     match x {
-        None => Some(NONE),
-        Some(NONE) => None,
-        Some(v) => Some(v),
+        None => Some(none),
+        Some(v) => (v <= max).then_some(v),
     }
 }
 
@@ -48,67 +59,99 @@ fn nanos(d: Option<Duration>) -> Option<u64> {
     }
 }
 
-fn unpacked(x: u64) -> Option<u64> {
-    (x != NONE).then_some(x)
+fn unpacked(x: u64, none: u64) -> Option<u64> {
+    (x != none).then_some(x)
 }
 
-impl InFlight {
-    /// A slot's filler once its response is taken.
-    pub(crate) const EMPTY: InFlight = InFlight::Packed {
-        throttled: false,
-        remaining: NONE,
-        limit: NONE,
-        retry_after_ns: NONE,
-        reset_after_ns: NONE,
-    };
+/// The responses in flight, one place per thread.
+#[derive(Debug)]
+pub(crate) struct InFlightTable {
+    places: Vec<Place>,
+    /// Responses that do not pack, by index; `free` lists empty indices.
+    whole: Vec<Option<Box<Response>>>,
+    free: Vec<u64>,
+}
 
-    /// Holds `r` in the least memory that gives it back unchanged.
-    pub(crate) fn pack(r: Response) -> InFlight {
+impl InFlightTable {
+    /// A table for `threads` threads.
+    pub(crate) fn new(threads: usize) -> Self {
+        InFlightTable {
+            places: vec![EMPTY; threads],
+            whole: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    /// Holds `r` for thread `t` in the least memory that gives it back
+    /// unchanged (its `delay`, already spent on the way, is not kept).
+    pub(crate) fn put(&mut self, t: usize, r: Response) {
         let h = &r.hints;
         if r.wire.is_none() && h.policy.is_none() && !h.no_retry {
             if let (Some(remaining), Some(limit), Some(retry_after_ns), Some(reset_after_ns)) = (
-                count(h.remaining),
-                count(h.limit),
+                count(h.remaining, HELD_WHOLE - 1, NO_REMAINING),
+                count(h.limit, NO_LIMIT - 1, NO_LIMIT),
                 nanos(h.retry_after),
                 nanos(h.reset_after),
             ) {
-                return InFlight::Packed {
-                    throttled: r.throttled,
-                    remaining,
-                    limit,
+                self.places[t] = Place {
+                    word: u64::from(r.throttled) << 63 | remaining << 32 | limit,
                     retry_after_ns,
                     reset_after_ns,
                 };
+                return;
             }
         }
-        InFlight::Whole(Box::new(Response {
+        let r = Box::new(Response {
             delay: Duration::ZERO,
             ..r
-        }))
+        });
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.whole[i as usize] = Some(r);
+                i
+            }
+            None => {
+                self.whole.push(Some(r));
+                (self.whole.len() - 1) as u64
+            }
+        };
+        self.places[t] = Place {
+            word: HELD_WHOLE << 32,
+            retry_after_ns: i,
+            reset_after_ns: NONE,
+        };
     }
 
-    /// The response held, its `delay` zero.
-    pub(crate) fn unpack(self) -> Response {
-        match self {
-            InFlight::Packed {
-                throttled,
-                remaining,
-                limit,
-                retry_after_ns,
-                reset_after_ns,
-            } => Response {
-                throttled,
-                hints: ServerHints {
-                    remaining: unpacked(remaining),
-                    limit: unpacked(limit),
-                    retry_after: unpacked(retry_after_ns).map(Duration::from_nanos),
-                    reset_after: unpacked(reset_after_ns).map(Duration::from_nanos),
-                    ..ServerHints::default()
-                },
-                delay: Duration::ZERO,
-                wire: None,
+    /// Thread `t`'s response, its `delay` zero; the place is emptied.
+    pub(crate) fn take(&mut self, t: usize) -> Response {
+        let p = std::mem::replace(&mut self.places[t], EMPTY);
+        let remaining = p.word >> 32 & NO_REMAINING;
+        if remaining == HELD_WHOLE {
+            let i = p.retry_after_ns;
+            self.free.push(i);
+            // Every index a place points at holds its response.
+            return self.whole[i as usize]
+                .take()
+                .map_or_else(Response::default, |r| *r);
+        }
+        Response {
+            throttled: p.word >> 63 == 1,
+            hints: ServerHints {
+                remaining: unpacked(remaining, NO_REMAINING),
+                limit: unpacked(p.word & NO_LIMIT, NO_LIMIT),
+                retry_after: unpacked(p.retry_after_ns, NONE).map(Duration::from_nanos),
+                reset_after: unpacked(p.reset_after_ns, NONE).map(Duration::from_nanos),
+                ..ServerHints::default()
             },
-            InFlight::Whole(r) => *r,
+            delay: Duration::ZERO,
+            wire: None,
+        }
+    }
+
+    /// Starts loading thread `t`'s place (see [`crate::prefetch`]).
+    pub(crate) fn prefetch(&self, t: usize) {
+        if let Some(p) = self.places.get(t) {
+            crate::prefetch::prefetch(p);
         }
     }
 }
@@ -159,23 +202,43 @@ mod tests {
                 delay: Duration::from_nanos(delay_ns),
                 wire: wire.then(|| Box::new(RawResponse { status: 429, headers: vec![("retry-after", "1".into())], body: None })),
             };
-            let back = InFlight::pack(r.clone()).unpack();
+            let mut table = InFlightTable::new(3);
+            table.put(1, r.clone());
+            // A plain response beside it, put and taken around it.
+            table.put(2, Response { throttled: true, ..Response::default() });
+            prop_assert_eq!(table.take(2), Response { throttled: true, ..Response::default() });
+            let back = table.take(1);
             prop_assert_eq!(back, Response { delay: Duration::ZERO, ..r });
         }
     }
 
     #[test]
-    fn plain_hints_pack_in_forty_bytes() {
-        assert!(std::mem::size_of::<InFlight>() <= 40);
+    fn plain_hints_pack_in_24_bytes() {
+        assert_eq!(std::mem::size_of::<Place>(), 24);
         let r = Response {
             throttled: true,
             hints: ServerHints {
                 remaining: Some(0),
+                limit: Some(u64::from(u32::MAX) - 1),
                 retry_after: Some(Duration::from_secs(2)),
                 ..ServerHints::default()
             },
             ..Response::default()
         };
-        assert!(matches!(InFlight::pack(r), InFlight::Packed { .. }));
+        let mut table = InFlightTable::new(1);
+        table.put(0, r.clone());
+        assert!(table.whole.is_empty(), "held whole");
+        assert_eq!(table.take(0), r);
+        // Past the packed range, held whole and given back the same.
+        let big = Response {
+            hints: ServerHints {
+                remaining: Some(1 << 40),
+                ..ServerHints::default()
+            },
+            ..Response::default()
+        };
+        table.put(0, big.clone());
+        assert_eq!(table.whole.len(), 1);
+        assert_eq!(table.take(0), big);
     }
 }
