@@ -603,7 +603,7 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
             }
             Kind::Wake { thread } => {
                 let thread = thread as usize;
-                // engine.prefetch_next();
+                engine.prefetch_next();
                 match engine.threads[thread].phase {
                     Phase::Ready => engine.begin_call(thread, now),
                     Phase::PreSleep | Phase::RetrySleep => engine.due(thread, now),
