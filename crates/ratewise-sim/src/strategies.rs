@@ -202,8 +202,10 @@ fn by_value<S: Strategy + 'static, E: std::fmt::Display>(
 ) -> Result<Box<dyn Fleet>, String> {
     let made = params.map(|p| make(&p).map_err(|e| e.to_string()));
     // Objects of a whole number of cache lines start on one, so reading
-    // one loads as many lines as it fills, not one more.
-    if std::mem::size_of::<S>() % 64 == 0 {
+    // one loads as many lines as it fills, not one more (an object of no
+    // size stays of no size).
+    let size = std::mem::size_of::<S>();
+    if size > 0 && size % 64 == 0 {
         Ok(Box::new(
             made.map(|o| o.map(OnItsLines))
                 .collect::<Result<Vec<_>, _>>()?,
