@@ -235,7 +235,14 @@ impl Engine<'_> {
                     // Read only when the wake-up answers a request; loaded
                     // regardless, as the thread's phase is not here yet.
                     self.responses.prefetch(t);
-                    self.strategies.prefetch(self.group(t).strategy(t));
+                    // The group from the index, not from the thread (whose
+                    // line is still on its way).
+                    let g = self
+                        .groups
+                        .partition_point(|g| g.first_thread as usize <= t);
+                    if let Some(g) = g.checked_sub(1).and_then(|g| self.groups.get(g)) {
+                        self.strategies.prefetch(g.strategy(t));
+                    }
                 }
             }
         }
