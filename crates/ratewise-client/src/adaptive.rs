@@ -322,6 +322,8 @@ pub struct Adaptive {
     refused_at_remaining: u64,
     /// Successes since the latest cut.
     since_cut: u32,
+    /// Sends since the latest cut.
+    sent_since_cut: u32,
     /// Until when a refusal that came too soon to cut holds the rate.
     held_until: Option<Timestamp>,
     /// The partition found its quota closed for a while: above the rate
@@ -404,6 +406,7 @@ impl Adaptive {
             grown_at: Timestamp::ZERO,
             refused_at_remaining: 0,
             since_cut: 0,
+            sent_since_cut: 0,
             held_until: None,
             windowed: false,
             cycles: Cycles::default(),
@@ -430,11 +433,15 @@ impl Adaptive {
     }
 
     /// Successes per second since the latest cut, when at least
-    /// `admitted_min_count` came.
+    /// `admitted_min_count` came, or [`START_MIN_SUCCESSES`] while most
+    /// sends since the cut were refused: then the server, not this
+    /// client's pace or pauses, set how many got through.
     fn admitted_since_cut(&self, now: Timestamp) -> Option<f64> {
         let since = now.saturating_duration_since(self.last_cut?).as_secs_f64();
-        (self.since_cut >= self.config.admitted_min_count && since > 0.0)
-            .then(|| f64::from(self.since_cut) / since)
+        let refused_most = self.sent_since_cut >= self.since_cut.saturating_mul(2);
+        let enough = self.since_cut >= self.config.admitted_min_count
+            || (refused_most && self.since_cut >= START_MIN_SUCCESSES);
+        (enough && since > 0.0).then(|| f64::from(self.since_cut) / since)
     }
 
     /// The hinted step's share: whole from `full_step_spare` of the limit
@@ -470,6 +477,7 @@ impl RateController for Adaptive {
 
     fn on_send(&mut self, now: Timestamp) {
         self.meter.note(now);
+        self.sent_since_cut = self.sent_since_cut.saturating_add(1);
     }
 
     fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) -> Option<f64> {
@@ -595,6 +603,7 @@ impl RateController for Adaptive {
                     self.at_cut = from;
                     self.grown_at = now;
                     self.since_cut = 0;
+                    self.sent_since_cut = 0;
                     self.rate = Some(r);
                     self.last_cut = Some(now);
                 }
@@ -920,6 +929,51 @@ mod tests {
         let unboosted = c.on_outcome(now + ms(20), &full(5)).unwrap() - at - above;
         assert!(below > above * 5.0, "{below} vs {above}");
         assert!((above - unboosted).abs() < 1e-9, "{above} vs {unboosted}");
+    }
+
+    #[test]
+    fn a_climb_refused_on_most_sends_ends_at_what_got_through_from_five_successes() {
+        // Fifty tasks start at once against a bucket of ten: one answer is
+        // a success, the next a refusal (a first cut), then the burst's
+        // other successes double the rate per success.
+        let start = |c: &mut Adaptive| {
+            let t = Timestamp::ZERO;
+            for _ in 0..50 {
+                c.on_send(t);
+            }
+            c.on_outcome(t + ms(1), &Outcome::success());
+            let first = c.on_outcome(t + ms(2), &Outcome::throttled()).unwrap();
+            let mut climbed = first;
+            for i in 0..6 {
+                climbed = c.on_outcome(t + ms(3 + i), &Outcome::success()).unwrap();
+            }
+            assert!(climbed > 16.0 * first, "{first} -> {climbed}");
+            climbed
+        };
+        // Six successes in 100 ms while 24 sends went out: the server let
+        // 60/s through, and the cut that ends the climb goes there, not to
+        // half of a rate dozens of times too high.
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let climbed = start(&mut c);
+        for i in 0..18 {
+            c.on_send(Timestamp::ZERO + ms(10 + i));
+        }
+        let cut = c
+            .on_outcome(Timestamp::ZERO + ms(102), &Outcome::throttled())
+            .unwrap();
+        assert!((cut - 60.0).abs() < 1.0, "{climbed} -> {cut}");
+        // The same six successes with no refused send among the sends since
+        // the cut measure this client's pace, not the server's: fewer than
+        // `admitted_min_count`, and the cut halves.
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let climbed = start(&mut c);
+        let cut = c
+            .on_outcome(Timestamp::ZERO + ms(102), &Outcome::throttled())
+            .unwrap();
+        assert!(
+            (cut - climbed / 2.0).abs() < 1e-9 * climbed,
+            "{climbed} -> {cut}"
+        );
     }
 
     #[test]
