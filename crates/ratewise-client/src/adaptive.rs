@@ -237,7 +237,10 @@ enum Blind {
     LoneSuccess,
     /// A refusal before any success, with sends out at once: the burst's
     /// other answers may all come at once, so the rate doubles at most once
-    /// per interval, and the second cut sets the step's scale.
+    /// per interval and per [`START_BURST_SPAN`] (after a pause, a bucket's
+    /// refilled burst admits sends at any pace: doubling per interval ran
+    /// the rate up to its ceiling on that burst alone), and the second cut
+    /// sets the step's scale.
     Burst,
 }
 
@@ -646,7 +649,8 @@ impl RateController for Adaptive {
                             Blind::Burst => {
                                 let since = now.saturating_duration_since(self.grown_at);
                                 self.grown_at = now;
-                                (since.as_secs_f64() * r).min(BLIND_START_GROWTH)
+                                let per = (1.0 / r).max(START_BURST_SPAN.as_secs_f64());
+                                (since.as_secs_f64() / per).min(BLIND_START_GROWTH)
                             }
                             Blind::LoneSuccess => BLIND_START_GROWTH,
                             Blind::No if self.slow_started => self
@@ -1025,17 +1029,38 @@ mod tests {
         // millisecond's share of an interval, not twofold.
         let first = c.on_outcome(t + ms(2), &Outcome::success()).unwrap();
         assert!(first < r * 1.01, "{r} -> {first}");
-        // A success an interval later doubles it.
+        // A success an interval later (and at least a tenth of a second
+        // later) doubles it.
         let mut now = t + ms(2);
         let mut expected = first;
         for _ in 0..4 {
-            now = now + Duration::from_secs_f64(1.0 / expected);
+            now = now + Duration::from_secs_f64((1.0 / expected).max(0.1));
             expected *= 2.0;
             let up = c.on_outcome(now, &Outcome::success()).unwrap();
             assert!(
                 (up - expected).abs() < 1e-6 * expected,
                 "{up} vs {expected}"
             );
+        }
+        // Above 10/s, successes an interval apart (a bucket's refilled
+        // burst draining after a pause) grow it by their share of a tenth
+        // of a second, not twofold each.
+        let mut fast = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        for _ in 0..40 {
+            fast.on_send(t);
+        }
+        let r = fast.on_outcome(t + ms(1), &Outcome::throttled()).unwrap();
+        assert!((r - 20.0).abs() < 0.1, "{r}");
+        let at = fast.on_outcome(t + ms(1001), &Outcome::success()).unwrap();
+        assert!((at - 2.0 * r).abs() < 1e-9 * r, "{r} -> {at}");
+        let mut want = at;
+        let mut then = t + ms(1001);
+        for _ in 0..5 {
+            let interval = 1.0 / want;
+            then = then + Duration::from_secs_f64(interval);
+            want *= 1.0 + interval / 0.1;
+            let up = fast.on_outcome(then, &Outcome::success()).unwrap();
+            assert!((up - want).abs() < 1e-6 * want, "{up} vs {want}");
         }
         // The second cut halves the overshoot, and its rate is the scale of
         // the additive step from then on (the first measured nothing).
