@@ -321,8 +321,10 @@ pub struct Adaptive {
     /// The remaining count the latest refusal carried: a server that
     /// refuses while its count says quota is left over-states the quota by
     /// that much (or counts another limit than the one refusing), so only
-    /// the count above it is spare.
-    refused_at_remaining: u64,
+    /// the count above it is spare. (32 bits, saturating: no quota counts
+    /// past four billion, and the controller stays within the size clippy's
+    /// `large_enum_variant` allows beside the other controllers.)
+    refused_at_remaining: u32,
     /// Successes since the latest cut.
     since_cut: u32,
     /// Sends since the latest cut.
@@ -487,7 +489,7 @@ impl RateController for Adaptive {
         match outcome.signal {
             Signal::Throttled => {
                 if let Some(left) = outcome.hints.remaining {
-                    self.refused_at_remaining = left;
+                    self.refused_at_remaining = u32::try_from(left).unwrap_or(u32::MAX);
                 }
                 self.cycles.refusal(now, self.config.admitted_min_count);
                 // A cut is judged by requests sent at the cut rate: at most
@@ -616,7 +618,7 @@ impl RateController for Adaptive {
                 self.cycles.success();
                 self.since_cut = self.since_cut.saturating_add(1);
                 // Only the count above what the latest refusal said is spare.
-                let floor = self.refused_at_remaining;
+                let floor = u64::from(self.refused_at_remaining);
                 let remaining = outcome.hints.remaining.map(|r| r.saturating_sub(floor));
                 let limit = outcome.hints.limit.map(|l| l.saturating_sub(floor));
                 let exhausted = remaining == Some(0) || self.held_until.is_some_and(|t| now < t);

@@ -366,13 +366,12 @@ struct Partition {
     state: Mutex<PartitionState>,
 }
 
-/// A validated controller, cloned into each new partition. (The default
-/// controller is boxed: it is several times the size of the others.)
+/// A validated controller, cloned into each new partition.
 #[derive(Clone, Debug)]
 enum ControllerTemplate {
     Aimd(Aimd),
     Cubic(Cubic),
-    Adaptive(Box<Adaptive>),
+    Adaptive(Adaptive),
 }
 
 /// Validated parts, cloned into each new partition: building a partition
@@ -400,7 +399,7 @@ impl Template {
                 c.min_fill_rate,
             ),
             Adaptation::Adaptive(c) => (
-                Some(ControllerTemplate::Adaptive(Box::new(Adaptive::new(c)?))),
+                Some(ControllerTemplate::Adaptive(Adaptive::new(c)?)),
                 c.fallback_rate,
             ),
         };
@@ -435,7 +434,7 @@ impl Template {
             None => None,
             Some(ControllerTemplate::Aimd(a)) => Some(Box::new(a.clone())),
             Some(ControllerTemplate::Cubic(c)) => Some(Box::new(c.clone())),
-            Some(ControllerTemplate::Adaptive(c)) => Some(c.clone()),
+            Some(ControllerTemplate::Adaptive(c)) => Some(Box::new(c.clone())),
         };
         Partition {
             pacer: Pacer::from_spec(self.pacer),
