@@ -173,7 +173,6 @@ struct Thread {
     /// Calls still to make; `u64::MAX` without a count.
     calls_left: u64,
     failed_calls: u32,
-    group: u32,
     phase: Phase,
     cleared: bool,
 }
@@ -235,21 +234,19 @@ impl Engine<'_> {
                     // Read only when the wake-up answers a request; loaded
                     // regardless, as the thread's phase is not here yet.
                     self.responses.prefetch(t);
-                    // The group from the index, not from the thread (whose
-                    // line is still on its way).
-                    let g = self
-                        .groups
-                        .partition_point(|g| g.first_thread as usize <= t);
-                    if let Some(g) = g.checked_sub(1).and_then(|g| self.groups.get(g)) {
-                        self.strategies.prefetch(g.strategy(t));
-                    }
+                    self.strategies.prefetch(self.group(t).strategy(t));
                 }
             }
         }
     }
 
+    /// Thread `t`'s group, from its index alone (groups hold contiguous
+    /// runs of threads, in order).
     fn group(&self, t: usize) -> &Group {
-        &self.groups[self.threads[t].group as usize]
+        let g = self
+            .groups
+            .partition_point(|g| g.first_thread as usize <= t);
+        &self.groups[g - 1]
     }
 
     fn record_sleep(&mut self, t: usize, d: Duration) {
@@ -498,7 +495,6 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
     for group in &scenario.clients {
         let w = &group.workload;
         let join = Timestamp::from_secs_f64(group.join_s);
-        let gi = groups.len() as u32;
         groups.push(Group {
             join,
             end_at: w
@@ -533,7 +529,6 @@ pub fn run(scenario: &Scenario, strategy: &StrategyInfo, seed: u64) -> Result<Ru
                     last_sleep: 0.0,
                     calls_left: w.requests.unwrap_or(u64::MAX),
                     failed_calls: 0,
-                    group: gi,
                     phase: Phase::Ready,
                     cleared: false,
                 });
