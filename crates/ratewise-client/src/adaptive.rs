@@ -330,7 +330,14 @@ pub struct Adaptive {
     /// Sends since the latest cut.
     sent_since_cut: u32,
     /// Until when a refusal that came too soon to cut holds the rate.
-    held_until: Option<Timestamp>,
+    /// (`Timestamp::ZERO`: none.)
+    held_until: Timestamp,
+    /// The latest span a refusal's `Retry-After` told the client to stay
+    /// quiet: from the refusal, this many milliseconds (saturating; kept
+    /// small so the controller stays within the size clippy's
+    /// `large_enum_variant` allows beside the others).
+    quiet_from: Timestamp,
+    quiet_ms: u32,
     /// The partition found its quota closed for a while: above the rate
     /// the server admitted over its latest cycle, the unhinted step grows
     /// at most `WINDOWED_PROBE_MAX`-fold.
@@ -349,7 +356,7 @@ const WINDOWED_PROBE_MAX: f64 = 4.0;
 /// refusals to the start of the next (with at least
 /// `admitted_min_count` successes between). Over a window's cycle it is the
 /// window's rate, where the one-to-two-second meter says zero or a burst.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct Cycles {
     /// When the current cycle's run of refusals began.
     start: Option<Timestamp>,
@@ -357,8 +364,21 @@ struct Cycles {
     successes: u32,
     /// Whether the latest answer was a refusal.
     refusing: bool,
-    /// Successes per second over the latest whole cycle.
-    rate: Option<f64>,
+    /// Successes per second over the latest whole cycle; negative until
+    /// one closes (a plain `f64` keeps the controller within the size
+    /// clippy's `large_enum_variant` allows beside the others).
+    rate: f64,
+}
+
+impl Default for Cycles {
+    fn default() -> Self {
+        Cycles {
+            start: None,
+            successes: 0,
+            refusing: false,
+            rate: -1.0,
+        }
+    }
 }
 
 impl Cycles {
@@ -380,7 +400,7 @@ impl Cycles {
         if let Some(s) = self.start {
             let span = now.saturating_duration_since(s).as_secs_f64();
             if span > 0.0 {
-                self.rate = Some(f64::from(self.successes) / span);
+                self.rate = f64::from(self.successes) / span;
             }
         }
         self.start = Some(now);
@@ -412,7 +432,9 @@ impl Adaptive {
             refused_at_remaining: 0,
             since_cut: 0,
             sent_since_cut: 0,
-            held_until: None,
+            held_until: Timestamp::ZERO,
+            quiet_from: Timestamp::ZERO,
+            quiet_ms: 0,
             windowed: false,
             cycles: Cycles::default(),
         })
@@ -425,7 +447,8 @@ impl Adaptive {
             .last_cut
             .map_or(0.0, |c| now.saturating_duration_since(c).as_secs_f64());
         let doublings = quiet / self.config.probe_doubling.as_secs_f64();
-        let above_cycle = match (self.rate, self.cycles.rate) {
+        let cycle_rate = (self.cycles.rate >= 0.0).then_some(self.cycles.rate);
+        let above_cycle = match (self.rate, cycle_rate) {
             (Some(r), Some(c)) => r >= c,
             _ => false,
         };
@@ -447,6 +470,25 @@ impl Adaptive {
         let enough = self.since_cut >= self.config.admitted_min_count
             || (refused_most && self.since_cut >= START_MIN_SUCCESSES);
         (enough && since > 0.0).then(|| f64::from(self.since_cut) / since)
+    }
+
+    fn quiet_until(&self) -> Timestamp {
+        self.quiet_from
+            .saturating_add(Duration::from_millis(u64::from(self.quiet_ms)))
+    }
+
+    /// Successes per second since the latest cut over the time the server
+    /// did not tell the client to stay quiet (the latest `Retry-After`'s
+    /// wait taken out), when at least [`START_MIN_SUCCESSES`] came.
+    fn admitted_since_cut_while_open(&self, now: Timestamp) -> Option<f64> {
+        let cut = self.last_cut?;
+        let quiet = self
+            .quiet_until()
+            .min(now)
+            .saturating_duration_since(self.quiet_from.max(cut));
+        let open = now.saturating_duration_since(cut).saturating_sub(quiet);
+        (self.since_cut >= START_MIN_SUCCESSES && !open.is_zero())
+            .then(|| f64::from(self.since_cut) / open.as_secs_f64())
     }
 
     /// The hinted step's share: whole from `full_step_spare` of the limit
@@ -513,7 +555,9 @@ impl RateController for Adaptive {
                 // rate is above the server's: it holds until the next cut
                 // may come.
                 if cooling {
-                    self.held_until = self.last_cut.map(|t| t.saturating_add(cool));
+                    self.held_until = self
+                        .last_cut
+                        .map_or(Timestamp::ZERO, |t| t.saturating_add(cool));
                 }
                 if !cooling {
                     // Before pacing: a burst of successes answered within
@@ -577,8 +621,22 @@ impl RateController for Adaptive {
                     // burst; halving the overshoot can leave it above the
                     // server's rate, while the successes since the first cut
                     // came at no more than that rate.
+                    let ends_climb =
+                        self.slow_start && self.admitted_since_cut(now).is_some_and(|a| a < from);
                     let to = match self.admitted_since_cut(now) {
-                        Some(a) if self.slow_start && a < from => a,
+                        Some(a) if ends_climb => a,
+                        _ => to,
+                    };
+                    // That count is also the step's scale (below). But a wait
+                    // the server ordered since the first cut (a `Retry-After`
+                    // of whole seconds rounded up from milliseconds) diluted
+                    // it: the rate goes no lower than a full cut from what got
+                    // through while the client was free to send.
+                    let measured = to;
+                    let to = match self.admitted_since_cut_while_open(now) {
+                        Some(open) if ends_climb => {
+                            to.max(open.min(from) * self.config.decrease_factor)
+                        }
                         _ => to,
                     };
                     // A cut the admitted rate held up climbs back as gently:
@@ -601,7 +659,7 @@ impl RateController for Adaptive {
                         // neither did the scale it set: this cut, ending a
                         // climb that doubled per interval, is the first to.
                         if self.blind == Blind::Burst {
-                            self.base = r;
+                            self.base = self.clamp(measured);
                         }
                         self.blind = Blind::No;
                     }
@@ -612,6 +670,16 @@ impl RateController for Adaptive {
                     self.rate = Some(r);
                     self.last_cut = Some(now);
                 }
+                // After the cut, which measured up to this refusal.
+                if let Some(ra) = outcome.hints.retry_after {
+                    let end = self.quiet_until();
+                    if self.quiet_ms == 0 || end < now {
+                        self.quiet_from = now;
+                    }
+                    let until = end.max(now.saturating_add(ra));
+                    let span = until.saturating_duration_since(self.quiet_from);
+                    self.quiet_ms = u32::try_from(span.as_millis()).unwrap_or(u32::MAX);
+                }
             }
             Signal::Success => {
                 self.admitted.note(now);
@@ -621,7 +689,7 @@ impl RateController for Adaptive {
                 let floor = u64::from(self.refused_at_remaining);
                 let remaining = outcome.hints.remaining.map(|r| r.saturating_sub(floor));
                 let limit = outcome.hints.limit.map(|l| l.saturating_sub(floor));
-                let exhausted = remaining == Some(0) || self.held_until.is_some_and(|t| now < t);
+                let exhausted = remaining == Some(0) || now < self.held_until;
                 if let (Some(r), false) = (self.rate, exhausted) {
                     let mut step = if let Some(left) = remaining {
                         // Spare quota above the rate of the latest cut is
@@ -1081,6 +1149,64 @@ mod tests {
         let r = lone.on_outcome(t + ms(1), &Outcome::throttled()).unwrap();
         let up = lone.on_outcome(t + ms(1000), &Outcome::success()).unwrap();
         assert!(up < r * (1.0 + d.start_growth) + 1e-9, "{r} -> {up}");
+    }
+
+    #[test]
+    fn a_retry_after_wait_does_not_dilute_the_cut_that_ends_the_climb() {
+        // Fifty sends at once; the first answer a refusal saying "wait 1 s"
+        // (a 100/s bucket rounding 10 ms up), then ten successes. After the
+        // wait, successes 10 ms apart until the climb is refused again.
+        let run = |told: Option<Duration>| {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            let t = Timestamp::ZERO;
+            for _ in 0..50 {
+                c.on_send(t);
+            }
+            let hints = ServerHints {
+                retry_after: told,
+                ..ServerHints::default()
+            };
+            c.on_outcome(t + ms(1), &Outcome::throttled().with_hints(hints));
+            for i in 0..10 {
+                c.on_outcome(
+                    t + ms(2) + Duration::from_micros(200 * i),
+                    &Outcome::success(),
+                );
+            }
+            let mut now = t + ms(1_100);
+            for _ in 0..26 {
+                c.on_send(now);
+                c.on_outcome(now, &Outcome::success());
+                now = now + ms(10);
+            }
+            let from = c.rate().unwrap();
+            let cut = c
+                .on_outcome(now, &Outcome::throttled().with_hints(hints))
+                .unwrap();
+            let after = now + ms(100);
+            let step = c.on_outcome(after, &Outcome::success()).unwrap() - cut;
+            (from, cut, step / c.probe(after), now)
+        };
+        let d = AdaptiveConfig::default();
+        // 36 successes since the first cut over the 1.36 s since it: the
+        // count the cut goes to without a `Retry-After`.
+        let (from, plain, plain_step, now) = run(None);
+        let since = now
+            .saturating_duration_since(Timestamp::ZERO + ms(1))
+            .as_secs_f64();
+        assert!(from > 100.0, "the climb overshot: {from}");
+        assert!((plain - 36.0 / since).abs() < 1e-9 * plain, "{plain}");
+        // Told to wait 1 s of it, the cut is a full one from what got
+        // through in the other 0.36 s (100/s), not the diluted count...
+        let (_, told, told_step, _) = run(Some(Duration::from_secs(1)));
+        let open = 36.0 / (since - 1.0);
+        assert!(
+            (told - open * d.decrease_factor).abs() < 1e-9 * told,
+            "{told} vs {open} while open"
+        );
+        // ...while the step keeps the diluted count as its scale.
+        assert!((plain_step - plain * d.increase_fraction).abs() < 1e-9 * plain);
+        assert!((told_step - plain * d.increase_fraction).abs() < 1e-9 * plain);
     }
 
     #[test]
