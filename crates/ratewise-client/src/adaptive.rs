@@ -582,13 +582,23 @@ impl RateController for Adaptive {
                                 // and spent.)
                                 let span = self.meter.burst_rate(now, 2, START_BURST_SPAN);
                                 self.blind = match self.since_cut {
-                                    0 if span.is_some() => Blind::Burst,
                                     1 if self
                                         .admitted
                                         .burst_rate(now, 1, START_BURST_SPAN)
                                         .is_some() =>
                                     {
                                         Blind::LoneSuccess
+                                    }
+                                    0 if span.is_some() => Blind::Burst,
+                                    // Too few successes to measure while most
+                                    // sends are still unanswered: they went
+                                    // out at once and were answered out of
+                                    // order.
+                                    n if n < START_MIN_SUCCESSES
+                                        && span.is_some()
+                                        && self.sent_since_cut >= 2 * (n + 1) =>
+                                    {
+                                        Blind::Burst
                                     }
                                     _ => Blind::No,
                                 };
@@ -1207,6 +1217,31 @@ mod tests {
         // ...while the step keeps the diluted count as its scale.
         assert!((plain_step - plain * d.increase_fraction).abs() < 1e-9 * plain);
         assert!((told_step - plain * d.increase_fraction).abs() < 1e-9 * plain);
+    }
+
+    #[test]
+    fn a_burst_refused_after_fewer_than_five_successes_is_a_blind_start() {
+        // Fifty sends at once, answered out of order: two to four successes,
+        // then a refusal. Too few to measure; the rate doubles once per
+        // interval (at least a tenth of a second), as after a burst with no
+        // success, not by `start_growth` per success.
+        for successes in 2..START_MIN_SUCCESSES {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            let t = Timestamp::ZERO;
+            for _ in 0..50 {
+                c.on_send(t);
+            }
+            for i in 0..successes {
+                c.on_outcome(
+                    t + ms(1) + Duration::from_micros(u64::from(i)),
+                    &Outcome::success(),
+                );
+            }
+            let r = c.on_outcome(t + ms(2), &Outcome::throttled()).unwrap();
+            assert_eq!(c.blind, Blind::Burst, "{successes} successes");
+            let up = c.on_outcome(t + ms(102), &Outcome::success()).unwrap();
+            assert!((up - 2.0 * r).abs() < 1e-9 * r, "{successes}: {r} -> {up}");
+        }
     }
 
     #[test]
