@@ -23,6 +23,9 @@ CONNECTIONS=${CONNECTIONS:-4}
 IN_FLIGHT=${IN_FLIGHT:-64}
 KEYS_LIST=${KEYS_LIST:-"1 10000"}
 RATE=${RATE:-}
+# Worker threads of every service's async runtime (tokio reads
+# TOKIO_WORKER_THREADS); unset, each uses one per core.
+SERVICE_THREADS=${SERVICE_THREADS:-}
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
@@ -57,6 +60,7 @@ cpu_s() { awk -v t="$1" -v hz="$TICKS" 'BEGIN { printf "%.2f", t / hz }'; }
 
 start() { # name -> sets PID and PORT
   local name=$1; PORT=$(free_port); local http; http=$(free_port)
+  if [ -n "$SERVICE_THREADS" ]; then export TOKIO_WORKER_THREADS=$SERVICE_THREADS; fi
   case $name in
     floor) "$BIN/examples/rls_floor" "127.0.0.1:$PORT" > /dev/null 2>&1 & ;;
     ratewise-memory) "$BIN/ratewise-server" --config "$WORK/ratewise.yaml" --grpc "127.0.0.1:$PORT" --http "127.0.0.1:$http" --log warn > /dev/null 2>&1 & ;;
@@ -65,6 +69,7 @@ start() { # name -> sets PID and PORT
     limitador-redis) "$LIMITADOR" --rls-ip 127.0.0.1 --rls-port "$PORT" --http-ip 127.0.0.1 --http-port "$http" "$WORK/limitador.yaml" redis "redis://127.0.0.1:$REDIS_PORT" > /dev/null 2>&1 & ;;
   esac
   PID=$!
+  unset TOKIO_WORKER_THREADS
   wait_port "$PORT"
 }
 
