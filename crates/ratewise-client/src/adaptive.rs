@@ -1501,16 +1501,30 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn rate_stays_within_bounds(steps in proptest::collection::vec((0u8..3, 0u64..3_000, proptest::option::of(0u64..5)), 1..300)) {
+        fn rate_stays_within_bounds_and_no_refusal_raises_it(
+            steps in proptest::collection::vec(
+                (0u8..3, 0u64..3_000, proptest::option::of(0u64..5), proptest::option::of(0u64..5_000)),
+                1..300,
+            )
+        ) {
             let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
             let mut now = Timestamp::ZERO;
-            for (sig, gap, rem) in steps {
+            for (sig, gap, rem, ra) in steps {
                 now = now + ms(gap);
                 c.on_send(now);
                 let signal = [Signal::Success, Signal::Throttled, Signal::ServerError][usize::from(sig)];
-                let o = Outcome::new(signal).with_hints(ServerHints { remaining: rem, ..ServerHints::default() });
-                if let Some(r) = c.on_outcome(now, &o) {
+                let hints = ServerHints {
+                    remaining: rem,
+                    retry_after: ra.map(ms),
+                    ..ServerHints::default()
+                };
+                let before = c.rate();
+                let after = c.on_outcome(now, &Outcome::new(signal).with_hints(hints));
+                if let Some(r) = after {
                     proptest::prop_assert!((0.05..=10_000.0).contains(&r), "{}", r);
+                }
+                if let (Signal::Throttled, Some(b), Some(a)) = (signal, before, after) {
+                    proptest::prop_assert!(a <= b, "a refusal raised {} to {}", b, a);
                 }
             }
         }
