@@ -14,8 +14,14 @@ use ratewise_server::{EngineOptions, HeaderMode};
 
 /// An Envoy-compatible rate-limit service (gRPC RLS v3 and RLQS v3, HTTP /json).
 #[derive(Debug, Parser)]
-#[command(name = "ratewise-server", version)]
+#[command(name = "ratewise-server", version, args_override_self = true)]
 struct Args {
+    /// Read envoyproxy/ratelimit's environment settings (RUNTIME_ROOT,
+    /// RUNTIME_SUBDIRECTORY, GRPC_PORT, PORT, REDIS_URL, REDIS_SOCKET_TYPE,
+    /// REDIS_TYPE, REDIS_AUTH, LIMIT_RESPONSE_HEADERS_ENABLED, LOG_LEVEL, …)
+    /// as the flags they stand for; flags given on the command line win.
+    #[arg(long)]
+    ratelimit_env: bool,
     /// The configuration: a YAML file, or a directory of them
     /// (envoyproxy/ratelimit's format, with ratewise's extensions).
     #[arg(long)]
@@ -88,8 +94,36 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
     ratewise_server::config::parse_period(s)
 }
 
+/// The command line, with envoyproxy/ratelimit's environment settings put
+/// before the given flags when `--ratelimit-env` is among them (the last
+/// occurrence of a flag wins).
+fn command_line() -> Result<Vec<std::ffi::OsString>, String> {
+    let mut given: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if !given.iter().skip(1).any(|a| a == "--ratelimit-env") {
+        return Ok(given);
+    }
+    let env = ratewise_server::config::flags_from_ratelimit_env(|k| std::env::var(k).ok())
+        .map_err(|e| format!("--ratelimit-env: {e}"))?;
+    if !env.ignored.is_empty() {
+        eprintln!(
+            "ratewise-server: --ratelimit-env: not used here: {} (metrics are served on /metrics)",
+            env.ignored.join(", ")
+        );
+    }
+    let rest = given.split_off(1);
+    given.extend(env.args.into_iter().map(Into::into));
+    given.extend(rest);
+    Ok(given)
+}
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match command_line() {
+        Ok(line) => Args::parse_from(line),
+        Err(e) => {
+            eprintln!("ratewise-server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log).unwrap_or_else(|e| {
         eprintln!(
             "ratewise-server: --log {:?} is not a valid filter ({e}); using info",

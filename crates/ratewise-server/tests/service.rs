@@ -248,3 +248,41 @@ fn sigterm_drains_and_exits_zero() {
     let status = server.terminate(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0), "{}", server.log());
 }
+
+#[test]
+fn envoyproxy_ratelimits_environment_configures_it() {
+    // The Go service's layout: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config.
+    let root = tempdir("runtime");
+    let dir = root.join("ratelimit").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
+    let root = root.display().to_string();
+    let server = Server::start_from_ratelimit_env(&[
+        ("RUNTIME_ROOT", root.as_str()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("USE_STATSD", "true"),
+    ]);
+    let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}"#;
+    let codes: Vec<u16> = (0..4)
+        .map(|_| http_post(server.http, "/json", body).0)
+        .collect();
+    assert_eq!(codes, vec![200, 200, 200, 429], "{}", server.log());
+    // The Go service's headers when LIMIT_RESPONSE_HEADERS_ENABLED is set.
+    let (_, text) = http_post(server.http, "/json", body);
+    assert!(text.contains("RateLimit-Limit"), "{text}");
+    // What it does not act on is said, not dropped.
+    assert!(server.log().contains("USE_STATSD=true"), "{}", server.log());
+}
+
+#[test]
+fn an_unsupported_ratelimit_setting_stops_the_start_with_its_name() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewise-server"))
+        .arg("--ratelimit-env")
+        .env("BACKEND_TYPE", "memcache")
+        .output()
+        .expect("the binary runs");
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("BACKEND_TYPE=memcache"), "{text}");
+}

@@ -19,10 +19,12 @@
 //!           name: search
 //! ```
 
+mod environment;
 mod load;
 mod rules;
 mod schema;
 
+pub use environment::{flags_from_ratelimit_env, EnvError, EnvFlags};
 pub use load::{compile_sources, config_files, load_path, ConfigError, LoadOptions};
 pub(crate) use rules::policy_item;
 pub use rules::{Domain, Limit, Matched, Pattern, ReportedLimit, Rule, RuleSet};

@@ -61,7 +61,8 @@ impl Server {
         let stderr = dir.join("stderr.log");
         let grpc = format!("127.0.0.1:{}", free_port());
         let http = format!("127.0.0.1:{}", free_port());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ratewise-server"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ratewise-server"));
+        command
             .arg("--config")
             .arg(config)
             .args([
@@ -72,7 +73,37 @@ impl Server {
                 "--reload-interval",
                 "50ms",
             ])
-            .args(args)
+            .args(args);
+        Server::spawn(command, stderr, &grpc, &http)
+    }
+
+    /// Starts the server with `--ratelimit-env` and only `env` (on top of
+    /// this process's environment) to configure it, listening on fresh
+    /// ports given as `GRPC_HOST`/`GRPC_PORT` and `HOST`/`PORT`.
+    pub fn start_from_ratelimit_env(env: &[(&str, &str)]) -> Server {
+        let dir = tempdir("server-log");
+        let stderr = dir.join("stderr.log");
+        let (grpc_port, http_port) = (free_port().to_string(), free_port().to_string());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ratewise-server"));
+        command
+            .arg("--ratelimit-env")
+            .envs([
+                ("GRPC_HOST", "127.0.0.1"),
+                ("GRPC_PORT", grpc_port.as_str()),
+                ("HOST", "127.0.0.1"),
+                ("PORT", http_port.as_str()),
+            ])
+            .envs(env.iter().copied());
+        Server::spawn(
+            command,
+            stderr,
+            &format!("127.0.0.1:{grpc_port}"),
+            &format!("127.0.0.1:{http_port}"),
+        )
+    }
+
+    fn spawn(mut command: Command, stderr: PathBuf, grpc: &str, http: &str) -> Server {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).expect("a log file"))
             .spawn()

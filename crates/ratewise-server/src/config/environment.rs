@@ -1,0 +1,361 @@
+//! envoyproxy/ratelimit's environment settings read as ratewise-server's
+//! flags (`ratewise-server --ratelimit-env`), so a deployment that set up
+//! that service through its environment swaps the image and keeps it.
+//!
+//! ```
+//! use ratewise_server::config::flags_from_ratelimit_env;
+//!
+//! let env = [
+//!     ("RUNTIME_ROOT", "/data"),
+//!     ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+//!     ("REDIS_SOCKET_TYPE", "tcp"),
+//!     ("REDIS_URL", "redis:6379"),
+//! ];
+//! let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+//! let flags = flags_from_ratelimit_env(get).unwrap();
+//! assert_eq!(flags.args[..2], ["--config", "/data/ratelimit/config"]);
+//! assert!(flags.args.contains(&"redis://redis:6379".to_string()));
+//! ```
+
+use std::path::PathBuf;
+
+/// The flags read from the environment, and the settings it holds that
+/// ratewise-server does not act on (to be reported, not silently dropped).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EnvFlags {
+    /// Command-line arguments, flag and value in turn.
+    pub args: Vec<String>,
+    /// `NAME=value` of each setting that is set but has no effect here.
+    pub ignored: Vec<String>,
+}
+
+/// A setting ratewise-server cannot honour: starting as if it were not set
+/// would change what the service decides.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{name}={value}: {reason}")]
+pub struct EnvError {
+    /// The variable.
+    pub name: &'static str,
+    /// Its value.
+    pub value: String,
+    /// Why it cannot be honoured, and what to do instead.
+    pub reason: &'static str,
+}
+
+/// Settings read for information only: statistics go to `/metrics`
+/// (Prometheus), not to statsd, and the rest tune the Go service itself.
+const IGNORED: &[&str] = &[
+    "USE_STATSD",
+    "STATSD_HOST",
+    "STATSD_PORT",
+    "USE_DOG_STATSD",
+    "USE_PROMETHEUS",
+    "PROMETHEUS_ADDR",
+    "LOG_FORMAT",
+    "REDIS_POOL_SIZE",
+    "REDIS_PIPELINE_WINDOW",
+    "REDIS_PIPELINE_LIMIT",
+    "LOCAL_CACHE_SIZE_IN_BYTES",
+    "NEAR_LIMIT_RATIO",
+    "EXPIRATION_JITTER_MAX_SECONDS",
+    "DEBUG_HOST",
+    "DEBUG_PORT",
+];
+
+/// Reads envoyproxy/ratelimit's settings through `get` (the process
+/// environment in the binary) and returns the equivalent flags:
+///
+/// | variable | flag |
+/// |---|---|
+/// | `RUNTIME_ROOT` (`/srv/runtime_data/current`), `RUNTIME_SUBDIRECTORY`, `RUNTIME_APPDIRECTORY` (`config`) | `--config ROOT/SUB/APP` |
+/// | `GRPC_HOST` (`0.0.0.0`), `GRPC_PORT` (`8081`) | `--grpc` |
+/// | `HOST` (`0.0.0.0`), `PORT` (`8080`) | `--http` |
+/// | `REDIS_URL`, `REDIS_SOCKET_TYPE` (`unix`), `REDIS_TYPE` (`SINGLE`), `REDIS_AUTH`, `REDIS_TLS` | `--redis` or `--redis-cluster` (none: in memory) |
+/// | `LIMIT_RESPONSE_HEADERS_ENABLED` (`false`) | `--headers legacy` or `--headers off` |
+/// | `LOG_LEVEL` (`WARN`) | `--log` |
+///
+/// # Errors
+/// [`EnvError`] for a setting that would change decisions and is not
+/// supported (`BACKEND_TYPE=memcache`, `REDIS_TYPE=SENTINEL`, a global
+/// `SHADOW_MODE`, `REDIS_PERSECOND`, renamed limit headers), or a value
+/// that does not parse.
+pub fn flags_from_ratelimit_env(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<EnvFlags, EnvError> {
+    let var = |name: &'static str| get(name).filter(|v| !v.trim().is_empty());
+    let mut out = EnvFlags::default();
+    let push = |out: &mut EnvFlags, flag: &str, value: String| {
+        out.args.push(flag.to_string());
+        out.args.push(value);
+    };
+
+    let mut dir =
+        PathBuf::from(var("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into()));
+    if let Some(sub) = var("RUNTIME_SUBDIRECTORY") {
+        dir.push(sub);
+    }
+    dir.push(var("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
+    push(&mut out, "--config", dir.display().to_string());
+
+    let addr =
+        |host: &'static str, port: &'static str, default: &str| -> Result<String, EnvError> {
+            let h = var(host).unwrap_or_else(|| "0.0.0.0".into());
+            let p = var(port).unwrap_or_else(|| default.into());
+            p.parse::<u16>().map_err(|_| EnvError {
+                name: port,
+                value: p.clone(),
+                reason: "not a port number",
+            })?;
+            Ok(if h.contains(':') {
+                format!("[{h}]:{p}")
+            } else {
+                format!("{h}:{p}")
+            })
+        };
+    push(&mut out, "--grpc", addr("GRPC_HOST", "GRPC_PORT", "8081")?);
+    push(&mut out, "--http", addr("HOST", "PORT", "8080")?);
+
+    let flag = |name: &'static str| -> Result<bool, EnvError> {
+        match var(name).map(|v| v.to_ascii_lowercase()) {
+            None => Ok(false),
+            Some(v) if matches!(v.as_str(), "true" | "1" | "t") => Ok(true),
+            Some(v) if matches!(v.as_str(), "false" | "0" | "f") => Ok(false),
+            Some(v) => Err(EnvError {
+                name,
+                value: v,
+                reason: "not true or false",
+            }),
+        }
+    };
+    let unsupported = |name: &'static str, reason: &'static str| -> Result<(), EnvError> {
+        match var(name) {
+            Some(value) => Err(EnvError {
+                name,
+                value,
+                reason,
+            }),
+            None => Ok(()),
+        }
+    };
+
+    if let Some(b) = var("BACKEND_TYPE").filter(|b| !b.eq_ignore_ascii_case("redis")) {
+        return Err(EnvError {
+            name: "BACKEND_TYPE",
+            value: b,
+            reason: "only redis is supported (or no REDIS_URL: counters in memory)",
+        });
+    }
+    if flag("SHADOW_MODE")? {
+        return Err(EnvError {
+            name: "SHADOW_MODE",
+            value: "true".into(),
+            reason: "a global shadow mode is not supported; set `shadow_mode: true` on the rules",
+        });
+    }
+    if flag("REDIS_PERSECOND")? {
+        return Err(EnvError {
+            name: "REDIS_PERSECOND",
+            value: "true".into(),
+            reason: "a second Redis for per-second limits is not supported; one Redis (or cluster) holds every counter",
+        });
+    }
+    for name in [
+        "LIMIT_LIMIT_HEADER",
+        "LIMIT_REMAINING_HEADER",
+        "LIMIT_RESET_HEADER",
+    ] {
+        unsupported(
+            name,
+            "renamed limit headers are not supported (RateLimit-Limit, -Remaining and -Reset are sent)",
+        )?;
+    }
+
+    if let Some(url) = var("REDIS_URL") {
+        let socket = var("REDIS_SOCKET_TYPE").unwrap_or_else(|| "unix".into());
+        let tls = flag("REDIS_TLS")?;
+        let auth = var("REDIS_AUTH").map(|a| match a.split_once(':') {
+            Some((user, pass)) => format!("{user}:{pass}@"),
+            None => format!(":{a}@"),
+        });
+        let auth = auth.unwrap_or_default();
+        let one = |addr: &str| -> Result<String, EnvError> {
+            match socket.to_ascii_lowercase().as_str() {
+                "tcp" => Ok(format!(
+                    "{}://{auth}{}",
+                    if tls { "rediss" } else { "redis" },
+                    addr.trim()
+                )),
+                "unix" => Ok(format!("redis+unix://{}", addr.trim())),
+                _ => Err(EnvError {
+                    name: "REDIS_SOCKET_TYPE",
+                    value: socket.clone(),
+                    reason: "not tcp or unix",
+                }),
+            }
+        };
+        match var("REDIS_TYPE")
+            .unwrap_or_else(|| "SINGLE".into())
+            .to_ascii_uppercase()
+            .as_str()
+        {
+            "SINGLE" => push(&mut out, "--redis", one(&url)?),
+            "CLUSTER" => {
+                let nodes: Result<Vec<_>, _> = url.split(',').map(one).collect();
+                push(&mut out, "--redis-cluster", nodes?.join(","));
+            }
+            other => {
+                return Err(EnvError {
+                    name: "REDIS_TYPE",
+                    value: other.to_string(),
+                    reason: "only SINGLE and CLUSTER are supported",
+                })
+            }
+        }
+    }
+
+    let headers = if flag("LIMIT_RESPONSE_HEADERS_ENABLED")? {
+        "legacy"
+    } else {
+        "off"
+    };
+    push(&mut out, "--headers", headers.into());
+    if let Some(level) = var("LOG_LEVEL") {
+        let level = level.to_ascii_lowercase();
+        let level = if level == "warning" {
+            "warn".into()
+        } else {
+            level
+        };
+        push(&mut out, "--log", level);
+    }
+
+    for name in IGNORED {
+        if let Some(v) = var(name) {
+            out.ignored.push(format!("{name}={v}"));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    fn args(pairs: &[(&str, &str)]) -> Vec<String> {
+        flags_from_ratelimit_env(env(pairs)).unwrap().args
+    }
+
+    #[test]
+    fn nothing_set_is_the_go_services_defaults_in_memory() {
+        assert_eq!(
+            args(&[]),
+            [
+                "--config",
+                "/srv/runtime_data/current/config",
+                "--grpc",
+                "0.0.0.0:8081",
+                "--http",
+                "0.0.0.0:8080",
+                "--headers",
+                "off"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_typical_deployment_maps_to_flags() {
+        let a = args(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_APPDIRECTORY", "rules"),
+            ("GRPC_PORT", "9081"),
+            ("HOST", "127.0.0.1"),
+            ("PORT", "9080"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis:6379"),
+            ("REDIS_AUTH", "secret"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LOG_LEVEL", "DEBUG"),
+        ]);
+        assert_eq!(
+            a,
+            [
+                "--config",
+                "/data/ratelimit/rules",
+                "--grpc",
+                "0.0.0.0:9081",
+                "--http",
+                "127.0.0.1:9080",
+                "--redis",
+                "redis://:secret@redis:6379",
+                "--headers",
+                "legacy",
+                "--log",
+                "debug"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cluster_names_every_node_and_tls_uses_rediss() {
+        let a = args(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_TYPE", "cluster"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_URL", "a:7000, b:7001"),
+        ]);
+        let i = a.iter().position(|x| x == "--redis-cluster").unwrap();
+        assert_eq!(a[i + 1], "rediss://a:7000,rediss://b:7001");
+        // The Go service's default socket type is a unix socket.
+        let a = args(&[("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")]);
+        assert!(a.contains(&"redis+unix:///var/run/nutcracker/ratelimit.sock".to_string()));
+    }
+
+    #[test]
+    fn settings_that_would_change_decisions_are_errors_naming_them() {
+        for (pairs, name) in [
+            (&[("BACKEND_TYPE", "memcache")][..], "BACKEND_TYPE"),
+            (&[("SHADOW_MODE", "true")][..], "SHADOW_MODE"),
+            (&[("REDIS_PERSECOND", "true")][..], "REDIS_PERSECOND"),
+            (
+                &[("REDIS_URL", "x:1"), ("REDIS_TYPE", "SENTINEL")][..],
+                "REDIS_TYPE",
+            ),
+            (
+                &[("REDIS_URL", "x:1"), ("REDIS_SOCKET_TYPE", "udp")][..],
+                "REDIS_SOCKET_TYPE",
+            ),
+            (
+                &[("LIMIT_RESET_HEADER", "X-Reset")][..],
+                "LIMIT_RESET_HEADER",
+            ),
+            (&[("GRPC_PORT", "http")][..], "GRPC_PORT"),
+            (
+                &[("REDIS_URL", "x:1"), ("REDIS_TLS", "maybe")][..],
+                "REDIS_TLS",
+            ),
+        ] {
+            let e = flags_from_ratelimit_env(env(pairs)).unwrap_err();
+            assert_eq!(e.name, name, "{e}");
+            assert!(e.to_string().starts_with(&format!("{name}=")), "{e}");
+        }
+        // Off is no change.
+        assert!(flags_from_ratelimit_env(env(&[("SHADOW_MODE", "false")])).is_ok());
+    }
+
+    #[test]
+    fn settings_of_the_go_service_itself_are_reported_as_ignored() {
+        let f =
+            flags_from_ratelimit_env(env(&[("USE_STATSD", "true"), ("STATSD_HOST", "s")])).unwrap();
+        assert_eq!(f.ignored, ["USE_STATSD=true", "STATSD_HOST=s"]);
+    }
+}
