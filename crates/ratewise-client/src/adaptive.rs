@@ -235,7 +235,8 @@ enum Blind {
     /// A refusal a round trip after a lone first success: the rate doubles
     /// per success until the second cut.
     LoneSuccess,
-    /// A refusal before any success, with sends out at once: the burst's
+    /// A refusal before any success (or before five, while at least two
+    /// sends per answer are still out), with sends out at once: the burst's
     /// other answers may all come at once, so the rate doubles at most once
     /// per interval and per [`START_BURST_SPAN`] (after a pause, a bucket's
     /// refilled burst admits sends at any pace: doubling per interval ran
@@ -280,14 +281,19 @@ enum Blind {
 ///   second cut each success doubles the rate, as TCP's slow start doubles
 ///   its window.
 ///   So does a first refusal before any success while two or more sends
-///   were out within a tenth of a second, but doubling at most once per
-///   interval (the burst's other answers come at once), and its second
-///   cut sets the additive step's scale.
+///   were out within a tenth of a second (or before five successes while
+///   at least two sends per answer are still out: a burst answered out of
+///   order), but doubling at most once per interval (the burst's other
+///   answers come at once), and its second cut sets the additive step's
+///   scale.
 /// * **Until the second cut** a success adds at least `start_growth` of the
 ///   rate (the first cut halved a rate measured on an unpaced burst); the
 ///   cooldown is one interval, and the second cut goes to the rate the
 ///   server admitted since the first (when at least `admitted_min_count`
-///   successes came), not to half an overshoot.
+///   successes came), not to half an overshoot, nor lower than half of
+///   what got through while the client was free to send (a `Retry-After`'s
+///   wait since the first cut taken out: a whole-second one, rounded up
+///   from milliseconds, would otherwise dilute the count).
 /// * **A refusal too soon after a cut to cut again holds the rate** until
 ///   the next cut may come.
 /// * **A cut** comes at most once per `decrease_cooldown` and per interval,
@@ -337,6 +343,7 @@ pub struct Adaptive {
     /// small so the controller stays within the size clippy's
     /// `large_enum_variant` allows beside the others).
     quiet_from: Timestamp,
+    /// The length of that span.
     quiet_ms: u32,
     /// The partition found its quota closed for a while: above the rate
     /// the server admitted over its latest cycle, the unhinted step grows
