@@ -638,23 +638,21 @@ impl RateController for Adaptive {
                     // burst; halving the overshoot can leave it above the
                     // server's rate, while the successes since the first cut
                     // came at no more than that rate.
-                    let ends_climb =
-                        self.slow_start && self.admitted_since_cut(now).is_some_and(|a| a < from);
-                    let to = match self.admitted_since_cut(now) {
-                        Some(a) if ends_climb => a,
-                        _ => to,
-                    };
+                    let ends_climb = self
+                        .admitted_since_cut(now)
+                        .filter(|&a| self.slow_start && a < from);
                     // That count is also the step's scale (below). But a wait
                     // the server ordered since the first cut (a `Retry-After`
                     // of whole seconds rounded up from milliseconds) diluted
                     // it: the rate goes no lower than a full cut from what got
                     // through while the client was free to send.
-                    let measured = to;
-                    let to = match self.admitted_since_cut_while_open(now) {
-                        Some(open) if ends_climb => {
-                            to.max(open.min(from) * self.config.decrease_factor)
+                    let measured = ends_climb.unwrap_or(to);
+                    let to = match (ends_climb, self.admitted_since_cut_while_open(now)) {
+                        (Some(a), Some(open)) => {
+                            a.max(open.min(from) * self.config.decrease_factor)
                         }
-                        _ => to,
+                        (Some(a), None) => a,
+                        (None, _) => to,
                     };
                     // A cut the admitted rate held up climbs back as gently:
                     // its gap closes in as many successes as a full cut's.
