@@ -145,19 +145,23 @@ pub fn flags_from_ratelimit_env(
             reason: "only redis is supported (or no REDIS_URL: counters in memory)",
         });
     }
-    if flag("SHADOW_MODE")? {
-        return Err(EnvError {
-            name: "SHADOW_MODE",
-            value: "true".into(),
-            reason: "a global shadow mode is not supported; set `shadow_mode: true` on the rules",
-        });
-    }
-    if flag("REDIS_PERSECOND")? {
-        return Err(EnvError {
-            name: "REDIS_PERSECOND",
-            value: "true".into(),
-            reason: "a second Redis for per-second limits is not supported; one Redis (or cluster) holds every counter",
-        });
+    for (name, reason) in [
+        (
+            "SHADOW_MODE",
+            "a global shadow mode is not supported; set `shadow_mode: true` on the rules",
+        ),
+        (
+            "REDIS_PERSECOND",
+            "a second Redis for per-second limits is not supported; one Redis (or cluster) holds every counter",
+        ),
+    ] {
+        if flag(name)? {
+            return Err(EnvError {
+                name,
+                value: "true".into(),
+                reason,
+            });
+        }
     }
     for name in [
         "LIMIT_LIMIT_HEADER",
@@ -173,25 +177,51 @@ pub fn flags_from_ratelimit_env(
     if let Some(url) = var("REDIS_URL") {
         let socket = var("REDIS_SOCKET_TYPE").unwrap_or_else(|| "unix".into());
         let tls = flag("REDIS_TLS")?;
-        let auth = var("REDIS_AUTH").map(|a| match a.split_once(':') {
-            Some((user, pass)) => format!("{user}:{pass}@"),
-            None => format!(":{a}@"),
-        });
-        let auth = auth.unwrap_or_default();
+        // `user:password` or a password alone, as the Go service reads it.
+        let auth = var("REDIS_AUTH");
+        let (user, pass) = match auth.as_deref().map(|a| a.split_once(':')) {
+            Some(Some((u, p))) => (u, Some(p)),
+            Some(None) => ("", auth.as_deref()),
+            None => ("", None),
+        };
+        let bad_url = |value: String| EnvError {
+            name: "REDIS_URL",
+            value,
+            reason: "not a host:port (tcp) or a socket path (unix)",
+        };
         let one = |addr: &str| -> Result<String, EnvError> {
-            match socket.to_ascii_lowercase().as_str() {
-                "tcp" => Ok(format!(
-                    "{}://{auth}{}",
-                    if tls { "rediss" } else { "redis" },
-                    addr.trim()
-                )),
-                "unix" => Ok(format!("redis+unix://{}", addr.trim())),
-                _ => Err(EnvError {
-                    name: "REDIS_SOCKET_TYPE",
-                    value: socket.clone(),
-                    reason: "not tcp or unix",
-                }),
-            }
+            let addr = addr.trim();
+            let u = match socket.to_ascii_lowercase().as_str() {
+                "tcp" => {
+                    let scheme = if tls { "rediss" } else { "redis" };
+                    let mut u = url::Url::parse(&format!("{scheme}://{addr}"))
+                        .map_err(|_| bad_url(addr.to_string()))?;
+                    let ok = u.set_username(user).is_ok() && u.set_password(pass).is_ok();
+                    if !ok {
+                        return Err(bad_url(addr.to_string()));
+                    }
+                    u
+                }
+                "unix" => {
+                    let mut u = url::Url::parse(&format!("redis+unix://{addr}"))
+                        .map_err(|_| bad_url(addr.to_string()))?;
+                    if !user.is_empty() {
+                        u.query_pairs_mut().append_pair("user", user);
+                    }
+                    if let Some(p) = pass {
+                        u.query_pairs_mut().append_pair("pass", p);
+                    }
+                    u
+                }
+                _ => {
+                    return Err(EnvError {
+                        name: "REDIS_SOCKET_TYPE",
+                        value: socket.clone(),
+                        reason: "not tcp or unix",
+                    })
+                }
+            };
+            Ok(u.to_string())
         };
         match var("REDIS_TYPE")
             .unwrap_or_else(|| "SINGLE".into())
@@ -315,9 +345,22 @@ mod tests {
         ]);
         let i = a.iter().position(|x| x == "--redis-cluster").unwrap();
         assert_eq!(a[i + 1], "rediss://a:7000,rediss://b:7001");
-        // The Go service's default socket type is a unix socket.
+        // The Go service's default socket type is a unix socket; its
+        // credentials go in the query, percent-encoded as in the userinfo.
         let a = args(&[("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")]);
         assert!(a.contains(&"redis+unix:///var/run/nutcracker/ratelimit.sock".to_string()));
+        let a = args(&[("REDIS_URL", "/r.sock"), ("REDIS_AUTH", "me:p@ss/w&rd")]);
+        assert!(
+            a.contains(&"redis+unix:///r.sock?user=me&pass=p%40ss%2Fw%26rd".to_string()),
+            "{a:?}"
+        );
+        let a = args(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis:6379"),
+            ("REDIS_AUTH", "p@ss/w#rd"),
+        ]);
+        let i = a.iter().position(|x| x == "--redis").unwrap();
+        assert_eq!(a[i + 1], "redis://:p%40ss%2Fw%23rd@redis:6379");
     }
 
     #[test]
