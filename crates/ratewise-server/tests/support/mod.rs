@@ -57,8 +57,6 @@ impl Server {
     /// Starts the server on `config` with extra `args`, and waits (at most
     /// 30 s) for its `ready` line.
     pub fn start(config: &Path, args: &[&str]) -> Server {
-        let dir = tempdir("server-log");
-        let stderr = dir.join("stderr.log");
         let grpc = format!("127.0.0.1:{}", free_port());
         let http = format!("127.0.0.1:{}", free_port());
         let mut command = Command::new(env!("CARGO_BIN_EXE_ratewise-server"));
@@ -74,15 +72,13 @@ impl Server {
                 "50ms",
             ])
             .args(args);
-        Server::spawn(command, stderr, &grpc, &http)
+        Server::spawn(command, &grpc, &http)
     }
 
     /// Starts the server with `--ratelimit-env` and only `env` (on top of
     /// this process's environment) to configure it, listening on fresh
     /// ports given as `GRPC_HOST`/`GRPC_PORT` and `HOST`/`PORT`.
     pub fn start_from_ratelimit_env(env: &[(&str, &str)]) -> Server {
-        let dir = tempdir("server-log");
-        let stderr = dir.join("stderr.log");
         let (grpc_port, http_port) = (free_port().to_string(), free_port().to_string());
         let mut command = Command::new(env!("CARGO_BIN_EXE_ratewise-server"));
         command
@@ -96,13 +92,15 @@ impl Server {
             .envs(env.iter().copied());
         Server::spawn(
             command,
-            stderr,
             &format!("127.0.0.1:{grpc_port}"),
             &format!("127.0.0.1:{http_port}"),
         )
     }
 
-    fn spawn(mut command: Command, stderr: PathBuf, grpc: &str, http: &str) -> Server {
+    /// Spawns `command`, its stderr to a log file, and waits (at most 30 s)
+    /// for its `ready` line.
+    fn spawn(mut command: Command, grpc: &str, http: &str) -> Server {
+        let stderr = tempdir("server-log").join("stderr.log");
         let mut child = command
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).expect("a log file"))
