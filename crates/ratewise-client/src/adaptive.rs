@@ -165,6 +165,10 @@ const START_MIN_SUCCESSES: u32 = 5;
 /// server admitted since the first) ends it.
 const BLIND_START_GROWTH: f64 = 1.0;
 
+/// A time no clock reaches (585 years of nanoseconds): "not yet" where a
+/// plain timestamp stands for an optional one.
+const NEVER: Timestamp = Timestamp::from_nanos(u64::MAX);
+
 /// Events counted in whole seconds: the current second and the one before,
 /// enough to measure the rate a client was sending at when first throttled
 /// (or the rate its successes came back at).
@@ -272,6 +276,14 @@ enum Blind {
 ///   server admitted over its latest cycle (from the start of one run of
 ///   refusals to the start of the next). A climb that speeds up the longer
 ///   it goes unrefused overshoots a window by the window's whole length.
+/// * **A quota found shut keeps what it admitted**, where the server sends
+///   no remaining count: a cut with no success since the previous one, nor
+///   for a cooldown, goes no lower than what got through since the quota
+///   last opened (from the first success after a cooldown or more without
+///   any), over the time since; once the quota has been found closed for a while, no cut goes
+///   below the rate admitted over the latest whole cycle. Halving once per
+///   refused probe left a client of a spent window at its floor when the
+///   window opened again (300 a minute: 0.07/s, minutes to climb back).
 /// * **A first refusal within a tenth of a second of the first success**,
 ///   after at least five successes, measures the burst over that tenth of
 ///   a second, not over a whole second.
@@ -306,7 +318,10 @@ pub struct Adaptive {
     /// The rate pacing began at (the first cut, or the first cap): the
     /// scale of every additive step.
     base: f64,
-    last_cut: Option<Timestamp>,
+    /// When the latest cut came ([`NEVER`] before the first: a plain
+    /// timestamp keeps the controller within the size clippy's
+    /// `large_enum_variant` allows).
+    cut_at: Timestamp,
     /// The rate just before the latest cut (or the cap pacing began at):
     /// the scale of the step when the server sends no remaining count.
     at_cut: f64,
@@ -365,8 +380,9 @@ const WINDOWED_PROBE_MAX: f64 = 4.0;
 /// window's rate, where the one-to-two-second meter says zero or a burst.
 #[derive(Clone, Copy, Debug)]
 struct Cycles {
-    /// When the current cycle's run of refusals began.
-    start: Option<Timestamp>,
+    /// When the current cycle's run of refusals began ([`NEVER`]: none
+    /// yet).
+    start: Timestamp,
     /// Successes since then.
     successes: u32,
     /// Whether the latest answer was a refusal.
@@ -375,23 +391,64 @@ struct Cycles {
     /// one closes (a plain `f64` keeps the controller within the size
     /// clippy's `large_enum_variant` allows beside the others).
     rate: f64,
+    /// The first success of the current opening: the first after a
+    /// cooldown or more without any (`Timestamp::ZERO` before any).
+    opened: Timestamp,
+    /// The latest success, in milliseconds after `opened` (saturating).
+    last_success_ms: u32,
+    /// Successes since `opened`.
+    open_successes: u32,
 }
 
 impl Default for Cycles {
     fn default() -> Self {
         Cycles {
-            start: None,
+            start: NEVER,
             successes: 0,
             refusing: false,
             rate: -1.0,
+            opened: Timestamp::ZERO,
+            last_success_ms: 0,
+            open_successes: 0,
         }
     }
 }
 
 impl Cycles {
-    fn success(&mut self) {
+    /// A success at `now`; one that comes `gap` or more after the previous
+    /// (or the first) opens a new opening.
+    fn success(&mut self, now: Timestamp, gap: Duration) {
         self.refusing = false;
         self.successes = self.successes.saturating_add(1);
+        if self.open_successes == 0 || self.without_success(now) >= gap {
+            self.opened = now;
+            self.open_successes = 0;
+        }
+        self.open_successes = self.open_successes.saturating_add(1);
+        let since = now.saturating_duration_since(self.opened).as_millis();
+        self.last_success_ms = u32::try_from(since).unwrap_or(u32::MAX);
+    }
+
+    /// From the first success of the current opening to its latest.
+    fn open_span(&self) -> Duration {
+        Duration::from_millis(u64::from(self.last_success_ms))
+    }
+
+    /// How long since the latest success.
+    fn without_success(&self, now: Timestamp) -> Duration {
+        let last = self
+            .opened
+            .saturating_add(Duration::from_millis(u64::from(self.last_success_ms)));
+        now.saturating_duration_since(last)
+    }
+
+    /// Successes per second since the current opening began, when at least
+    /// `min` came: over a window closed since, it falls to the window's
+    /// rate by the time the window opens again.
+    fn opening_rate(&self, now: Timestamp, min: u32) -> Option<f64> {
+        let span = now.saturating_duration_since(self.opened).as_secs_f64();
+        (self.open_successes >= min.max(1) && span > 0.0)
+            .then(|| f64::from(self.open_successes) / span)
     }
 
     /// A refusal at `now`: a run of them after at least `min` successes
@@ -401,16 +458,17 @@ impl Cycles {
             return;
         }
         self.refusing = true;
-        if self.start.is_some() && self.successes < min {
+        if self.start != NEVER && self.successes < min {
             return;
         }
-        if let Some(s) = self.start {
+        if self.start != NEVER {
+            let s = self.start;
             let span = now.saturating_duration_since(s).as_secs_f64();
             if span > 0.0 {
                 self.rate = f64::from(self.successes) / span;
             }
         }
-        self.start = Some(now);
+        self.start = now;
         self.successes = 0;
     }
 }
@@ -427,7 +485,7 @@ impl Adaptive {
             config,
             rate: None,
             base: config.fallback_rate,
-            last_cut: None,
+            cut_at: NEVER,
             at_cut: config.fallback_rate,
             meter: RateMeter::default(),
             admitted: RateMeter::default(),
@@ -451,7 +509,7 @@ impl Adaptive {
     /// every `probe_doubling`, at most `probe_max_factor`.
     fn probe(&self, now: Timestamp) -> f64 {
         let quiet = self
-            .last_cut
+            .last_cut()
             .map_or(0.0, |c| now.saturating_duration_since(c).as_secs_f64());
         let doublings = quiet / self.config.probe_doubling.as_secs_f64();
         let cycle_rate = (self.cycles.rate >= 0.0).then_some(self.cycles.rate);
@@ -472,11 +530,18 @@ impl Adaptive {
     /// sends since the cut were refused: then the server, not this
     /// client's pace or pauses, set how many got through.
     fn admitted_since_cut(&self, now: Timestamp) -> Option<f64> {
-        let since = now.saturating_duration_since(self.last_cut?).as_secs_f64();
+        let since = now
+            .saturating_duration_since(self.last_cut()?)
+            .as_secs_f64();
         let refused_most = self.sent_since_cut >= self.since_cut.saturating_mul(2);
         let enough = self.since_cut >= self.config.admitted_min_count
             || (refused_most && self.since_cut >= START_MIN_SUCCESSES);
         (enough && since > 0.0).then(|| f64::from(self.since_cut) / since)
+    }
+
+    /// When the latest cut came, if any.
+    fn last_cut(&self) -> Option<Timestamp> {
+        (self.cut_at != NEVER).then_some(self.cut_at)
     }
 
     fn quiet_until(&self) -> Timestamp {
@@ -488,7 +553,7 @@ impl Adaptive {
     /// did not tell the client to stay quiet (the latest `Retry-After`'s
     /// wait taken out), when at least [`START_MIN_SUCCESSES`] came.
     fn admitted_since_cut_while_open(&self, now: Timestamp) -> Option<f64> {
-        let cut = self.last_cut?;
+        let cut = self.last_cut()?;
         let quiet = self
             .quiet_until()
             .min(now)
@@ -557,13 +622,15 @@ impl RateController for Adaptive {
                 } else {
                     cool
                 };
-                let cooling = self.last_cut.is_some_and(|t| now < t.saturating_add(cool));
+                let cooling = self
+                    .last_cut()
+                    .is_some_and(|t| now < t.saturating_add(cool));
                 // A refusal too soon after a cut to cut again still says the
                 // rate is above the server's: it holds until the next cut
                 // may come.
                 if cooling {
                     self.held_until = self
-                        .last_cut
+                        .last_cut()
                         .map_or(Timestamp::ZERO, |t| t.saturating_add(cool));
                 }
                 if !cooling {
@@ -632,6 +699,31 @@ impl RateController for Adaptive {
                         .rate_of_at_least(now, self.config.admitted_min_count)
                         .map_or(0.0, |a| a * self.config.admitted_floor);
                     let to = (from * self.config.decrease_factor).max(admitted.min(from));
+                    // Where the server sends no remaining count, a quota
+                    // found closed keeps what it admitted: once closed for a
+                    // while, never below the rate of the latest whole cycle;
+                    // and a cut with no success since the previous one (the
+                    // quota shut, not passed a moment too fast) never below
+                    // what got through since the quota last opened, over the
+                    // time since. Halving once per refused probe would leave
+                    // a client of a closed window at its floor when the
+                    // window opens again.
+                    let to = if outcome.hints.remaining.is_none() {
+                        let cycle = if self.windowed { self.cycles.rate } else { 0.0 };
+                        let cooldown = self.config.decrease_cooldown;
+                        let shut = self.since_cut == 0
+                            && self.last_cut().is_some()
+                            && (self.cycles.without_success(now) >= cooldown
+                                || self.cycles.open_span() >= cooldown);
+                        let opening = self
+                            .cycles
+                            .opening_rate(now, self.config.admitted_min_count)
+                            .filter(|_| shut)
+                            .unwrap_or(0.0);
+                        to.max(cycle.max(opening).min(from))
+                    } else {
+                        to
+                    };
                     // The cut that ends the climb from the first one: what
                     // the server admitted since that cut, when below the rate
                     // cut from. The climb overshot a rate measured on a
@@ -666,7 +758,7 @@ impl RateController for Adaptive {
                     // Pacing begins: the step's scale is set once, and the
                     // rise is multiplicative until the next cut (the first
                     // cut's rate came from an unpaced burst).
-                    self.slow_start = self.last_cut.is_none() && self.rate.is_none();
+                    self.slow_start = self.last_cut().is_none() && self.rate.is_none();
                     if self.slow_start {
                         self.base = r;
                     } else {
@@ -683,7 +775,7 @@ impl RateController for Adaptive {
                     self.since_cut = 0;
                     self.sent_since_cut = 0;
                     self.rate = Some(r);
-                    self.last_cut = Some(now);
+                    self.cut_at = now;
                 }
                 // After the cut, which measured up to this refusal.
                 if let Some(ra) = outcome.hints.retry_after {
@@ -698,7 +790,7 @@ impl RateController for Adaptive {
             }
             Signal::Success => {
                 self.admitted.note(now);
-                self.cycles.success();
+                self.cycles.success(now, self.config.decrease_cooldown);
                 self.since_cut = self.since_cut.saturating_add(1);
                 // Only the count above what the latest refusal said is spare.
                 let floor = u64::from(self.refused_at_remaining);
@@ -848,6 +940,97 @@ mod tests {
             c.limit_to(0.05);
         }
         assert!((step(&mut open) - step(&mut closed)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_quota_found_closed_cuts_no_lower_than_the_cycles_rate() {
+        // The cycle's rate is 21/200 per second (as above); ten successes
+        // raise the rate above it, and a refusal cuts.
+        let cut = |closed: bool, remaining: Option<u64>| {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            let t = Timestamp::ZERO;
+            c.on_outcome(t, &Outcome::throttled()).unwrap();
+            for i in 1..=21 {
+                c.on_outcome(t + Duration::from_secs(i), &Outcome::success());
+            }
+            c.on_outcome(t + Duration::from_secs(200), &Outcome::throttled());
+            if closed {
+                c.note_closed_quota();
+            }
+            for i in 1..=10 {
+                c.on_outcome(t + Duration::from_secs(200 + i), &Outcome::success());
+            }
+            let from = c.rate().unwrap();
+            let refused = Outcome::throttled().with_hints(ServerHints {
+                remaining,
+                ..ServerHints::default()
+            });
+            let to = c
+                .on_outcome(t + Duration::from_secs(300), &refused)
+                .unwrap();
+            (from, to)
+        };
+        let (from, to) = cut(true, None);
+        assert!(from > 0.105 && from < 0.21, "{from}");
+        assert!((to - 0.105).abs() < 1e-9, "{to}");
+        // Not found closed, or with a remaining count: a plain halving.
+        for (closed, remaining) in [(false, None), (true, Some(0))] {
+            let (from, to) = cut(closed, remaining);
+            assert!((to - from / 2.0).abs() < 1e-9, "{closed} {remaining:?}");
+        }
+    }
+
+    #[test]
+    fn a_quota_shut_keeps_what_it_admitted_since_it_opened() {
+        // 100 successes in the first second, then the quota shuts: refusals
+        // with no success between them (a window spent, say).
+        let run = |remaining: Option<u64>| {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            let t0 = Timestamp::ZERO;
+            for i in 1..=100u64 {
+                c.on_send(t0 + ms(10 * i - 5));
+                c.on_outcome(t0 + ms(10 * i), &Outcome::success());
+            }
+            let refused = Outcome::throttled().with_hints(ServerHints {
+                remaining,
+                ..ServerHints::default()
+            });
+            let rates: Vec<(u64, f64)> = [1_100u64, 2_600, 4_100, 6_100, 9_100]
+                .into_iter()
+                .map(|at| (at, c.on_outcome(t0 + ms(at), &refused).unwrap()))
+                .collect();
+            (c, rates)
+        };
+        let (mut blind, shut) = run(None);
+        let (_, counted) = run(Some(0));
+        // The first cut is the usual one either way.
+        assert_eq!(shut[0].1, counted[0].1);
+        // Without a remaining count, each later cut goes no lower than what
+        // got through since the quota opened (100 from 10 ms on), over the
+        // time since: at 9.1 s, 11/s, where halving has left 5/s.
+        for w in shut.windows(2) {
+            let ((_, from), (at, to)) = (w[0], w[1]);
+            let opening = 100.0 / ((at - 10) as f64 / 1000.0);
+            assert!(to >= opening.min(from) - 1e-9, "{to} at {at} ms");
+            assert!(to <= from);
+        }
+        // A server that counts its quota says how much is left: its cuts
+        // halve, as they always did.
+        for w in counted.windows(2) {
+            assert!((w[1].1 - w[0].1 / 2.0).abs() < 1e-9, "{counted:?}");
+        }
+        assert!(shut[4].1 > 2.0 * counted[4].1, "{shut:?} {counted:?}");
+        // A success after a second or more without any opens the quota
+        // anew: one success measures nothing, and the cuts halve again.
+        let t0 = Timestamp::ZERO;
+        blind.on_outcome(t0 + ms(10_000), &Outcome::success());
+        let a = blind
+            .on_outcome(t0 + ms(11_100), &Outcome::throttled())
+            .unwrap();
+        let b = blind
+            .on_outcome(t0 + ms(13_100), &Outcome::throttled())
+            .unwrap();
+        assert!((b - a / 2.0).abs() < 1e-9, "{a} then {b}");
     }
 
     #[test]

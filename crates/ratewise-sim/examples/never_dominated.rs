@@ -4,7 +4,9 @@
 //! other strategies with at most 10 % retries, and whatever beats the
 //! default as `rank::NEVER_DOMINATED` forbids.
 //!
-//! `cargo run --release -p ratewise-sim --example never_dominated [RUNS]`
+//! `cargo run --release -p ratewise-sim --example never_dominated [RUNS [DIR]]`
+//! (`DIR`: another directory of scenario files, such as variants of the
+//! shipped ones kept out of the repository).
 
 use ratewise_sim::{rank, Experiment, Scenario};
 
@@ -14,7 +16,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(3);
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let dir = match std::env::args().nth(2) {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios"),
+    };
     let mut paths: Vec<_> = std::fs::read_dir(&dir)?
         .filter_map(|f| f.ok().map(|f| f.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
