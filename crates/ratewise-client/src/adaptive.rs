@@ -263,6 +263,11 @@ enum Blind {
 ///   quota is empty, the boost stops at the rate of the latest cut (above
 ///   it, spare quota is a bucket's burst draining) and a shallow cut's
 ///   step is as gentle as an unhinted one's.
+/// * **A count that keeps saying "none left" while it admits is no
+///   count**: once more successes than the stated limit said so since the
+///   latest refusal, the rate climbs as if the server sent no count (a
+///   bucket of one admits request after request with `Remaining: 0`, and
+///   a whole-second reset rounds its 50 ms up to a second).
 /// * **A refusal's remaining count is the empty mark**: a server that
 ///   refuses while its headers say quota is left over-states its quota, and
 ///   only the count above what the refusal said is spare.
@@ -366,6 +371,9 @@ pub struct Adaptive {
     windowed: bool,
     /// The rate admitted per cycle of refusals.
     cycles: Cycles,
+    /// Successes whose remaining count said none left, since the latest
+    /// refusal.
+    empty_successes: u32,
 }
 
 /// How far the unhinted step may grow above the rate of the latest cycle
@@ -502,6 +510,7 @@ impl Adaptive {
             quiet_ms: 0,
             windowed: false,
             cycles: Cycles::default(),
+            empty_successes: 0,
         })
     }
 
@@ -606,6 +615,7 @@ impl RateController for Adaptive {
                     self.refused_at_remaining = u32::try_from(left).unwrap_or(u32::MAX);
                 }
                 self.cycles.refusal(now, self.config.admitted_min_count);
+                self.empty_successes = 0;
                 // A cut is judged by requests sent at the cut rate: at most
                 // one per cooldown, and at most one per interval at the
                 // current rate.
@@ -796,6 +806,16 @@ impl RateController for Adaptive {
                 let floor = u64::from(self.refused_at_remaining);
                 let remaining = outcome.hints.remaining.map(|r| r.saturating_sub(floor));
                 let limit = outcome.hints.limit.map(|l| l.saturating_sub(floor));
+                if remaining == Some(0) {
+                    self.empty_successes = self.empty_successes.saturating_add(1);
+                }
+                // A count that said "none left" on more successes since the
+                // latest refusal than the whole quota refills faster than
+                // this client spends it (a bucket of one, say, whose reset
+                // is rounded up to a second): it holds nothing, and the rate
+                // climbs as if the server sent no count.
+                let refills = limit.is_some_and(|l| u64::from(self.empty_successes) > l);
+                let remaining = remaining.filter(|_| !refills);
                 let exhausted = remaining == Some(0) || now < self.held_until;
                 if let (Some(r), false) = (self.rate, exhausted) {
                     let mut step = if let Some(left) = remaining {
@@ -940,6 +960,36 @@ mod tests {
             c.limit_to(0.05);
         }
         assert!((step(&mut open) - step(&mut closed)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_count_that_keeps_saying_none_left_while_it_admits_holds_nothing() {
+        let empty = |limit: u64| {
+            Outcome::success().with_hints(ServerHints {
+                remaining: Some(0),
+                limit: Some(limit),
+                ..ServerHints::default()
+            })
+        };
+        let t = Timestamp::ZERO;
+        // A bucket of one says "none left" after every request it admits.
+        let mut one = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let r0 = one.on_outcome(t, &Outcome::throttled()).unwrap();
+        assert_eq!(one.on_outcome(t + ms(100), &empty(1)), Some(r0));
+        let r1 = one.on_outcome(t + ms(200), &empty(1)).unwrap();
+        assert!(r1 > r0, "{r1}");
+        // A quota of 100 holds the rate for 100 such successes after a
+        // refusal, and a refusal starts the count again.
+        let mut hundred = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let r = hundred.on_outcome(t, &Outcome::throttled()).unwrap();
+        for i in 1..=100 {
+            assert_eq!(hundred.on_outcome(t + ms(10 * i), &empty(100)), Some(r));
+        }
+        assert!(hundred.on_outcome(t + ms(1_010), &empty(100)).unwrap() > r);
+        let cut = hundred
+            .on_outcome(t + ms(5_000), &Outcome::throttled())
+            .unwrap();
+        assert_eq!(hundred.on_outcome(t + ms(5_100), &empty(100)), Some(cut));
     }
 
     #[test]
