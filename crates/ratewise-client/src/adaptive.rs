@@ -1741,18 +1741,28 @@ mod tests {
         #[test]
         fn rate_stays_within_bounds_and_no_refusal_raises_it(
             steps in proptest::collection::vec(
-                (0u8..3, 0u64..3_000, proptest::option::of(0u64..5), proptest::option::of(0u64..5_000)),
+                (
+                    0u8..3,
+                    0u64..3_000,
+                    proptest::option::of(0u64..5),
+                    proptest::option::of(0u64..5_000),
+                    proptest::option::of(0u64..8),
+                ),
                 1..300,
             )
         ) {
             let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
             let mut now = Timestamp::ZERO;
-            for (sig, gap, rem, ra) in steps {
+            // The count a refusal left as the empty mark, and the successes
+            // whose count (above that mark) said none left since a refusal.
+            let (mut mark, mut empty) = (0u64, 0u64);
+            for (sig, gap, rem, ra, limit) in steps {
                 now = now + ms(gap);
                 c.on_send(now);
                 let signal = [Signal::Success, Signal::Throttled, Signal::ServerError][usize::from(sig)];
                 let hints = ServerHints {
                     remaining: rem,
+                    limit,
                     retry_after: ra.map(ms),
                     ..ServerHints::default()
                 };
@@ -1763,6 +1773,24 @@ mod tests {
                 }
                 if let (Signal::Throttled, Some(b), Some(a)) = (signal, before, after) {
                     proptest::prop_assert!(a <= b, "a refusal raised {} to {}", b, a);
+                }
+                match signal {
+                    Signal::Throttled => {
+                        if let Some(r) = rem {
+                            mark = r;
+                        }
+                        empty = 0;
+                    }
+                    Signal::Success if rem.map(|r| r.saturating_sub(mark)) == Some(0) => {
+                        empty += 1;
+                        // "None left" holds the rate until it has been said
+                        // on more successes than the stated limit.
+                        let l = limit.map(|l| l.saturating_sub(mark));
+                        if l.is_none_or(|l| empty <= l) {
+                            proptest::prop_assert_eq!(after, before, "{} empty successes, limit {:?}", empty, l);
+                        }
+                    }
+                    _ => {}
                 }
             }
         }
