@@ -5,7 +5,8 @@
 //!
 //! A debug build checks the scenarios that broke the rule before (a strict
 //! sliding log, over-stated headers, a leaky bucket with no burst, a
-//! bucket's remaining count shared by many clients) and a few shipped APIs,
+//! bucket's remaining count shared by many clients, a bucket of one whose
+//! count says "none left" after every success) and a few shipped APIs,
 //! two runs each, in about 20 s;
 //! the full sweep over every file in `scenarios/` is
 //! `cargo run --release -p ratewise-sim --example never_dominated`.
@@ -26,6 +27,7 @@ fn the_default_is_never_dominated_on_any_scenario() {
         "sliding-log-bare",
         "overstated-quota",
         "leaky-bucket-strict",
+        "bucket-of-one-draft",
         "token-bucket-many",
         "sliding-log-shared",
         "hidden-limit",
