@@ -442,6 +442,11 @@ impl Cycles {
         Duration::from_millis(u64::from(self.last_success_ms))
     }
 
+    /// Successes per second over the latest whole cycle, once one closed.
+    fn latest_rate(&self) -> Option<f64> {
+        (self.rate >= 0.0).then_some(self.rate)
+    }
+
     /// How long since the latest success.
     fn without_success(&self, now: Timestamp) -> Duration {
         let last = self
@@ -521,7 +526,7 @@ impl Adaptive {
             .last_cut()
             .map_or(0.0, |c| now.saturating_duration_since(c).as_secs_f64());
         let doublings = quiet / self.config.probe_doubling.as_secs_f64();
-        let cycle_rate = (self.cycles.rate >= 0.0).then_some(self.cycles.rate);
+        let cycle_rate = self.cycles.latest_rate();
         let above_cycle = match (self.rate, cycle_rate) {
             (Some(r), Some(c)) => r >= c,
             _ => false,
@@ -719,7 +724,11 @@ impl RateController for Adaptive {
                     // a client of a closed window at its floor when the
                     // window opens again.
                     let to = if outcome.hints.remaining.is_none() {
-                        let cycle = if self.windowed { self.cycles.rate } else { 0.0 };
+                        let cycle = self
+                            .cycles
+                            .latest_rate()
+                            .filter(|_| self.windowed)
+                            .unwrap_or(0.0);
                         let cooldown = self.config.decrease_cooldown;
                         let shut = self.since_cut == 0
                             && self.last_cut().is_some()
