@@ -52,6 +52,8 @@ struct Envoy {
     child: Child,
     listen: SocketAddr,
     log: PathBuf,
+    /// Its configuration and log, removed after it is stopped.
+    _dir: TempDir,
 }
 
 impl Drop for Envoy {
@@ -180,14 +182,14 @@ static_resources:
             .collect::<Vec<_>>()
             .join(", "),
     );
-    launch(binary, &dir, &config, listen_port, admin_port)
+    launch(binary, dir, &config, listen_port, admin_port)
 }
 
 /// Starts Envoy on `config` (written into `dir`) and waits for its admin
 /// `/ready`.
 fn launch(
     binary: &PathBuf,
-    dir: &std::path::Path,
+    dir: TempDir,
     config: &str,
     listen_port: u16,
     admin_port: u16,
@@ -213,6 +215,7 @@ fn launch(
         child,
         listen: SocketAddr::from(([127, 0, 0, 1], listen_port)),
         log,
+        _dir: dir,
     };
     let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
     wait_until(Duration::from_secs(60), "Envoy's /ready", || {
@@ -507,7 +510,7 @@ static_resources:
 "#,
         port = rlqs.port(),
     );
-    launch(binary, &dir, &config, listen_port, admin_port)
+    launch(binary, dir, &config, listen_port, admin_port)
 }
 
 /// Two Envoys, each with the `rate_limit_quota` filter, share one bucket of
@@ -543,7 +546,7 @@ fn two_envoys_on_two_instances_share_one_bucket_through_redis() {
 }
 
 /// A quota of 10 per second (burst 10) on `user`.
-fn quota_config() -> PathBuf {
+fn quota_config() -> TempDir {
     let dir = tempdir("rlqs-config");
     std::fs::write(
         dir.join("edge.yaml"),

@@ -21,7 +21,7 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 1000, algorithm: fixed_window }
 ";
 
-fn config() -> std::path::PathBuf {
+fn config() -> TempDir {
     config_dir(CONFIG)
 }
 
@@ -74,8 +74,8 @@ async fn two_instances_share_one_quota() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_a_refused_request_charges_no_other_descriptor() {
     let redis = Redis::start();
-    let server = Server::start(
-        &config(),
+    let server = Server::start_owning(
+        config(),
         &["--redis", &redis.url(), "--store-deadline", "2s"],
     );
     let mut c = client(&server).await;
@@ -195,7 +195,7 @@ const MARGIN: Duration = Duration::from_millis(90);
 async fn the_service_starts_before_redis_and_uses_it_within_a_second() {
     let port = free_port();
     let url = format!("redis://127.0.0.1:{port}");
-    let server = Server::start(&config(), &["--redis", &url, "--store-deadline", "10ms"]);
+    let server = Server::start_owning(config(), &["--redis", &url, "--store-deadline", "10ms"]);
     let mut c = client(&server).await;
     let r = req("edge", vec![desc(&[("user", "early")])]);
     // No Redis: the default policy (open) admits, and says so.
@@ -239,8 +239,8 @@ async fn the_service_starts_before_redis_and_uses_it_within_a_second() {
 async fn redis_killed_mid_load_the_policy_holds_within_the_deadline_and_redis_comes_back() {
     let mut redis = Redis::start();
     let port = redis.port;
-    let server = Server::start(
-        &config(),
+    let server = Server::start_owning(
+        config(),
         &[
             "--redis",
             &redis.url(),
@@ -287,8 +287,8 @@ async fn redis_killed_mid_load_the_policy_holds_within_the_deadline_and_redis_co
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_costs_no_call_more_than_the_deadline() {
     let redis = Redis::start();
-    let server = Server::start(
-        &config(),
+    let server = Server::start_owning(
+        config(),
         &["--redis", &redis.url(), "--store-deadline", "10ms"],
     );
     let r = req("edge", vec![desc(&[("route", "/paused")])]);
@@ -322,10 +322,7 @@ async fn a_paused_redis_costs_no_call_more_than_the_deadline() {
 async fn with_redis_down_the_error_policy_answers_unavailable_and_local_holds_a_share() {
     let nowhere = format!("redis://127.0.0.1:{}", free_port());
     // `error`: a gRPC UNAVAILABLE, so Envoy's failure_mode_deny decides.
-    let error = Server::start(
-        &config(),
-        &["--redis", &nowhere, "--store-failure", "error"],
-    );
+    let error = Server::start_owning(config(), &["--redis", &nowhere, "--store-failure", "error"]);
     let mut c = client(&error).await;
     let r = req("edge", vec![desc(&[("user", "x")])]);
     let status = c.should_rate_limit(r.clone()).await.unwrap_err();
@@ -344,8 +341,8 @@ async fn with_redis_down_the_error_policy_answers_unavailable_and_local_holds_a_
     // `local`: each of 2 instances holds half of the 10 per minute, and a
     // key's share starts spent (the fleet may have spent the limit just
     // before): refused, and full again only a whole minute later.
-    let local = Server::start(
-        &config(),
+    let local = Server::start_owning(
+        config(),
         &[
             "--redis",
             &nowhere,

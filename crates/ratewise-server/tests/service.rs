@@ -28,7 +28,8 @@ async fn client(server: &Server) -> RateLimitClient<tonic::transport::Channel> {
 
 #[tokio::test]
 async fn grpc_answers_with_statuses_and_headers() {
-    let server = Server::start(&config_dir(CONFIG), &[]);
+    let dir = config_dir(CONFIG);
+    let server = Server::start(&dir, &[]);
     let mut c = client(&server).await;
     let call = req("edge", vec![desc(&[("user", "alice")])]);
     let mut remaining = Vec::new();
@@ -66,7 +67,8 @@ async fn invalid_utf8_is_refused_and_the_server_keeps_serving() {
         #[prost(bytes = "vec", tag = "1")]
         domain: Vec<u8>,
     }
-    let server = Server::start(&config_dir(CONFIG), &[]);
+    let dir = config_dir(CONFIG);
+    let server = Server::start(&dir, &[]);
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
         .unwrap()
         .connect()
@@ -103,7 +105,8 @@ async fn invalid_utf8_is_refused_and_the_server_keeps_serving() {
 
 #[test]
 fn http_serves_json_health_metrics_status_and_rules() {
-    let server = Server::start(&config_dir(CONFIG), &[]);
+    let dir = config_dir(CONFIG);
+    let server = Server::start(&dir, &[]);
     let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}"#;
     let codes: Vec<u16> = (0..4)
         .map(|_| http_post(server.http, "/json", body).0)
@@ -230,7 +233,7 @@ fn start_errors_are_one_clear_line() {
     let dir = config_dir(CONFIG);
     let in_use = Command::new(exe)
         .arg("--config")
-        .arg(&dir)
+        .arg(&*dir)
         .args(["--grpc", &addr, "--http", "127.0.0.1:0"])
         .output()
         .unwrap();
@@ -244,7 +247,8 @@ fn start_errors_are_one_clear_line() {
 
 #[test]
 fn sigterm_drains_and_exits_zero() {
-    let mut server = Server::start(&config_dir(CONFIG), &[]);
+    let dir = config_dir(CONFIG);
+    let mut server = Server::start(&dir, &[]);
     let status = server.terminate(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0), "{}", server.log());
 }

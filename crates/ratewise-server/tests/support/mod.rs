@@ -25,6 +25,10 @@ pub struct Server {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub stderr: PathBuf,
+    /// The directory of `stderr`, removed after the server is stopped.
+    _log_dir: TempDir,
+    /// The configuration directory handed over by [`Server::start_owning`].
+    _config_dir: Option<TempDir>,
 }
 
 impl Drop for Server {
@@ -75,6 +79,14 @@ impl Server {
         Server::spawn(command, &grpc, &http)
     }
 
+    /// [`Server::start`] on `config`, which the server keeps (and removes
+    /// when it is dropped).
+    pub fn start_owning(config: TempDir, args: &[&str]) -> Server {
+        let mut server = Server::start(&config, args);
+        server._config_dir = Some(config);
+        server
+    }
+
     /// Starts the server with `--ratelimit-env` and only `env` (on top of
     /// this process's environment) to configure it, listening on fresh
     /// ports given as `GRPC_HOST`/`GRPC_PORT` and `HOST`/`PORT`.
@@ -100,7 +112,8 @@ impl Server {
     /// Spawns `command`, its stderr to a log file, and waits (at most 30 s)
     /// for its `ready` line.
     fn spawn(mut command: Command, grpc: &str, http: &str) -> Server {
-        let stderr = tempdir("server-log").join("stderr.log");
+        let log_dir = tempdir("server-log");
+        let stderr = log_dir.join("stderr.log");
         let mut child = command
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).expect("a log file"))
@@ -127,6 +140,8 @@ impl Server {
             grpc: grpc.parse().unwrap(),
             http: http.parse().unwrap(),
             stderr,
+            _log_dir: log_dir,
+            _config_dir: None,
         }
     }
 
@@ -136,8 +151,10 @@ impl Server {
     }
 }
 
-/// A fresh directory under the system's temporary directory.
-pub fn tempdir(name: &str) -> PathBuf {
+/// A fresh directory under the system's temporary directory, removed with
+/// its contents when the guard drops — kept, and its path printed, when the
+/// test is failing, so that its logs and configurations can be read.
+pub fn tempdir(name: &str) -> TempDir {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
@@ -146,7 +163,34 @@ pub fn tempdir(name: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temporary directory");
-    dir
+    TempDir(dir)
+}
+
+/// A directory [`tempdir`] made; derefs to its path.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept {} for the failing test", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// Waits until `f` is true, polling every 10 ms, for at most `limit`.
@@ -332,7 +376,7 @@ pub fn replace_file(path: &Path, text: &str) {
 }
 
 /// A fresh directory holding `edge.yaml` with `yaml` in it.
-pub fn config_dir(yaml: &str) -> PathBuf {
+pub fn config_dir(yaml: &str) -> TempDir {
     let dir = tempdir("config");
     std::fs::write(dir.join("edge.yaml"), yaml).expect("write the configuration");
     dir
