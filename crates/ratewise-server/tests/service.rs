@@ -260,13 +260,25 @@ fn envoyproxy_ratelimits_environment_configures_it() {
     let dir = root.join("ratelimit").join("config");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
+    // A second file of the same domain, merged as MERGE_DOMAIN_CONFIG says.
+    std::fs::write(
+        dir.join("edge-routes.yaml"),
+        "domain: edge\ndescriptors:\n  - key: route\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+    )
+    .unwrap();
     let root = root.display().to_string();
     let server = Server::start_from_ratelimit_env(&[
         ("RUNTIME_ROOT", root.as_str()),
         ("RUNTIME_SUBDIRECTORY", "ratelimit"),
         ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("MERGE_DOMAIN_CONFIG", "true"),
         ("USE_STATSD", "true"),
     ]);
+    let route = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"route","value":"/a"}]}]}"#;
+    let codes: Vec<u16> = (0..2)
+        .map(|_| http_post(server.http, "/json", route).0)
+        .collect();
+    assert_eq!(codes, vec![200, 429], "{}", server.log());
     let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}"#;
     let codes: Vec<u16> = (0..4)
         .map(|_| http_post(server.http, "/json", body).0)
@@ -289,4 +301,56 @@ fn an_unsupported_ratelimit_setting_stops_the_start_with_its_name() {
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("BACKEND_TYPE=memcache"), "{text}");
+}
+
+#[test]
+fn check_validates_the_configuration_and_serves_nothing() {
+    let exe = env!("CARGO_BIN_EXE_ratewise-server");
+    let dir = config_dir(CONFIG);
+    // `--grpc` on a port in use: a check never listens, so it does not care.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let ok = Command::new(exe)
+        .arg("--check")
+        .arg("--config")
+        .arg(&*dir)
+        .args(["--grpc", &addr])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&ok.stdout);
+    assert_eq!(ok.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("valid: 1 file(s), 1 domain(s), 1 rule(s)"),
+        "{text}"
+    );
+    assert!(text.contains("edge.user: 0.05/s, burst 3 (gcra)"), "{text}");
+
+    // A second file of the domain: refused, unless merged.
+    std::fs::write(
+        dir.join("more.yaml"),
+        "domain: edge\ndescriptors:\n  - key: route\n    rate_limit: { unit: second, requests_per_unit: 5 }\n",
+    )
+    .unwrap();
+    let twice = Command::new(exe)
+        .arg("--check")
+        .arg("--config")
+        .arg(&*dir)
+        .output()
+        .unwrap();
+    assert_eq!(twice.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&twice.stderr);
+    assert!(
+        text.contains("defined twice") && text.contains("--merge-domains"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let merged = Command::new(exe)
+        .args(["--check", "--merge-domains", "--config"])
+        .arg(&*dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&merged.stdout);
+    assert_eq!(merged.status.code(), Some(0), "{text}");
+    assert!(text.contains("2 file(s), 1 domain(s), 2 rule(s)"), "{text}");
+    assert!(text.contains("edge.route: 5/s, burst 5 (gcra)"), "{text}");
 }

@@ -43,23 +43,53 @@ pub struct EnvError {
 }
 
 /// Settings read for information only: statistics go to `/metrics`
-/// (Prometheus), not to statsd, and the rest tune the Go service itself.
+/// (Prometheus), not to statsd; the rest tune the Go service itself, or
+/// name what ratewise-server always does (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`:
+/// a refused request charges no descriptor), or has its own setting
+/// (`REDIS_TIMEOUT`: `--store-deadline`, 10 ms by default).
 const IGNORED: &[&str] = &[
     "USE_STATSD",
     "STATSD_HOST",
     "STATSD_PORT",
     "USE_DOG_STATSD",
+    "USE_DOG_STATSD_MOGRIFIERS",
+    "EXTRA_TAGS",
+    "STATS_FLUSH_INTERVAL",
+    "DISABLE_STATS",
     "USE_PROMETHEUS",
     "PROMETHEUS_ADDR",
+    "PROMETHEUS_PATH",
+    "PROMETHEUS_MAPPER_YAML",
+    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
     "LOG_FORMAT",
+    "DEBUG_HOST",
+    "DEBUG_PORT",
+    "GRPC_MAX_CONNECTION_AGE",
+    "GRPC_MAX_CONNECTION_AGE_GRACE",
+    "FORCE_START_WITHOUT_INITIAL_CONFIG",
+    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+    "RUNTIME_WATCH_ROOT",
+    "RUNTIME_IGNOREDOTFILES",
     "REDIS_POOL_SIZE",
     "REDIS_PIPELINE_WINDOW",
     "REDIS_PIPELINE_LIMIT",
+    "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+    "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+    "REDIS_TIMEOUT",
+    "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+    "REDIS_STARTUP_INITIAL_INTERVAL",
+    "REDIS_STARTUP_MAX_INTERVAL",
+    "REDIS_STARTUP_MAX_ELAPSED_TIME",
     "LOCAL_CACHE_SIZE_IN_BYTES",
     "NEAR_LIMIT_RATIO",
     "EXPIRATION_JITTER_MAX_SECONDS",
-    "DEBUG_HOST",
-    "DEBUG_PORT",
+    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+    "TRACING_ENABLED",
+    "TRACING_SERVICE_NAME",
+    "TRACING_SERVICE_NAMESPACE",
+    "TRACING_SERVICE_INSTANCE_ID",
+    "TRACING_EXPORTER_PROTOCOL",
+    "TRACING_SAMPLING_RATE",
 ];
 
 /// Reads envoyproxy/ratelimit's settings through `get` (the process
@@ -73,12 +103,18 @@ const IGNORED: &[&str] = &[
 /// | `REDIS_URL`, `REDIS_SOCKET_TYPE` (`unix`), `REDIS_TYPE` (`SINGLE`), `REDIS_AUTH`, `REDIS_TLS` | `--redis` or `--redis-cluster` (none: in memory) |
 /// | `LIMIT_RESPONSE_HEADERS_ENABLED` (`false`) | `--headers legacy` or `--headers off` |
 /// | `LOG_LEVEL` (`WARN`) | `--log` |
+/// | `MERGE_DOMAIN_CONFIG` (`false`) | `--merge-domains` |
+/// | `RESPONSE_DYNAMIC_METADATA` (`false`) | `--dynamic-metadata` |
 ///
+/// The settings that only tune the Go service (statsd, pools, tracing, …)
+/// are returned in [`EnvFlags::ignored`], to be reported.
 /// # Errors
-/// [`EnvError`] for a setting that would change decisions and is not
-/// supported (`BACKEND_TYPE=memcache`, `REDIS_TYPE=SENTINEL`, a global
-/// `SHADOW_MODE`, `REDIS_PERSECOND`, renamed limit headers), or a value
-/// that does not parse.
+/// [`EnvError`] for a setting that would change decisions or how the
+/// service is reached and is not supported (`BACKEND_TYPE=memcache`,
+/// `REDIS_TYPE=SENTINEL`, a global `SHADOW_MODE` or `QUOTA_MODE`,
+/// `REDIS_PERSECOND`, renamed limit headers, `CACHE_KEY_PREFIX`, an xDS
+/// `CONFIG_TYPE`, gRPC on a Unix socket or over TLS, Redis client
+/// certificates), or a value that does not parse.
 pub fn flags_from_ratelimit_env(
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<EnvFlags, EnvError> {
@@ -154,6 +190,18 @@ pub fn flags_from_ratelimit_env(
             "REDIS_PERSECOND",
             "a second Redis for per-second limits is not supported; one Redis (or cluster) holds every counter",
         ),
+        (
+            "QUOTA_MODE",
+            "a global quota mode is not supported; set `quota_mode: true` on the rules",
+        ),
+        (
+            "GRPC_SERVER_USE_TLS",
+            "serving gRPC over TLS is not supported; terminate TLS in front of the service (e.g. in Envoy)",
+        ),
+        (
+            "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+            "skipping Redis's certificate check is not supported",
+        ),
     ] {
         if flag(name)? {
             return Err(EnvError {
@@ -172,6 +220,37 @@ pub fn flags_from_ratelimit_env(
             name,
             "renamed limit headers are not supported (RateLimit-Limit, -Remaining and -Reset are sent)",
         )?;
+    }
+    for (name, reason) in [
+        (
+            "CACHE_KEY_PREFIX",
+            "a key prefix is not supported: every key is under `ratewise-server:`, so two deployments sharing one Redis would share their counters",
+        ),
+        (
+            "GRPC_UDS",
+            "serving gRPC on a Unix socket is not supported; use GRPC_HOST and GRPC_PORT",
+        ),
+        (
+            "REDIS_TLS_CLIENT_CERT",
+            "Redis client certificates are not supported (REDIS_TLS with the system's trusted roots is)",
+        ),
+        (
+            "REDIS_TLS_CLIENT_KEY",
+            "Redis client certificates are not supported (REDIS_TLS with the system's trusted roots is)",
+        ),
+        (
+            "REDIS_TLS_CACERT",
+            "a custom CA for Redis is not supported (REDIS_TLS with the system's trusted roots is)",
+        ),
+    ] {
+        unsupported(name, reason)?;
+    }
+    if let Some(kind) = var("CONFIG_TYPE").filter(|k| !k.eq_ignore_ascii_case("file")) {
+        return Err(EnvError {
+            name: "CONFIG_TYPE",
+            value: kind,
+            reason: "only FILE is supported (configuration from an xDS server is not)",
+        });
     }
 
     if let Some(url) = var("REDIS_URL") {
@@ -257,6 +336,13 @@ pub fn flags_from_ratelimit_env(
             level
         };
         push(&mut out, "--log", level);
+    }
+
+    if flag("MERGE_DOMAIN_CONFIG")? {
+        out.args.push("--merge-domains".into());
+    }
+    if flag("RESPONSE_DYNAMIC_METADATA")? {
+        out.args.push("--dynamic-metadata".into());
     }
 
     for name in IGNORED {
@@ -386,13 +472,44 @@ mod tests {
                 &[("REDIS_URL", "x:1"), ("REDIS_TLS", "maybe")][..],
                 "REDIS_TLS",
             ),
+            (&[("QUOTA_MODE", "true")][..], "QUOTA_MODE"),
+            (&[("CACHE_KEY_PREFIX", "team-a:")][..], "CACHE_KEY_PREFIX"),
+            (&[("CONFIG_TYPE", "GRPC_XDS_SOTW")][..], "CONFIG_TYPE"),
+            (&[("GRPC_UDS", "/run/rl.sock")][..], "GRPC_UDS"),
+            (
+                &[("GRPC_SERVER_USE_TLS", "true")][..],
+                "GRPC_SERVER_USE_TLS",
+            ),
+            (
+                &[("REDIS_TLS_CLIENT_CERT", "/c.pem")][..],
+                "REDIS_TLS_CLIENT_CERT",
+            ),
+            (&[("MERGE_DOMAIN_CONFIG", "yes")][..], "MERGE_DOMAIN_CONFIG"),
         ] {
             let e = flags_from_ratelimit_env(env(pairs)).unwrap_err();
             assert_eq!(e.name, name, "{e}");
             assert!(e.to_string().starts_with(&format!("{name}=")), "{e}");
         }
-        // Off is no change.
-        assert!(flags_from_ratelimit_env(env(&[("SHADOW_MODE", "false")])).is_ok());
+        // Off is no change, and so is the file configuration named.
+        for pairs in [
+            &[("SHADOW_MODE", "false")][..],
+            &[("QUOTA_MODE", "false")][..],
+            &[("CONFIG_TYPE", "FILE")][..],
+        ] {
+            assert!(flags_from_ratelimit_env(env(pairs)).is_ok(), "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn merged_domains_and_dynamic_metadata_map_to_their_flags() {
+        let a = args(&[
+            ("MERGE_DOMAIN_CONFIG", "true"),
+            ("RESPONSE_DYNAMIC_METADATA", "true"),
+        ]);
+        assert!(a.contains(&"--merge-domains".to_string()), "{a:?}");
+        assert!(a.contains(&"--dynamic-metadata".to_string()), "{a:?}");
+        let a = args(&[("MERGE_DOMAIN_CONFIG", "false")]);
+        assert!(!a.contains(&"--merge-domains".to_string()), "{a:?}");
     }
 
     #[test]
@@ -400,5 +517,12 @@ mod tests {
         let f =
             flags_from_ratelimit_env(env(&[("USE_STATSD", "true"), ("STATSD_HOST", "s")])).unwrap();
         assert_eq!(f.ignored, ["USE_STATSD=true", "STATSD_HOST=s"]);
+        let f = flags_from_ratelimit_env(env(&[
+            ("REDIS_TIMEOUT", "10s"),
+            ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+            ("TRACING_ENABLED", "true"),
+        ]))
+        .unwrap();
+        assert_eq!(f.ignored.len(), 3, "{:?}", f.ignored);
     }
 }

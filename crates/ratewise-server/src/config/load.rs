@@ -44,13 +44,38 @@ pub enum ConfigError {
         message: String,
     },
     /// Two files define one domain.
-    #[error("domain `{domain}` is defined twice: in {first} and in {second}")]
+    #[error("domain `{domain}` is defined twice: in {first} and in {second} (to merge the files of one domain, start with --merge-domains)")]
     DuplicateDomain {
         /// The domain.
         domain: String,
         /// The first file.
         first: String,
         /// The second file.
+        second: String,
+    },
+    /// Two files of one domain, merged ([`LoadOptions::merge_domains`]),
+    /// both define a top-level descriptor.
+    #[error("domain `{domain}`: the descriptor `{descriptor}` is defined in {first} and again in {second}")]
+    DuplicateInMerge {
+        /// The domain.
+        domain: String,
+        /// The descriptor: `key`, `key=value` or `key=pattern`.
+        descriptor: String,
+        /// A file that defined it first.
+        first: String,
+        /// The file that defined it again.
+        second: String,
+    },
+    /// Two files of one domain, merged, set different failure policies.
+    #[error("domain `{domain}`: {second} sets `failure_policy: {policy}`, but an earlier file of the domain ({first}) set another")]
+    ConflictingFailurePolicy {
+        /// The domain.
+        domain: String,
+        /// The policy the later file sets.
+        policy: String,
+        /// The earlier file.
+        first: String,
+        /// The later file.
         second: String,
     },
     /// A directory holds no `.yaml` or `.yml` file.
@@ -63,12 +88,17 @@ pub enum ConfigError {
 pub struct LoadOptions {
     /// The most distinct descriptor values one rule keeps counters for.
     pub max_keys_per_rule: usize,
+    /// Files that name the same domain add their descriptors to it
+    /// (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`), instead of being an
+    /// error; a top-level descriptor defined by two of them still is one.
+    pub merge_domains: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             max_keys_per_rule: 1_000_000,
+            merge_domains: false,
         }
     }
 }
@@ -169,13 +199,15 @@ pub fn compile_sources(
                 message: "the domain is empty".into(),
             });
         }
-        if let Some(first) = files_of.insert(schema.domain.clone(), file.clone()) {
+        let earlier = files_of.get(&schema.domain).cloned();
+        if let (Some(first), false) = (&earlier, options.merge_domains) {
             return Err(ConfigError::DuplicateDomain {
                 domain: schema.domain,
-                first,
+                first: first.clone(),
                 second: file.clone(),
             });
         }
+        files_of.insert(schema.domain.clone(), file.clone());
         let mut compiler = Compiler {
             file,
             domain: Arc::from(schema.domain.as_str()),
@@ -186,17 +218,85 @@ pub fn compile_sources(
         let root = compiler.level(&schema.descriptors, "descriptors", &schema.domain, false)?;
         let rules = compiler.rules;
         let failure = schema.failure_policy;
-        set.domains.insert(
-            schema.domain.into_boxed_str(),
-            Domain {
-                root,
-                rules,
-                failure,
-            },
-        );
+        match (earlier, set.domains.get_mut(schema.domain.as_str())) {
+            (Some(first), Some(domain)) => {
+                merge_domain(domain, root, rules, failure, &schema.domain, &first, file)?;
+            }
+            _ => {
+                set.domains.insert(
+                    schema.domain.into_boxed_str(),
+                    Domain {
+                        root,
+                        rules,
+                        failure,
+                    },
+                );
+            }
+        }
         set.sources.push(file.clone());
     }
     Ok(set)
+}
+
+/// Adds a later file's descriptors of `name` to `domain`, as
+/// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG` does: its top-level
+/// descriptors join the domain's, and one the domain already has is an
+/// error (naming `first`, the domain's earlier file, and `file`).
+fn merge_domain(
+    domain: &mut Domain,
+    more: Level,
+    rules: Vec<Arc<Rule>>,
+    failure: Option<super::FailureMode>,
+    name: &str,
+    first: &str,
+    file: &str,
+) -> Result<(), ConfigError> {
+    let duplicate = |descriptor: String| ConfigError::DuplicateInMerge {
+        domain: name.to_string(),
+        descriptor,
+        first: first.to_string(),
+        second: file.to_string(),
+    };
+    match (domain.failure, failure) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ConfigError::ConflictingFailurePolicy {
+                domain: name.to_string(),
+                policy: b.to_string(),
+                first: first.to_string(),
+                second: file.to_string(),
+            })
+        }
+        (None, Some(b)) => domain.failure = Some(b),
+        _ => {}
+    }
+    let root = &mut domain.root;
+    for (key, values) in more.exact {
+        let into = root.exact.entry(key.clone()).or_default();
+        for (value, node) in values {
+            if into.contains_key(&value) {
+                return Err(duplicate(format!("{key}={value}")));
+            }
+            into.insert(value, node);
+        }
+    }
+    for (key, pattern, node) in more.wildcard {
+        if root
+            .wildcard
+            .iter()
+            .any(|(k, p, _)| *k == key && *p == pattern)
+        {
+            return Err(duplicate(format!("{key}={}", pattern.text())));
+        }
+        root.wildcard.push((key, pattern, node));
+    }
+    for (key, node) in more.any {
+        if root.any.contains_key(&key) {
+            return Err(duplicate(key.to_string()));
+        }
+        root.any.insert(key, node);
+    }
+    domain.rules.extend(rules);
+    Ok(())
 }
 
 struct Compiler<'a> {

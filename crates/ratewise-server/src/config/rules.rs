@@ -86,6 +86,11 @@ impl Pattern {
         })
     }
 
+    /// The pattern as written (`*` between its parts).
+    pub fn text(&self) -> String {
+        self.parts.join("*")
+    }
+
     /// Whether `value` matches.
     pub fn matches(&self, value: &str) -> bool {
         let (first, rest) = match self.parts.split_first() {
@@ -238,7 +243,9 @@ impl Rule {
         self.counters.as_ref().map_or(0, |c| c.len())
     }
 
-    /// The limit in words: `unlimited`, `blocked`, or `100 per 300s (burst 20)`.
+    /// The limit in words: `unlimited`, `blocked (0 per unit)`, or the rate
+    /// and burst it enforces and its algorithm, e.g. `0.05/s, burst 3 (gcra)`
+    /// for 3 a minute.
     pub fn describe_limit(&self) -> String {
         match &self.limit {
             Limit::Unlimited => "unlimited".into(),

@@ -52,6 +52,17 @@ impl std::str::FromStr for FailureMode {
     }
 }
 
+impl std::fmt::Display for FailureMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FailureMode::Open => "open",
+            FailureMode::Closed => "closed",
+            FailureMode::Local => "local",
+            FailureMode::Error => "error",
+        })
+    }
+}
+
 /// One node of the descriptor tree.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
