@@ -1,14 +1,16 @@
 //! The cases of envoyproxy/ratelimit's own configuration tests (its
 //! `test/config` suite), written anew for ratewise-server: each file that
 //! service refuses is refused here too, with an error that names the file and
-//! the offending part; each it loads, loads; and files of one domain merge
-//! under `merge_domains` (its `MERGE_DOMAIN_CONFIG`) as they merge there.
+//! the offending part; each it loads, loads, and the limit a descriptor gets
+//! (by key, value, wildcard and depth) is the one it gets there; and files of
+//! one domain merge under `merge_domains` (its `MERGE_DOMAIN_CONFIG`) as they
+//! merge there.
 
 mod common;
 
 use common::*;
 use ratewise_server::config::{compile_sources, ConfigError, LoadOptions, RuleSet};
-use ratewise_server::rls::Code;
+use ratewise_server::rls::{Code, Unit};
 use ratewise_server::{Engine, EngineOptions};
 
 fn load(files: &[(&str, &str)], merge_domains: bool) -> Result<RuleSet, ConfigError> {
@@ -268,4 +270,164 @@ fn merged_files_may_not_disagree_on_the_failure_policy() {
         true
     )
     .is_ok());
+}
+
+/// What `entries` of `domain` are limited by: `Some((requests_per_unit,
+/// unit, name))`, `Some((u32::MAX, …))` for an unlimited rule (OK with the
+/// largest remaining), or `None` when no rule matches.
+fn limit_of(e: &Engine, domain: &str, entries: &[(&str, &str)]) -> Option<(u32, Unit, String)> {
+    let r = decide(e, &req(domain, vec![desc(entries)]), secs(1));
+    let status = &r.statuses[0];
+    match &status.current_limit {
+        Some(l) => Some((l.requests_per_unit, l.unit(), l.name.clone())),
+        None if status.limit_remaining == u32::MAX => {
+            Some((u32::MAX, Unit::Unknown, String::new()))
+        }
+        None => None,
+    }
+}
+
+/// The shapes of the peer's basic configuration: limits by key alone, by
+/// key and value, a value with no limit under a key with one, nested keys,
+/// a named rule, an unlimited one.
+const BASIC: &str = "domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit: { unit: second, requests_per_unit: 5 }
+      - key: subkey1
+        value: subvalue1
+        rate_limit: { unit: second, requests_per_unit: 10 }
+  - key: key2
+    rate_limit: { unit: minute, requests_per_unit: 20 }
+  - key: key2
+    value: value2
+    rate_limit: { unit: minute, requests_per_unit: 30 }
+  - key: key2
+    value: value3
+  - key: key3
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: key4
+    rate_limit: { name: key4_rate_limit, unit: day, requests_per_unit: 1 }
+  - key: key5
+    value: value5
+    rate_limit: { unit: day, requests_per_unit: 15 }
+    descriptors:
+      - key: subkey5
+        value: subvalue5
+        rate_limit: { unit: day, requests_per_unit: 25 }
+  - key: key6
+    rate_limit: { unlimited: true }
+  - key: key7
+    detailed_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 70 }
+";
+
+#[test]
+fn the_basic_configuration_matches_as_the_peer_does() {
+    let e = engine(BASIC);
+    let rpu = |entries: &[(&str, &str)]| limit_of(&e, "test-domain", entries).map(|l| (l.0, l.1));
+    // Nothing configured for the domain or the entries: no limit.
+    assert_eq!(limit_of(&e, "foo_domain", &[("key1", "value1")]), None);
+    assert_eq!(rpu(&[("key1", "something")]), None);
+    // A node with no limit of its own limits nothing.
+    assert_eq!(rpu(&[("key1", "value1")]), None);
+    // Entries deeper than the tree, or a value the second level does not
+    // name, match nothing: a limit applies only where the entries end.
+    assert_eq!(rpu(&[("key2", "value2"), ("subkey", "subvalue")]), None);
+    assert_eq!(rpu(&[("key5", "value5"), ("subkey5", "subvalue")]), None);
+    // A key alone, and a value that overrides it.
+    assert_eq!(
+        rpu(&[("key1", "value1"), ("subkey1", "something")]),
+        Some((5, Unit::Second))
+    );
+    assert_eq!(
+        rpu(&[("key1", "value1"), ("subkey1", "subvalue1")]),
+        Some((10, Unit::Second))
+    );
+    assert_eq!(rpu(&[("key2", "something")]), Some((20, Unit::Minute)));
+    assert_eq!(rpu(&[("key2", "value2")]), Some((30, Unit::Minute)));
+    // A value listed with no limit exempts it from the key's.
+    assert_eq!(rpu(&[("key2", "value3")]), None);
+    assert_eq!(rpu(&[("key3", "foo")]), Some((1, Unit::Hour)));
+    let named = limit_of(&e, "test-domain", &[("key4", "foo")]).unwrap();
+    assert_eq!(
+        (named.0, named.1, named.2.as_str()),
+        (1, Unit::Day, "key4_rate_limit")
+    );
+    assert_eq!(rpu(&[("key5", "value5")]), Some((15, Unit::Day)));
+    assert_eq!(
+        rpu(&[("key5", "value5"), ("subkey5", "subvalue5")]),
+        Some((25, Unit::Day))
+    );
+    assert_eq!(rpu(&[("key6", "foo")]).map(|l| l.0), Some(u32::MAX));
+    // detailed_metric changes what is counted in metrics, not the limit.
+    assert_eq!(
+        rpu(&[("key7", "unspecified_value")]),
+        Some((70, Unit::Minute))
+    );
+    assert_eq!(rpu(&[("key7", "another_value")]), Some((70, Unit::Minute)));
+}
+
+const WILDCARDS: &str = "domain: test-domain
+descriptors:
+  - key: wild
+    value: foo*
+    rate_limit: { unit: minute, requests_per_unit: 20 }
+  - key: noWild
+    value: foo
+    rate_limit: { unit: minute, requests_per_unit: 20 }
+  - key: noVal
+    rate_limit: { unit: minute, requests_per_unit: 20 }
+  - key: midWild
+    value: bar*b
+    rate_limit: { unit: minute, requests_per_unit: 20 }
+  - key: multiWild
+    value: foo*bar*baz
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - key: wild
+        value: goo*
+        rate_limit: { unit: minute, requests_per_unit: 20 }
+";
+
+#[test]
+fn wildcard_values_match_as_the_peer_does() {
+    let e = engine(WILDCARDS);
+    let rpu = |entries: &[(&str, &str)]| limit_of(&e, "test-domain", entries).map(|l| l.0);
+    for (entries, limit) in [
+        (&[("noVal", "foo1")][..], Some(20)),
+        (&[("wild", "foo1")][..], Some(20)),
+        (&[("wild", "foo")][..], Some(20)),
+        (&[("nestedWild", "val1"), ("wild", "goo2")][..], Some(20)),
+        (&[("wild", "bar")][..], None),
+        // A value without `*` matches only itself.
+        (&[("noWild", "foo1")][..], None),
+        (&[("noWild", "foo")][..], Some(20)),
+        // A `*` in the middle: the prefix and the suffix, anything (or
+        // nothing) between.
+        (&[("midWild", "barab")][..], Some(20)),
+        (&[("midWild", "bar123b")][..], Some(20)),
+        (&[("midWild", "barb")][..], Some(20)),
+        (&[("midWild", "bara")][..], None),
+        (&[("midWild", "xbarb")][..], None),
+        // Several: each part in order.
+        (&[("multiWild", "foo123bar456baz")][..], Some(10)),
+        (&[("multiWild", "foobarbaz")][..], Some(10)),
+        (&[("multiWild", "foobaz")][..], None),
+        (&[("multiWild", "foobazbar")][..], None),
+    ] {
+        assert_eq!(rpu(entries), limit, "{entries:?}");
+    }
+    // Values that match one wildcard each have their own counter (on a
+    // fresh engine: the lookups above charged theirs).
+    let e = engine(WILDCARDS);
+    let a = req("test-domain", vec![desc(&[("wild", "foo1")])]);
+    let b = req("test-domain", vec![desc(&[("wild", "foo2")])]);
+    assert_eq!(admitted(&e, &a, 30, secs(1)), 20);
+    assert_eq!(admitted(&e, &b, 30, secs(1)), 20);
 }
