@@ -431,3 +431,18 @@ fn wildcard_values_match_as_the_peer_does() {
     assert_eq!(admitted(&e, &a, 30, secs(1)), 20);
     assert_eq!(admitted(&e, &b, 30, secs(1)), 20);
 }
+
+#[test]
+fn a_descriptor_no_rule_matches_is_ok_with_no_limit_and_nothing_remaining() {
+    // As the peer answers it: OK, no current_limit, limit_remaining 0.
+    let e = engine(BASIC);
+    let r = decide(&e, &req("foo", vec![desc(&[("hello", "world")])]), secs(1));
+    assert_eq!(code(&r), Code::Ok);
+    assert_eq!(r.statuses.len(), 1);
+    let s = &r.statuses[0];
+    assert_eq!(
+        (s.code(), s.current_limit.is_none(), s.limit_remaining),
+        (Code::Ok, true, 0)
+    );
+    assert!(s.duration_until_reset.is_none(), "{s:?}");
+}
