@@ -544,13 +544,24 @@ impl RedisLimiter {
             for k in &keys {
                 inv.key(core.full_key(k));
             }
+            // The requests in one argument: four little-endian doubles
+            // each (n, peek, now, key index; batch.lua).
+            let mut packed = Vec::with_capacity(32 * count);
+            for (r, i) in reqs().zip(&index) {
+                for v in [
+                    r.n as f64,
+                    f64::from(u8::from(r.peek)),
+                    r.now as f64,
+                    *i as f64,
+                ] {
+                    packed.extend_from_slice(&v.to_le_bytes());
+                }
+            }
             inv.arg(server_clock)
                 .arg(q.emission_us)
                 .arg(q.burst)
-                .arg(core.slack_ms);
-            for (r, i) in reqs().zip(&index) {
-                inv.arg(r.n).arg(u8::from(r.peek)).arg(r.now).arg(*i);
-            }
+                .arg(core.slack_ms)
+                .arg(packed);
         }
         let mut conn = core.conn.clone();
         let reply = if rest.is_empty() {

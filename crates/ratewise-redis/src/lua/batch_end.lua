@@ -1,13 +1,14 @@
 end
-local pack = struct.pack
+local pack, unpack = struct.pack, struct.unpack
 local out = {}
-for i = 5, #ARGV, 4 do
-  local t = tonumber(ARGV[i + 2])
+local reqs = ARGV[5]
+for at = 1, #reqs, 32 do
+  local n, peek, t, k = unpack('<dddd', reqs, at)
   if t < 0 then
     t = server_now
   end
-  key = KEYS[tonumber(ARGV[i + 3])]
-  local ok, r = pcall(decide, tonumber(ARGV[i]), ARGV[i + 1] == '1', t)
+  key = KEYS[k]
+  local ok, r = pcall(decide, n, peek == 1, t)
   if ok then
     out[#out + 1] = pack('<ddddd', r[1], r[2], r[3], r[4], r[5])
   else

@@ -12,16 +12,15 @@ local tau = e * b
 local stored = {}
 local read = {}
 local last_ahead = {}
-local pack = struct.pack
+local pack, unpack = struct.pack, struct.unpack
 local out = {}
-for i = 5, #ARGV, 4 do
-  local n = tonumber(ARGV[i])
-  local peek = ARGV[i + 1] == '1'
-  local t = tonumber(ARGV[i + 2])
+local reqs = ARGV[5]
+for at = 1, #reqs, 32 do
+  local n, peek_flag, t, k = unpack('<dddd', reqs, at)
+  local peek = peek_flag == 1
   if t < 0 then
     t = now
   end
-  local k = tonumber(ARGV[i + 3])
   if read[k] == nil then
     local ok, v = pcall(redis.call, 'GET', KEYS[k])
     read[k] = ok
