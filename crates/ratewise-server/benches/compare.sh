@@ -10,6 +10,10 @@
 #   LIMITADOR=/path/to/limitador-server ROUNDS=3 DURATION=5 \
 #     crates/ratewise-server/benches/compare.sh > results.jsonl
 #
+# OTHER=/path/to/another/ratewise-server adds that build's rows
+# ("other-memory", "other-redis") to the same rounds: an A/B of two builds
+# under the same load and noise.
+#
 # Needs redis-server for the Redis rows. Prints one JSON object per
 # measurement (the load generator's, plus "service", "round" and the CPU
 # seconds the service and Redis used during it: "service_cpu_s",
@@ -65,6 +69,8 @@ start() { # name -> sets PID and PORT
     floor) "$BIN/examples/rls_floor" "127.0.0.1:$PORT" > /dev/null 2>&1 & ;;
     ratewise-memory) "$BIN/ratewise-server" --config "$WORK/ratewise.yaml" --grpc "127.0.0.1:$PORT" --http "127.0.0.1:$http" --log warn > /dev/null 2>&1 & ;;
     ratewise-redis) "$BIN/ratewise-server" --config "$WORK/ratewise.yaml" --grpc "127.0.0.1:$PORT" --http "127.0.0.1:$http" --log warn --redis "redis://127.0.0.1:$REDIS_PORT" --store-deadline 1s > /dev/null 2>&1 & ;;
+    other-memory) "$OTHER" --config "$WORK/ratewise.yaml" --grpc "127.0.0.1:$PORT" --http "127.0.0.1:$http" --log warn > /dev/null 2>&1 & ;;
+    other-redis) "$OTHER" --config "$WORK/ratewise.yaml" --grpc "127.0.0.1:$PORT" --http "127.0.0.1:$http" --log warn --redis "redis://127.0.0.1:$REDIS_PORT" --store-deadline 1s > /dev/null 2>&1 & ;;
     limitador-memory) "$LIMITADOR" --rls-ip 127.0.0.1 --rls-port "$PORT" --http-ip 127.0.0.1 --http-port "$http" "$WORK/limitador.yaml" memory > /dev/null 2>&1 & ;;
     limitador-redis) "$LIMITADOR" --rls-ip 127.0.0.1 --rls-port "$PORT" --http-ip 127.0.0.1 --http-port "$http" "$WORK/limitador.yaml" redis "redis://127.0.0.1:$REDIS_PORT" > /dev/null 2>&1 & ;;
   esac
@@ -74,6 +80,7 @@ start() { # name -> sets PID and PORT
 }
 
 SERVICES="floor ratewise-memory ratewise-redis"
+if [ -n "${OTHER:-}" ]; then SERVICES="$SERVICES other-memory other-redis"; fi
 if [ -n "${LIMITADOR:-}" ]; then SERVICES="$SERVICES limitador-memory limitador-redis"; fi
 
 for round in $(seq 1 "$ROUNDS"); do

@@ -14,6 +14,11 @@ use ratewise_server::rls::{
     RateLimitServiceServer,
 };
 
+// The service's allocator (its `main.rs`), so that the floor differs from
+// it by the decision alone.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Floor;
 
 impl RateLimitService for Floor {

@@ -12,6 +12,9 @@ use ratewise_server::redis_store::RedisSettings;
 use ratewise_server::serve::{install_prometheus, run, RedisTarget, ServeOptions};
 use ratewise_server::{EngineOptions, HeaderMode};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// An Envoy-compatible rate-limit service (gRPC RLS v3 and RLQS v3, HTTP /json).
 #[derive(Debug, Parser)]
 #[command(name = "ratewise-server", version, args_override_self = true)]
