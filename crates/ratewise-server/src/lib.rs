@@ -36,7 +36,8 @@
 //!
 //! The binary (`ratewise-server --config DIR`) serves gRPC on 8081 and HTTP
 //! (`/json`, `/healthcheck`, `/metrics`, `/status`, `/rules`, a live page)
-//! on 8080. [`config`] compiles the rules; [`Engine`] decides, sans-IO;
+//! on 8080; `ratewise-server --check --config DIR` validates a configuration
+//! and prints its rules without serving. [`config`] compiles the rules; [`Engine`] decides, sans-IO;
 //! [`rls`] is the wire protocol; [`grpc`], [`http`] and [`serve`] drive it.
 
 #![warn(missing_docs)]
