@@ -80,6 +80,11 @@ struct Args {
     /// answers (keep it under Envoy's 20 ms timeout).
     #[arg(long, default_value = "10ms", value_parser = parse_interval)]
     store_deadline: Duration,
+    /// What every key, heartbeat and channel of the service on Redis starts
+    /// with: deployments sharing one Redis under different prefixes share
+    /// nothing (envoyproxy/ratelimit's CACHE_KEY_PREFIX). No braces.
+    #[arg(long, default_value = ratewise_server::redis_store::DEFAULT_PREFIX, value_parser = parse_prefix)]
+    redis_prefix: String,
     /// What a decision does when Redis cannot answer in time, for domains
     /// that do not say (`failure_policy:` in their file): open (admit),
     /// closed (refuse), local (this instance's share of each limit: the
@@ -101,6 +106,15 @@ struct Args {
     /// Log filter (tracing's syntax), e.g. info or ratewise_server=debug.
     #[arg(long, default_value = "info")]
     log: String,
+}
+
+fn parse_prefix(s: &str) -> Result<String, String> {
+    if s.contains(['{', '}']) {
+        return Err(
+            "a prefix may not hold `{` or `}`: the service's keys carry their own hash tags".into(),
+        );
+    }
+    Ok(s.to_string())
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -188,11 +202,13 @@ fn main() -> ExitCode {
             deadline: args.store_deadline,
             failure: args.store_failure,
             instances: args.instances.max(1),
+            prefix: args.redis_prefix.as_str().into(),
         },
         quota: QuotaSettings {
             assignment_ttl: args.quota_ttl,
             abandon_after: args.quota_abandon_after,
             store_deadline: args.store_deadline.max(Duration::from_millis(100)),
+            redis_prefix: args.redis_prefix.as_str().into(),
         },
     };
     let result = runtime.block_on(async {

@@ -24,7 +24,7 @@ use crate::config::{AlgorithmName, FailureMode, Limit};
 use crate::engine::Plan;
 
 /// Settings of the Redis store.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RedisSettings {
     /// The longest a decision waits on Redis before the failure policy
     /// answers (keep it well under Envoy's 20 ms).
@@ -35,6 +35,11 @@ pub struct RedisSettings {
     /// otherwise ([`RedisStore::set_instances`]): under the `local` policy
     /// each holds `1/instances` of every limit.
     pub instances: u32,
+    /// What every key, heartbeat and channel of the service on Redis starts
+    /// with (default `ratewise-server:`): deployments that share one Redis
+    /// with different prefixes share nothing. No `{` or `}` (the keys' hash
+    /// tags are the service's own).
+    pub prefix: Arc<str>,
 }
 
 impl Default for RedisSettings {
@@ -43,9 +48,13 @@ impl Default for RedisSettings {
             deadline: Duration::from_millis(10),
             failure: FailureMode::Open,
             instances: 1,
+            prefix: DEFAULT_PREFIX.into(),
         }
     }
 }
+
+/// The prefix of the service's keys on Redis unless one is given.
+pub const DEFAULT_PREFIX: &str = "ratewise-server:";
 
 /// Why the store could not answer and the policy is to say so.
 #[derive(Debug, thiserror::Error)]
@@ -92,10 +101,10 @@ impl RedisStore {
     pub fn new(conn: Connection, settings: RedisSettings) -> RedisStore {
         RedisStore {
             conn,
+            instances: AtomicU32::new(settings.instances.max(1)),
             settings,
             single: Mutex::new(HashMap::new()),
             multi: Mutex::new(HashMap::new()),
-            instances: AtomicU32::new(settings.instances.max(1)),
             shares: Mutex::new(Vec::new()),
         }
     }
@@ -147,7 +156,7 @@ impl RedisStore {
             },
         };
         Options {
-            prefix: "ratewise-server:".into(),
+            prefix: self.settings.prefix.to_string(),
             policy,
             resilience: ResilienceConfig {
                 timeout: self.settings.deadline,

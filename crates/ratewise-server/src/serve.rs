@@ -146,15 +146,15 @@ pub async fn run(
                 ratewise_redis::connect_cluster(&nodes).await?.into()
             }
         };
-        limiter = limiter.with_redis(Arc::new(RedisStore::new(conn, options.redis_settings)));
+        limiter = limiter.with_redis(Arc::new(RedisStore::new(
+            conn,
+            options.redis_settings.clone(),
+        )));
     }
-    let fleet = limiter.redis().map(|store| {
-        Arc::new(Fleet::new(
-            store.connection().clone(),
-            "ratewise-server:",
-            FLEET_TTL,
-        ))
-    });
+    let prefix = Arc::clone(&options.redis_settings.prefix);
+    let fleet = limiter
+        .redis()
+        .map(|store| Arc::new(Fleet::new(store.connection().clone(), &prefix, FLEET_TTL)));
 
     let grpc_listener = bind("gRPC", options.grpc).await?;
     let http_listener = bind("HTTP", options.http).await?;
@@ -180,11 +180,14 @@ pub async fn run(
                 Arc::clone(&engine),
                 clock.clone(),
                 store.connection().clone(),
-                options.quota,
+                QuotaSettings {
+                    redis_prefix: prefix,
+                    ..options.quota.clone()
+                },
                 move || fleet.instances(),
             )
         }
-        None => QuotaService::new(Arc::clone(&engine), clock.clone(), options.quota),
+        None => QuotaService::new(Arc::clone(&engine), clock.clone(), options.quota.clone()),
     };
     if let Some(RedisTarget::Single(url)) = &options.redis {
         quota.listen_for_nudges(url.clone()).await;

@@ -72,6 +72,70 @@ async fn two_instances_share_one_quota() {
     ignore = "needs redis-server (apt-get install redis-server redis-tools)"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployments_with_other_prefixes_share_nothing_on_one_redis() {
+    let redis = Redis::start();
+    let dir = config();
+    let start = |prefix: &str| {
+        Server::start(
+            &dir,
+            &[
+                "--redis",
+                &redis.url(),
+                "--store-deadline",
+                "2s",
+                "--redis-prefix",
+                prefix,
+            ],
+        )
+    };
+    let (staging, production) = (start("staging:"), start("production:"));
+    let (mut cs, mut cp) = (client(&staging).await, client(&production).await);
+    let r = req("edge", vec![desc(&[("user", "shared")])]);
+    let (mut s, mut p) = (0, 0);
+    for _ in 0..15 {
+        s += usize::from(ok(&mut cs, &r).await);
+        p += usize::from(ok(&mut cp, &r).await);
+    }
+    // The limit is 10 (one quota shared by both would admit 10 in all).
+    assert_eq!((s, p), (10, 10), "each deployment has its own quota");
+    assert_eq!(degraded(&staging) + degraded(&production), 0);
+    // Their keys and heartbeats are under their prefixes, and nothing else.
+    let reply = redis.command(&["KEYS", "*"]).expect("KEYS answers");
+    let keys: Vec<&str> = reply
+        .lines()
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$'))
+        .collect();
+    assert!(!keys.is_empty());
+    assert!(
+        keys.iter()
+            .all(|k| k.starts_with("staging:") || k.starts_with("production:")),
+        "{keys:?}"
+    );
+    assert!(keys.iter().any(|k| k.starts_with("staging:")), "{keys:?}");
+    assert!(
+        keys.iter().any(|k| k.starts_with("production:")),
+        "{keys:?}"
+    );
+    // A prefix with a hash tag's braces is refused at start.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratewise-server"))
+        .arg("--config")
+        .arg(&*dir)
+        .args(["--redis-prefix", "{team}:"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--redis-prefix"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_a_refused_request_charges_no_other_descriptor() {
     let redis = Redis::start();
     let server = Server::start_owning(

@@ -103,6 +103,7 @@ const IGNORED: &[&str] = &[
 /// | `REDIS_URL`, `REDIS_SOCKET_TYPE` (`unix`), `REDIS_TYPE` (`SINGLE`), `REDIS_AUTH`, `REDIS_TLS` | `--redis` or `--redis-cluster` (none: in memory) |
 /// | `LIMIT_RESPONSE_HEADERS_ENABLED` (`false`) | `--headers legacy` or `--headers off` |
 /// | `LOG_LEVEL` (`WARN`) | `--log` |
+/// | `CACHE_KEY_PREFIX` | `--redis-prefix` |
 /// | `MERGE_DOMAIN_CONFIG` (`false`) | `--merge-domains` |
 /// | `RESPONSE_DYNAMIC_METADATA` (`false`) | `--dynamic-metadata` |
 ///
@@ -112,7 +113,7 @@ const IGNORED: &[&str] = &[
 /// [`EnvError`] for a setting that would change decisions or how the
 /// service is reached and is not supported (`BACKEND_TYPE=memcache`,
 /// `REDIS_TYPE=SENTINEL`, a global `SHADOW_MODE` or `QUOTA_MODE`,
-/// `REDIS_PERSECOND`, renamed limit headers, `CACHE_KEY_PREFIX`, an xDS
+/// `REDIS_PERSECOND`, renamed limit headers, an xDS
 /// `CONFIG_TYPE`, gRPC on a Unix socket or over TLS, Redis client
 /// certificates), or a value that does not parse.
 pub fn flags_from_ratelimit_env(
@@ -222,10 +223,6 @@ pub fn flags_from_ratelimit_env(
         )?;
     }
     for (name, reason) in [
-        (
-            "CACHE_KEY_PREFIX",
-            "a key prefix is not supported: every key is under `ratewise-server:`, so two deployments sharing one Redis would share their counters",
-        ),
         (
             "GRPC_UDS",
             "serving gRPC on a Unix socket is not supported; use GRPC_HOST and GRPC_PORT",
@@ -338,6 +335,9 @@ pub fn flags_from_ratelimit_env(
         push(&mut out, "--log", level);
     }
 
+    if let Some(prefix) = var("CACHE_KEY_PREFIX") {
+        push(&mut out, "--redis-prefix", prefix);
+    }
     if flag("MERGE_DOMAIN_CONFIG")? {
         out.args.push("--merge-domains".into());
     }
@@ -473,7 +473,6 @@ mod tests {
                 "REDIS_TLS",
             ),
             (&[("QUOTA_MODE", "true")][..], "QUOTA_MODE"),
-            (&[("CACHE_KEY_PREFIX", "team-a:")][..], "CACHE_KEY_PREFIX"),
             (&[("CONFIG_TYPE", "GRPC_XDS_SOTW")][..], "CONFIG_TYPE"),
             (&[("GRPC_UDS", "/run/rl.sock")][..], "GRPC_UDS"),
             (
@@ -501,13 +500,16 @@ mod tests {
     }
 
     #[test]
-    fn merged_domains_and_dynamic_metadata_map_to_their_flags() {
+    fn merged_domains_dynamic_metadata_and_the_key_prefix_map_to_their_flags() {
         let a = args(&[
             ("MERGE_DOMAIN_CONFIG", "true"),
             ("RESPONSE_DYNAMIC_METADATA", "true"),
         ]);
         assert!(a.contains(&"--merge-domains".to_string()), "{a:?}");
         assert!(a.contains(&"--dynamic-metadata".to_string()), "{a:?}");
+        let a = args(&[("CACHE_KEY_PREFIX", "team-a:")]);
+        let i = a.iter().position(|x| x == "--redis-prefix").unwrap();
+        assert_eq!(a[i + 1], "team-a:");
         let a = args(&[("MERGE_DOMAIN_CONFIG", "false")]);
         assert!(!a.contains(&"--merge-domains".to_string()), "{a:?}");
     }

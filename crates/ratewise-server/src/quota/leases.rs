@@ -3,7 +3,7 @@
 //! applies the allocator's rule ([`fair_share`](super::fair_share)) under
 //! Redis's clock, atomically per bucket.
 
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use ratewise::time::{Clock, MonotonicClock};
@@ -58,6 +58,8 @@ pub(crate) enum Leases {
     Redis {
         conn: Connection,
         deadline: Duration,
+        /// What the leases' keys start with.
+        prefix: Arc<str>,
     },
 }
 
@@ -74,9 +76,9 @@ impl Leases {
         }
     }
 
-    fn redis_key(bucket: &str) -> String {
+    fn redis_key(prefix: &str, bucket: &str) -> String {
         // One hash per bucket, tagged so a Cluster keeps it in one slot.
-        format!("ratewise-server:rlqs:{{{}}}", bucket.replace('}', "_"))
+        format!("{prefix}rlqs:{{{}}}", bucket.replace('}', "_"))
     }
 
     /// `client`'s part of `capacity` on `bucket` for `ttl`.
@@ -95,12 +97,16 @@ impl Leases {
                 let mut a = allocator.lock().unwrap_or_else(PoisonError::into_inner);
                 Ok(a.assign(bucket, client_number, wants, capacity, ttl, now))
             }
-            Leases::Redis { conn, deadline } => {
+            Leases::Redis {
+                conn,
+                deadline,
+                prefix,
+            } => {
                 let mut conn = conn.clone();
                 let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
                 let mut invocation = assign_script().prepare_invoke();
                 invocation
-                    .key(Self::redis_key(bucket))
+                    .key(Self::redis_key(prefix, bucket))
                     .arg(client)
                     .arg(format!("{wants:.17e}"))
                     .arg(format!("{capacity:.17e}"))
@@ -124,10 +130,14 @@ impl Leases {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .release(bucket, client_number),
-            Leases::Redis { conn, deadline } => {
+            Leases::Redis {
+                conn,
+                deadline,
+                prefix,
+            } => {
                 let mut conn = conn.clone();
                 let mut command = redis::cmd("HDEL");
-                command.arg(Self::redis_key(bucket)).arg(client);
+                command.arg(Self::redis_key(prefix, bucket)).arg(client);
                 let call = command.query_async::<()>(&mut conn);
                 // Best effort: an unreleased lease lapses after its time to live.
                 let _ = tokio::time::timeout(*deadline, call).await;

@@ -39,7 +39,7 @@ use leases::Leases;
 use nudge::Nudges;
 
 /// Settings of the quota service.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct QuotaSettings {
     /// How long an assignment holds (`assignment_time_to_live`, whole
     /// seconds: Envoy 1.40 reads only the seconds); make it at least twice
@@ -53,6 +53,9 @@ pub struct QuotaSettings {
     /// assignment in this answer (the data plane keeps its current one
     /// until it expires).
     pub store_deadline: Duration,
+    /// What the leases' keys and the instances' channel on Redis start with
+    /// (the store's prefix, [`crate::redis_store::RedisSettings::prefix`]).
+    pub redis_prefix: Arc<str>,
 }
 
 impl Default for QuotaSettings {
@@ -61,6 +64,7 @@ impl Default for QuotaSettings {
             assignment_ttl: Duration::from_secs(12),
             abandon_after: Duration::from_secs(30),
             store_deadline: Duration::from_millis(100),
+            redis_prefix: crate::redis_store::DEFAULT_PREFIX.into(),
         }
     }
 }
@@ -120,15 +124,18 @@ impl QuotaService {
         settings: QuotaSettings,
         instances: impl Fn() -> u32 + Send + Sync + 'static,
     ) -> Self {
+        let deadline = settings.store_deadline;
+        let prefix = Arc::clone(&settings.redis_prefix);
         let base = QuotaService::new(engine, clock, settings);
         QuotaService {
             nudges: base
                 .nudges
                 .clone()
-                .relay_through(conn.clone(), settings.store_deadline),
+                .relay_through(conn.clone(), deadline, &prefix),
             leases: Arc::new(Leases::Redis {
                 conn,
-                deadline: settings.store_deadline,
+                deadline,
+                prefix,
             }),
             instances: Arc::new(instances),
             ..base
@@ -140,7 +147,13 @@ impl QuotaService {
     /// report). Returns once subscribed, or after a second if Redis does
     /// not answer (it keeps trying in the background).
     pub async fn listen_for_nudges(&self, url: String) {
-        nudge::listen(url, self.nudges.clone(), Duration::from_secs(1)).await;
+        nudge::listen(
+            url,
+            self.nudges.clone(),
+            nudge::channel(&self.settings.redis_prefix),
+            Duration::from_secs(1),
+        )
+        .await;
     }
 
     /// The tonic service to add to a server.

@@ -12,8 +12,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-/// The Redis channel the instances nudge one another on.
-pub(crate) const CHANNEL: &str = "ratewise-server:rlqs:nudge";
+/// The Redis channel the instances whose keys start with `prefix` nudge
+/// one another on.
+pub(crate) fn channel(prefix: &str) -> String {
+    format!("{prefix}rlqs:nudge")
+}
 
 /// Where a nudge came from: a stream of this instance or of another.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +42,7 @@ pub(crate) struct Nudge {
 struct Relay {
     conn: ratewise_redis::Connection,
     deadline: Duration,
+    channel: Arc<str>,
 }
 
 /// The live streams of this instance, by number, and the way to the others.
@@ -59,15 +63,20 @@ impl Nudges {
         }
     }
 
-    /// The same, also publishing to the other instances on [`CHANNEL`]
-    /// (each publish waits at most `deadline`).
+    /// The same, also publishing to the other instances on their
+    /// [`channel`] (each publish waits at most `deadline`).
     pub(crate) fn relay_through(
         self,
         conn: ratewise_redis::Connection,
         deadline: Duration,
+        prefix: &str,
     ) -> Self {
         Nudges {
-            relay: Some(Relay { conn, deadline }),
+            relay: Some(Relay {
+                conn,
+                deadline,
+                channel: channel(prefix).into(),
+            }),
             ..self
         }
     }
@@ -125,7 +134,7 @@ impl Nudges {
         }
     }
 
-    /// Handles one message of [`CHANNEL`]: an ask from another instance
+    /// Handles one message of the [`channel`]: an ask from another instance
     /// nudges this one's streams; a nudge back to one of this instance's
     /// streams reaches it. Anything else (this instance's own asks, garbage)
     /// is ignored.
@@ -159,7 +168,7 @@ impl Nudges {
         tokio::spawn(async move {
             let mut conn = relay.conn;
             let mut cmd = redis::cmd("PUBLISH");
-            cmd.arg(CHANNEL).arg(message);
+            cmd.arg(&*relay.channel).arg(message);
             let publish = cmd.query_async::<()>(&mut conn);
             match tokio::time::timeout(relay.deadline, publish).await {
                 Ok(Ok(())) => {}
@@ -174,17 +183,17 @@ impl Nudges {
     }
 }
 
-/// Subscribes to [`CHANNEL`] on the Redis at `url` and hands every message
+/// Subscribes to `channel` on the Redis at `url` and hands every message
 /// to `nudges`, resubscribing after a lost connection (every second until
 /// Redis answers). Returns once the first attempt is over (subscribed or
 /// refused) or after `ready_within`, so a service started after it hears the
 /// others' asks whenever Redis is there.
-pub(crate) async fn listen(url: String, nudges: Nudges, ready_within: Duration) {
+pub(crate) async fn listen(url: String, nudges: Nudges, channel: String, ready_within: Duration) {
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         let mut ready = Some(ready_tx);
         loop {
-            let subscribed = subscribe(&url).await;
+            let subscribed = subscribe(&url, &channel).await;
             // Subscribed, or Redis refused: either way starting need not
             // wait longer (a refused Redis is retried below).
             if let Some(tx) = ready.take() {
@@ -205,10 +214,10 @@ pub(crate) async fn listen(url: String, nudges: Nudges, ready_within: Duration) 
     let _ = tokio::time::timeout(ready_within, ready_rx).await;
 }
 
-async fn subscribe(url: &str) -> redis::RedisResult<redis::aio::PubSub> {
+async fn subscribe(url: &str, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
     let client = redis::Client::open(url)?;
     let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.subscribe(CHANNEL).await?;
+    pubsub.subscribe(channel).await?;
     Ok(pubsub)
 }
 
