@@ -81,9 +81,10 @@ fn an_unknown_unit_is_refused_with_the_units_there_are() {
 
 #[test]
 fn replacing_itself_or_an_unnamed_rule_is_refused() {
-    refused(
-        "replaces_self.yaml",
-        "domain: d
+    // A nested rule named `me` whose `replaces` list holds `entry`.
+    let replacing = |entry: &str| {
+        format!(
+            "domain: d
 descriptors:
   - key: k
     value: v
@@ -92,27 +93,20 @@ descriptors:
         rate_limit:
           name: me
           replaces:
-            - name: me
+            - name:{entry}
           unit: second
           requests_per_unit: 5
-",
+"
+        )
+    };
+    refused(
+        "replaces_self.yaml",
+        &replacing(" me"),
         &["replaces", "`me`"],
     );
     refused(
         "replaces_empty.yaml",
-        "domain: d
-descriptors:
-  - key: k
-    value: v
-    descriptors:
-      - key: s
-        rate_limit:
-          name: me
-          replaces:
-            - name:
-          unit: second
-          requests_per_unit: 5
-",
+        &replacing(""),
         &["replaces", "empty"],
     );
 }
