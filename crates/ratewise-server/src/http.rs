@@ -372,14 +372,7 @@ async fn rules(State(state): State<HttpState>) -> String {
     let mut lines: Vec<String> = set
         .rules()
         .map(|r| {
-            let mut line = format!(
-                "{path}: {limit}{shadow} (name `{name}`, {keys} keys)",
-                path = r.path,
-                limit = r.describe_limit(),
-                shadow = if r.shadow { ", shadow mode" } else { "" },
-                name = r.name,
-                keys = r.keys(),
-            );
+            let mut line = format!("{} (name `{}`, {} keys)", r.describe(), r.name, r.keys());
             for (key, live) in r.sample_keys() {
                 let state = if live { "live" } else { "expired" };
                 line.push_str(&format!("\n    {key} ({state})"));

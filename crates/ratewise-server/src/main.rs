@@ -151,11 +151,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let load = LoadOptions {
+        max_keys_per_rule: args.max_keys_per_rule,
+        merge_domains: args.merge_domains,
+    };
     if args.check {
-        let load = LoadOptions {
-            max_keys_per_rule: args.max_keys_per_rule,
-            merge_domains: args.merge_domains,
-        };
         return check(&args.config, load);
     }
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log).unwrap_or_else(|e| {
@@ -189,10 +189,7 @@ fn main() -> ExitCode {
             max_keys_per_rule: args.max_keys_per_rule,
             ..EngineOptions::default()
         },
-        load: LoadOptions {
-            max_keys_per_rule: args.max_keys_per_rule,
-            merge_domains: args.merge_domains,
-        },
+        load,
         redis: match (args.redis, args.redis_cluster) {
             (Some(url), _) => Some(RedisTarget::Single(url)),
             (None, Some(nodes)) => Some(RedisTarget::Cluster(nodes)),
@@ -244,16 +241,7 @@ fn check(path: &std::path::Path, load: LoadOptions) -> ExitCode {
             );
             let mut lines: Vec<String> = rules
                 .iter()
-                .map(|r| {
-                    format!(
-                        "  {}: {}{}{} (name `{}`)",
-                        r.path,
-                        r.describe_limit(),
-                        if r.shadow { ", shadow mode" } else { "" },
-                        if r.quota { ", quota mode" } else { "" },
-                        r.name
-                    )
-                })
+                .map(|r| format!("  {} (name `{}`)", r.describe(), r.name))
                 .collect();
             lines.sort();
             for line in lines {

@@ -243,6 +243,19 @@ impl Rule {
         self.counters.as_ref().map_or(0, |c| c.len())
     }
 
+    /// The rule in one line: its path, its limit in words, and its modes,
+    /// e.g. `edge.user: 0.05/s, burst 3 (gcra), shadow mode` (for `/rules`
+    /// and `--check`).
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: {}{}{}",
+            self.path,
+            self.describe_limit(),
+            if self.shadow { ", shadow mode" } else { "" },
+            if self.quota { ", quota mode" } else { "" },
+        )
+    }
+
     /// The limit in words: `unlimited`, `blocked (0 per unit)`, or the rate
     /// and burst it enforces and its algorithm, e.g. `0.05/s, burst 3 (gcra)`
     /// for 3 a minute.
