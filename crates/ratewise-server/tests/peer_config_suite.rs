@@ -4,13 +4,14 @@
 //! the offending part; each it loads, loads, and the limit a descriptor gets
 //! (by key, value, wildcard and depth) is the one it gets there; and files of
 //! one domain merge under `merge_domains` (its `MERGE_DOMAIN_CONFIG`) as they
-//! merge there.
+//! merge there. The `share_threshold` cases, the per-request limit override
+//! and per-rule shadow mode are there too.
 
 mod common;
 
 use common::*;
 use ratewise_server::config::{compile_sources, ConfigError, LoadOptions, RuleSet};
-use ratewise_server::rls::{Code, Unit};
+use ratewise_server::rls::{Code, RateLimitDescriptor, RateLimitOverride, Unit};
 use ratewise_server::{Engine, EngineOptions};
 
 fn load(files: &[(&str, &str)], merge_domains: bool) -> Result<RuleSet, ConfigError> {
@@ -439,4 +440,349 @@ fn a_descriptor_no_rule_matches_is_ok_with_no_limit_and_nothing_remaining() {
         (Code::Ok, true, 0)
     );
     assert!(s.duration_until_reset.is_none(), "{s:?}");
+}
+
+/// The shapes of the peer's `share_threshold` configuration: a wildcard
+/// value whose matches share one counter, alone, nested, twice on one key,
+/// under a parent that shares while the child does not, beside an exact
+/// value that keeps its own counter, and with `*` in the middle.
+const SHARED: &str = "domain: test-domain
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+  - key: nested
+    value: parent
+    descriptors:
+      - key: files
+        value: nested/*
+        share_threshold: true
+        rate_limit: { unit: minute, requests_per_unit: 200 }
+  - key: files
+    value: top/*
+    share_threshold: true
+    descriptors:
+      - key: files
+        value: nested/*
+        share_threshold: true
+        rate_limit: { unit: minute, requests_per_unit: 300 }
+  - key: route
+    value: api/*
+    share_threshold: true
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: { unit: minute, requests_per_unit: 60 }
+  - key: service
+    value: svc/*
+    share_threshold: true
+    descriptors:
+      - key: endpoint
+        detailed_metric: true
+        rate_limit: { unit: minute, requests_per_unit: 80 }
+  - key: path
+    value: path/*
+    share_threshold: true
+    descriptors:
+      - key: file
+        value: file/*
+        share_threshold: false
+        descriptors:
+          - key: type
+            rate_limit: { unit: minute, requests_per_unit: 120 }
+  - key: user
+    value: user/*
+    share_threshold: true
+    descriptors:
+      - key: resource
+        value: res/*
+        share_threshold: true
+        descriptors:
+          - key: action
+            rate_limit: { unit: minute, requests_per_unit: 150 }
+  - key: file
+    value: test1
+    rate_limit: { unit: minute, requests_per_unit: 50 }
+  - key: file
+    value: test*
+    share_threshold: true
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+  - key: midpath
+    value: /api*v1
+    share_threshold: true
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+  - key: multiroute
+    value: svc*ep*rpc
+    share_threshold: true
+    rate_limit: { unit: minute, requests_per_unit: 50 }
+  - key: midroute
+    value: /api*v2
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 80 }
+  - key: tenant
+    value: t*prod
+    share_threshold: true
+    descriptors:
+      - key: resource
+        value: res*v2
+        share_threshold: true
+        rate_limit: { unit: minute, requests_per_unit: 60 }
+";
+
+/// Requests admitted of `n` sent for each descriptor in turn, round-robin,
+/// at one instant: how many a set of descriptors gets between them.
+fn admitted_across(e: &Engine, descriptors: &[&[(&str, &str)]], n: usize) -> usize {
+    (0..n)
+        .filter(|i| {
+            let d = descriptors[i % descriptors.len()];
+            code(&decide(e, &req("test-domain", vec![desc(d)]), secs(1))) == Code::Ok
+        })
+        .count()
+}
+
+#[test]
+fn shared_thresholds_match_as_the_peer_does() {
+    let e = engine(SHARED);
+    let rpu = |entries: &[(&str, &str)]| limit_of(&e, "test-domain", entries).map(|l| l.0);
+    for (entries, limit) in [
+        (&[("files", "files/a.pdf")][..], Some(100)),
+        (&[("files", "files/b.csv")][..], Some(100)),
+        (&[("route", "api/v1"), ("method", "GET")][..], Some(60)),
+        (
+            &[("service", "svc/user"), ("endpoint", "get")][..],
+            Some(80),
+        ),
+        (
+            &[("nested", "parent"), ("files", "nested/file1.txt")][..],
+            Some(200),
+        ),
+        (
+            &[("files", "top/file1.txt"), ("files", "nested/file1.txt")][..],
+            Some(300),
+        ),
+        (
+            &[("path", "path/foo"), ("file", "file/doc1"), ("type", "pdf")][..],
+            Some(120),
+        ),
+        (
+            &[
+                ("user", "user/alice"),
+                ("resource", "res/file1"),
+                ("action", "read"),
+            ][..],
+            Some(150),
+        ),
+        // An exact value wins over a wildcard that also matches it.
+        (&[("file", "test1")][..], Some(50)),
+        (&[("file", "test2")][..], Some(100)),
+        (&[("file", "test123")][..], Some(100)),
+        (&[("midpath", "/api/v1")][..], Some(100)),
+        (&[("midpath", "/apiXYZv1")][..], Some(100)),
+        (&[("midpath", "/api/v2")][..], None),
+        (&[("multiroute", "svceprpc")][..], Some(50)),
+        (&[("multiroute", "svcXXXepYYYrpc")][..], Some(50)),
+        (&[("multiroute", "svcABCrpc")][..], None),
+        (&[("midroute", "/api-beta-v2")][..], Some(80)),
+        (
+            &[("tenant", "t1prod"), ("resource", "resAv2")][..],
+            Some(60),
+        ),
+    ] {
+        assert_eq!(rpu(entries), limit, "{entries:?}");
+    }
+}
+
+#[test]
+fn values_matching_a_shared_threshold_share_one_counter() {
+    // Each case on a fresh engine: the values that match one shared
+    // wildcard get its limit between them, not each.
+    let shared: [(&[&[(&str, &str)]], usize); 6] = [
+        (
+            &[
+                &[("files", "files/a.pdf")],
+                &[("files", "files/b.csv")],
+                &[("files", "files/c.txt")],
+            ],
+            100,
+        ),
+        (
+            &[
+                &[("file", "test2")],
+                &[("file", "test23")],
+                &[("file", "test123")],
+            ],
+            100,
+        ),
+        (
+            &[
+                &[("midpath", "/api/v1")],
+                &[("midpath", "/api-beta-v1")],
+                &[("midpath", "/apiXYZv1")],
+            ],
+            100,
+        ),
+        (
+            &[
+                &[("multiroute", "svcAepBrpc")],
+                &[("multiroute", "svceprpc")],
+            ],
+            50,
+        ),
+        (
+            &[&[("midroute", "/api/v2")], &[("midroute", "/api-beta-v2")]],
+            80,
+        ),
+        (
+            &[
+                &[("tenant", "t1prod"), ("resource", "resAv2")],
+                &[("tenant", "t99prod"), ("resource", "resBBBv2")],
+            ],
+            60,
+        ),
+    ];
+    for (descriptors, limit) in shared {
+        let e = engine(SHARED);
+        assert_eq!(
+            admitted_across(&e, descriptors, 3 * limit),
+            limit,
+            "{descriptors:?}"
+        );
+    }
+    // Both levels shared: every user and resource under the patterns share.
+    let e = engine(SHARED);
+    let both: &[&[(&str, &str)]] = &[
+        &[
+            ("user", "user/alice"),
+            ("resource", "res/a"),
+            ("action", "read"),
+        ],
+        &[
+            ("user", "user/bob"),
+            ("resource", "res/b"),
+            ("action", "read"),
+        ],
+    ];
+    assert_eq!(admitted_across(&e, both, 450), 150);
+    // The parent shares and the child does not: one counter per `file`
+    // value, whatever the `path` value.
+    let e = engine(SHARED);
+    let doc1: &[&[(&str, &str)]] = &[
+        &[("path", "path/a"), ("file", "file/doc1"), ("type", "pdf")],
+        &[("path", "path/b"), ("file", "file/doc1"), ("type", "pdf")],
+    ];
+    let doc2: &[&[(&str, &str)]] = &[&[("path", "path/a"), ("file", "file/doc2"), ("type", "pdf")]];
+    assert_eq!(admitted_across(&e, doc1, 360), 120);
+    assert_eq!(admitted_across(&e, doc2, 360), 120);
+    // The exact value keeps its own counter beside the shared one.
+    let e = engine(SHARED);
+    assert_eq!(admitted_across(&e, &[&[("file", "test1")]], 150), 50);
+    assert_eq!(
+        admitted_across(&e, &[&[("file", "test2")], &[("file", "test9")]], 300),
+        100
+    );
+}
+
+/// A descriptor with the peer's per-request limit override.
+fn overridden(entries: &[(&str, &str)], requests_per_unit: u32, unit: Unit) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit,
+            unit: unit as i32,
+        }),
+        ..desc(entries)
+    }
+}
+
+#[test]
+fn a_limit_override_applies_as_the_peer_does() {
+    let e = engine(BASIC);
+    let limit = |domain: &str, d: RateLimitDescriptor| {
+        let r = decide(&e, &req(domain, vec![d]), secs(1));
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| (l.requests_per_unit, l.unit()))
+    };
+    // A domain with no configuration limits nothing, override or not.
+    assert_eq!(
+        limit(
+            "foo_domain",
+            overridden(&[("key1", "value1")], 10, Unit::Day)
+        ),
+        None
+    );
+    let something = [("key1", "value1"), ("subkey1", "something")];
+    assert_eq!(
+        limit("test-domain", overridden(&something, 10, Unit::Day)),
+        Some((10, Unit::Day))
+    );
+    // Another override on the same descriptor is the limit now.
+    assert_eq!(
+        limit("test-domain", overridden(&something, 42, Unit::Hour)),
+        Some((42, Unit::Hour))
+    );
+    // Each value has its own counter under an override.
+    let e = engine(BASIC);
+    let one = req("test-domain", vec![overridden(&something, 3, Unit::Minute)]);
+    let other = req(
+        "test-domain",
+        vec![overridden(
+            &[("key1", "value1"), ("subkey1", "else")],
+            3,
+            Unit::Minute,
+        )],
+    );
+    assert_eq!(admitted(&e, &one, 5, secs(1)), 3);
+    assert_eq!(admitted(&e, &other, 5, secs(1)), 3);
+}
+
+#[test]
+fn shadow_mode_applies_per_rule_as_the_peer_does() {
+    let e = engine(
+        "domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit: { unit: second, requests_per_unit: 5 }
+      - key: subkey1
+        value: subvalue1
+        rate_limit: { unit: second, requests_per_unit: 10 }
+        shadow_mode: true
+  - key: key2
+    rate_limit: { unit: minute, requests_per_unit: 20 }
+    shadow_mode: true
+  - key: key2
+    value: value2
+    rate_limit: { unit: minute, requests_per_unit: 30 }
+",
+    );
+    let r = |entries: &[(&str, &str)]| req("test-domain", vec![desc(entries)]);
+    // Enforced: the key's default, and a value's own limit under a shadowed
+    // default.
+    assert_eq!(
+        admitted(&e, &r(&[("key1", "value1"), ("subkey1", "x")]), 8, secs(1)),
+        5
+    );
+    assert_eq!(admitted(&e, &r(&[("key2", "value2")]), 40, secs(1)), 30);
+    // Shadowed: never refused, though counted against the same limits.
+    assert_eq!(
+        admitted(
+            &e,
+            &r(&[("key1", "value1"), ("subkey1", "subvalue1")]),
+            15,
+            secs(1)
+        ),
+        15
+    );
+    assert_eq!(admitted(&e, &r(&[("key2", "something")]), 25, secs(1)), 25);
+    let shadowed = decide(&e, &r(&[("key2", "something")]), secs(1));
+    let l = shadowed.statuses[0]
+        .current_limit
+        .as_ref()
+        .expect("the limit");
+    assert_eq!((l.requests_per_unit, l.unit()), (20, Unit::Minute));
 }
