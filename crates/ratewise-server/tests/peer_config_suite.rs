@@ -531,9 +531,12 @@ descriptors:
         rate_limit: { unit: minute, requests_per_unit: 60 }
 ";
 
+/// One descriptor's entries.
+type Entries<'a> = &'a [(&'a str, &'a str)];
+
 /// Requests admitted of `n` sent for each descriptor in turn, round-robin,
 /// at one instant: how many a set of descriptors gets between them.
-fn admitted_across(e: &Engine, descriptors: &[&[(&str, &str)]], n: usize) -> usize {
+fn admitted_across(e: &Engine, descriptors: &[Entries], n: usize) -> usize {
     (0..n)
         .filter(|i| {
             let d = descriptors[i % descriptors.len()];
@@ -598,7 +601,7 @@ fn shared_thresholds_match_as_the_peer_does() {
 fn values_matching_a_shared_threshold_share_one_counter() {
     // Each case on a fresh engine: the values that match one shared
     // wildcard get its limit between them, not each.
-    let shared: [(&[&[(&str, &str)]], usize); 6] = [
+    let shared: [(&[Entries], usize); 6] = [
         (
             &[
                 &[("files", "files/a.pdf")],
@@ -652,7 +655,7 @@ fn values_matching_a_shared_threshold_share_one_counter() {
     }
     // Both levels shared: every user and resource under the patterns share.
     let e = engine(SHARED);
-    let both: &[&[(&str, &str)]] = &[
+    let both: &[Entries] = &[
         &[
             ("user", "user/alice"),
             ("resource", "res/a"),
@@ -668,11 +671,11 @@ fn values_matching_a_shared_threshold_share_one_counter() {
     // The parent shares and the child does not: one counter per `file`
     // value, whatever the `path` value.
     let e = engine(SHARED);
-    let doc1: &[&[(&str, &str)]] = &[
+    let doc1: &[Entries] = &[
         &[("path", "path/a"), ("file", "file/doc1"), ("type", "pdf")],
         &[("path", "path/b"), ("file", "file/doc1"), ("type", "pdf")],
     ];
-    let doc2: &[&[(&str, &str)]] = &[&[("path", "path/a"), ("file", "file/doc2"), ("type", "pdf")]];
+    let doc2: &[Entries] = &[&[("path", "path/a"), ("file", "file/doc2"), ("type", "pdf")]];
     assert_eq!(admitted_across(&e, doc1, 360), 120);
     assert_eq!(admitted_across(&e, doc2, 360), 120);
     // The exact value keeps its own counter beside the shared one.
