@@ -1,6 +1,7 @@
 //! Quotas on a real `redis-server` shared by two service instances, and the
-//! faults: Redis absent at start, killed mid-load, paused. Each test starts
-//! its own Redis on a free port.
+//! faults: Redis absent at start, killed mid-load, paused; and a three-node
+//! Redis Cluster that loses a master. Each test starts its own Redis on free
+//! ports.
 
 mod common;
 mod support;
@@ -429,4 +430,104 @@ async fn with_redis_down_the_error_policy_answers_unavailable_and_local_holds_a_
         "a spent 5-per-minute share: {reset:?}"
     );
     assert!(degraded(&local) >= 11, "every decision counted as degraded");
+}
+
+/// The nodes of `cluster` holding a key of `domain` (the service's keys
+/// carry their domain as the hash tag `{domain}`).
+fn holders(cluster: &RedisCluster, domain: &str) -> Vec<usize> {
+    let tag = format!("{{{domain}}}");
+    (0..cluster.nodes.len())
+        .filter(|&i| {
+            cluster.nodes[i]
+                .command(&["KEYS", &format!("*{tag}*")])
+                .is_some_and(|reply| reply.contains(&tag))
+        })
+        .collect()
+}
+
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_two_instances_share_quotas_and_a_lost_master_costs_only_its_domains() {
+    const DOMAINS: usize = 8;
+    let cluster = RedisCluster::start(3);
+    let dir = tempdir("cluster-config");
+    for d in 0..DOMAINS {
+        std::fs::write(
+            dir.join(format!("d{d}.yaml")),
+            format!(
+                "domain: d{d}\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: minute, requests_per_unit: 10 }}\n"
+            ),
+        )
+        .unwrap();
+    }
+    let nodes = cluster.urls().join(",");
+    let args = ["--redis-cluster", &nodes, "--store-deadline", "500ms"];
+    let a = Server::start(&dir, &args);
+    let b = Server::start(&dir, &args);
+    let (mut ca, mut cb) = (client(&a).await, client(&b).await);
+    let user = |d: usize, u: &str| req(&format!("d{d}"), vec![desc(&[("user", u)])]);
+    for d in 0..DOMAINS {
+        let r = user(d, "first");
+        let mut admitted = 0;
+        for _ in 0..10 {
+            admitted += usize::from(ok(&mut ca, &r).await);
+            admitted += usize::from(ok(&mut cb, &r).await);
+        }
+        assert_eq!(admitted, 10, "d{d}: one quota across both instances");
+    }
+    assert_eq!(
+        degraded(&a) + degraded(&b),
+        0,
+        "the cluster decided every call"
+    );
+    // Each domain's keys live on one node, and the domains spread over the
+    // nodes.
+    let home: Vec<usize> = (0..DOMAINS)
+        .map(|d| match holders(&cluster, &format!("d{d}"))[..] {
+            [node] => node,
+            ref other => panic!("d{d}'s keys are on nodes {other:?}"),
+        })
+        .collect();
+    let mut used = home.clone();
+    used.sort_unstable();
+    used.dedup();
+    assert!(used.len() >= 2, "every domain on one node: {home:?}");
+
+    // Lose the node of d0, with no replica to take over.
+    let lost = home[0];
+    let mut cluster = cluster;
+    cluster.nodes[lost].kill();
+    let before = degraded(&a) + degraded(&b);
+    // Domains elsewhere keep their exact shared limit.
+    for d in (0..DOMAINS).filter(|&d| home[d] != lost) {
+        let r = user(d, "second");
+        let mut admitted = 0;
+        for _ in 0..10 {
+            admitted += usize::from(ok(&mut ca, &r).await);
+            admitted += usize::from(ok(&mut cb, &r).await);
+        }
+        assert_eq!(admitted, 10, "d{d}, on a live node");
+    }
+    // The lost node's domains are answered by the failure policy, within
+    // the deadline and counted, never with an error.
+    for d in (0..DOMAINS).filter(|&d| home[d] == lost) {
+        let r = user(d, "second");
+        for c in [&mut ca, &mut cb] {
+            let start = Instant::now();
+            let answer = c.should_rate_limit(r.clone()).await;
+            assert!(answer.is_ok(), "d{d}: {answer:?}");
+            assert!(
+                start.elapsed() < Duration::from_millis(500) + MARGIN,
+                "d{d}: {:?}",
+                start.elapsed()
+            );
+        }
+    }
+    assert!(
+        degraded(&a) + degraded(&b) > before,
+        "the failure policy's answers are counted"
+    );
 }

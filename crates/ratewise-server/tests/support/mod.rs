@@ -311,6 +311,11 @@ impl Redis {
 
     /// Starts one on `port` and waits (at most 10 s) until it answers PING.
     pub fn start_on(port: u16) -> Redis {
+        Redis::start_with(port, &[])
+    }
+
+    /// As [`Redis::start_on`], with more command-line settings.
+    pub fn start_with(port: u16, extra: &[&str]) -> Redis {
         let spawned = Command::new("redis-server")
             .args([
                 "--port",
@@ -322,6 +327,7 @@ impl Redis {
                 "--appendonly",
                 "no",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
@@ -380,4 +386,97 @@ pub fn config_dir(yaml: &str) -> TempDir {
     let dir = tempdir("config");
     std::fs::write(dir.join("edge.yaml"), yaml).expect("write the configuration");
     dir
+}
+
+/// A free port for a Redis Cluster node: its cluster bus listens on the
+/// port plus 10 000, which must exist and be free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        let Some(bus) = port.checked_add(10_000) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A Redis Cluster of masters on free ports (no replicas), each node in its
+/// own temporary directory, the slots split evenly among them; killed when
+/// dropped. Built with cluster commands alone (`CLUSTER ADDSLOTSRANGE`,
+/// `CLUSTER MEET`), so it needs `redis-server` and nothing else.
+pub struct RedisCluster {
+    /// The nodes, in slot order: the first holds the lowest slots.
+    pub nodes: Vec<Redis>,
+    _dirs: Vec<TempDir>,
+}
+
+impl RedisCluster {
+    /// Starts `masters` nodes and waits (at most 10 s per step) until every
+    /// node sees the whole cluster, every slot served.
+    pub fn start(masters: usize) -> RedisCluster {
+        const SLOTS: usize = 16_384;
+        let mut nodes = Vec::new();
+        let mut dirs = Vec::new();
+        for _ in 0..masters {
+            let dir = tempdir("redis-cluster-node");
+            let dir_arg = dir.to_string_lossy().into_owned();
+            nodes.push(Redis::start_with(
+                free_cluster_port(),
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-require-full-coverage",
+                    "no",
+                    "--dir",
+                    &dir_arg,
+                ],
+            ));
+            dirs.push(dir);
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            let (first, last) = (i * SLOTS / masters, (i + 1) * SLOTS / masters - 1);
+            let reply = node.command(&[
+                "CLUSTER",
+                "ADDSLOTSRANGE",
+                &first.to_string(),
+                &last.to_string(),
+            ]);
+            assert!(
+                reply.as_deref().is_some_and(|r| r.starts_with("+OK")),
+                "CLUSTER ADDSLOTSRANGE: {reply:?}"
+            );
+        }
+        for other in &nodes[1..] {
+            let reply =
+                nodes[0].command(&["CLUSTER", "MEET", "127.0.0.1", &other.port.to_string()]);
+            assert!(
+                reply.as_deref().is_some_and(|r| r.starts_with("+OK")),
+                "CLUSTER MEET: {reply:?}"
+            );
+        }
+        let known = format!("cluster_known_nodes:{masters}");
+        wait_until(
+            Duration::from_secs(10),
+            "every cluster node to see every node and slot",
+            || {
+                nodes.iter().all(|n| {
+                    n.command(&["CLUSTER", "INFO"]).is_some_and(|info| {
+                        info.contains("cluster_state:ok")
+                            && info.contains("cluster_slots_ok:16384")
+                            && info.contains(&known)
+                    })
+                })
+            },
+        );
+        RedisCluster { nodes, _dirs: dirs }
+    }
+
+    /// The nodes' URLs, for `--redis-cluster`.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Redis::url).collect()
+    }
 }
