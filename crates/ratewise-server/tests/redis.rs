@@ -53,11 +53,7 @@ async fn two_instances_share_one_quota() {
     let b = Server::start(&dir, &["--redis", &redis.url(), "--store-deadline", "2s"]);
     let (mut ca, mut cb) = (client(&a).await, client(&b).await);
     let r = req("edge", vec![desc(&[("user", "shared")])]);
-    let mut admitted = 0;
-    for _ in 0..10 {
-        admitted += usize::from(ok(&mut ca, &r).await);
-        admitted += usize::from(ok(&mut cb, &r).await);
-    }
+    let admitted = alternately(&mut ca, &mut cb, &r, 10).await;
     assert_eq!(admitted, 10, "one quota across both instances");
     assert_eq!(degraded(&a) + degraded(&b), 0, "Redis decided every call");
     let status = cb.should_rate_limit(r).await.unwrap().statuses[0].clone();
@@ -432,6 +428,22 @@ async fn with_redis_down_the_error_policy_answers_unavailable_and_local_holds_a_
     assert!(degraded(&local) >= 11, "every decision counted as degraded");
 }
 
+/// How many of `rounds` × 2 calls of `r`, one to each instance in turn, are
+/// admitted.
+async fn alternately(
+    a: &mut RateLimitClient<tonic::transport::Channel>,
+    b: &mut RateLimitClient<tonic::transport::Channel>,
+    r: &RateLimitRequest,
+    rounds: usize,
+) -> usize {
+    let mut admitted = 0;
+    for _ in 0..rounds {
+        admitted += usize::from(ok(a, r).await);
+        admitted += usize::from(ok(b, r).await);
+    }
+    admitted
+}
+
 /// The nodes of `cluster` holding a key of `domain` (the service's keys
 /// carry their domain as the hash tag `{domain}`).
 fn holders(cluster: &RedisCluster, domain: &str) -> Vec<usize> {
@@ -470,12 +482,7 @@ async fn on_a_redis_cluster_two_instances_share_quotas_and_a_lost_master_costs_o
     let (mut ca, mut cb) = (client(&a).await, client(&b).await);
     let user = |d: usize, u: &str| req(&format!("d{d}"), vec![desc(&[("user", u)])]);
     for d in 0..DOMAINS {
-        let r = user(d, "first");
-        let mut admitted = 0;
-        for _ in 0..10 {
-            admitted += usize::from(ok(&mut ca, &r).await);
-            admitted += usize::from(ok(&mut cb, &r).await);
-        }
+        let admitted = alternately(&mut ca, &mut cb, &user(d, "first"), 10).await;
         assert_eq!(admitted, 10, "d{d}: one quota across both instances");
     }
     assert_eq!(
@@ -503,12 +510,7 @@ async fn on_a_redis_cluster_two_instances_share_quotas_and_a_lost_master_costs_o
     let before = degraded(&a) + degraded(&b);
     // Domains elsewhere keep their exact shared limit.
     for d in (0..DOMAINS).filter(|&d| home[d] != lost) {
-        let r = user(d, "second");
-        let mut admitted = 0;
-        for _ in 0..10 {
-            admitted += usize::from(ok(&mut ca, &r).await);
-            admitted += usize::from(ok(&mut cb, &r).await);
-        }
+        let admitted = alternately(&mut ca, &mut cb, &user(d, "second"), 10).await;
         assert_eq!(admitted, 10, "d{d}, on a live node");
     }
     // The lost node's domains are answered by the failure policy, within
