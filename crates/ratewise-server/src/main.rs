@@ -69,7 +69,8 @@ struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     max_keys_per_rule: usize,
     /// Keep the counters on Redis, shared by every instance pointed at it,
-    /// e.g. redis://127.0.0.1:6379. Without it they are in memory.
+    /// e.g. redis://127.0.0.1:6379, or rediss://host:6380 for TLS (checked
+    /// against the system's roots). Without it they are in memory.
     #[arg(long, conflicts_with = "redis_cluster")]
     redis: Option<String>,
     /// Keep the counters on a Redis Cluster, given some nodes' URLs,

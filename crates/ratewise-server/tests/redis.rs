@@ -533,3 +533,40 @@ async fn on_a_redis_cluster_two_instances_share_quotas_and_a_lost_master_costs_o
         "the failure policy's answers are counted"
     );
 }
+
+#[cfg_attr(
+    ratewise_no_redis_server,
+    ignore = "needs redis-server (apt-get install redis-server redis-tools)"
+)]
+#[cfg_attr(
+    ratewise_no_openssl,
+    ignore = "needs openssl (apt-get install openssl)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_two_instances_share_one_quota_and_an_untrusted_certificate_decides_nothing() {
+    let tls = TlsRedis::start();
+    let port = tls.redis.port;
+    let dir = config();
+    // `#insecure`: TLS without checking the self-signed certificate.
+    let url = format!("rediss://127.0.0.1:{port}/#insecure");
+    let args = ["--redis", &url, "--store-deadline", "2s"];
+    let a = Server::start(&dir, &args);
+    let b = Server::start(&dir, &args);
+    let (mut ca, mut cb) = (client(&a).await, client(&b).await);
+    let r = req("edge", vec![desc(&[("user", "over-tls")])]);
+    assert_eq!(
+        alternately(&mut ca, &mut cb, &r, 10).await,
+        10,
+        "one quota across both instances, over TLS"
+    );
+    assert_eq!(degraded(&a) + degraded(&b), 0, "Redis decided every call");
+    // Checked against the system's roots, the self-signed certificate is
+    // refused: no decision comes from that Redis, each is the failure
+    // policy's, answered and counted.
+    let strict_url = format!("rediss://127.0.0.1:{port}");
+    let strict = Server::start(&dir, &["--redis", &strict_url, "--store-deadline", "200ms"]);
+    let mut cs = client(&strict).await;
+    let answer = cs.should_rate_limit(r.clone()).await;
+    assert!(answer.is_ok(), "{answer:?}");
+    assert!(degraded(&strict) > 0, "the untrusted Redis decided a call");
+}

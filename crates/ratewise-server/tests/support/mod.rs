@@ -480,3 +480,58 @@ impl RedisCluster {
         self.nodes.iter().map(Redis::url).collect()
     }
 }
+
+/// A `redis-server` that speaks only TLS, with a self-signed certificate for
+/// 127.0.0.1 that `openssl` makes in a temporary directory; killed when
+/// dropped.
+pub struct TlsRedis {
+    /// The server; its port is the TLS port.
+    pub redis: Redis,
+    _dir: TempDir,
+}
+
+impl TlsRedis {
+    /// Starts one on a free port and waits (at most 10 s) until it listens.
+    pub fn start() -> TlsRedis {
+        let dir = tempdir("redis-tls");
+        let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+        let made = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .args(["-days", "1", "-subj", "/CN=127.0.0.1"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("cannot run openssl ({e}); install it with: apt-get install openssl")
+            });
+        assert!(
+            made.status.success(),
+            "openssl made no certificate: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let port = free_port();
+        let spawned = Command::new("redis-server")
+            .args(["--port", "0", "--tls-port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--tls-cert-file")
+            .arg(&cert)
+            .arg("--tls-key-file")
+            .arg(&key)
+            .args(["--tls-auth-clients", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = spawned.unwrap_or_else(|e| {
+            panic!("cannot start redis-server ({e}); install it with: apt-get install redis-server redis-tools")
+        });
+        let redis = Redis { child, port };
+        wait_until(
+            Duration::from_secs(10),
+            "redis-server to listen for TLS",
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
+        TlsRedis { redis, _dir: dir }
+    }
+}
