@@ -85,11 +85,72 @@ pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
 /// is down (the first decisions then come from the failure policy). Needs a
 /// tokio runtime.
 pub fn connect_lazy(url: &str) -> Result<ConnectionManager, Error> {
-    let client = redis::Client::open(url)?;
+    connect_lazy_with(url, None)
+}
+
+/// Like [`connect_lazy`], with certificates for a `rediss://` URL.
+pub fn connect_lazy_with(url: &str, tls: Option<&TlsCerts>) -> Result<ConnectionManager, Error> {
     Ok(ConnectionManager::new_lazy_with_config(
-        client,
+        client(url, tls)?,
         manager_config(),
     )?)
+}
+
+/// A [`redis::Client`] for `url` that, when `tls` is given, trusts its
+/// authority and presents its client certificate (a `rediss://` URL).
+///
+/// # Errors
+/// A malformed URL or certificate; [`Error::TlsNotEnabled`] for
+/// certificates without the `tls` feature.
+pub fn client(url: &str, tls: Option<&TlsCerts>) -> Result<redis::Client, Error> {
+    match tls {
+        None => Ok(redis::Client::open(url)?),
+        #[cfg(feature = "tls")]
+        Some(t) => Ok(redis::Client::build_with_tls(url, t.to_redis())?),
+        #[cfg(not(feature = "tls"))]
+        Some(_) => Err(Error::TlsNotEnabled),
+    }
+}
+
+/// Certificates for Redis over TLS beyond the system's roots: a private
+/// certificate authority to trust, and a client certificate for mutual TLS
+/// (both PEM). Taking effect needs the `tls` feature.
+#[derive(Clone, Default)]
+pub struct TlsCerts {
+    /// The authority (or authorities) that signed the servers'
+    /// certificates, in place of the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// The client's certificate and private key, when the servers ask for
+    /// one.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsCerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsCerts")
+            .field("ca", &self.ca.as_ref().map(|c| c.len()))
+            .field(
+                "client",
+                &self.client.as_ref().map(|_| "<certificate and key>"),
+            )
+            .finish()
+    }
+}
+
+#[cfg(feature = "tls")]
+impl TlsCerts {
+    fn to_redis(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca.clone(),
+        }
+    }
 }
 
 /// The [`ConnectionManagerConfig`](redis::aio::ConnectionManagerConfig)
@@ -106,12 +167,30 @@ pub fn manager_config() -> redis::aio::ConnectionManagerConfig {
 /// short connection timeouts and few retries: the limiter's own timeout and
 /// breaker, not the client's retries, bound how long a decision waits.
 pub async fn connect_cluster(nodes: &[&str]) -> Result<ClusterConnection, Error> {
-    let client = redis::cluster::ClusterClient::builder(nodes.to_vec())
+    connect_cluster_with(nodes, None).await
+}
+
+/// Like [`connect_cluster`], with certificates for `rediss://` nodes.
+///
+/// # Errors
+/// As [`connect_cluster`]; [`Error::TlsNotEnabled`] for certificates
+/// without the `tls` feature.
+pub async fn connect_cluster_with(
+    nodes: &[&str],
+    tls: Option<&TlsCerts>,
+) -> Result<ClusterConnection, Error> {
+    let builder = redis::cluster::ClusterClient::builder(nodes.to_vec())
         .connection_timeout(Duration::from_millis(100))
         .response_timeout(Duration::from_millis(500))
         .retries(2)
         .min_retry_wait(10)
-        .max_retry_wait(100)
-        .build()?;
-    Ok(client.get_async_connection().await?)
+        .max_retry_wait(100);
+    let builder = match tls {
+        None => builder,
+        #[cfg(feature = "tls")]
+        Some(t) => builder.certs(t.to_redis()),
+        #[cfg(not(feature = "tls"))]
+        Some(_) => return Err(Error::TlsNotEnabled),
+    };
+    Ok(builder.build()?.get_async_connection().await?)
 }

@@ -55,6 +55,10 @@ pub enum Error {
         /// The largest accepted time.
         max: Duration,
     },
+    /// Certificates for Redis over TLS were given to a build without the
+    /// `tls` feature.
+    #[error("certificates for Redis over TLS need ratewise-redis's `tls` feature; enable it in Cargo.toml")]
+    TlsNotEnabled,
     /// Redis could not be reached or answered with an error (constructors,
     /// `reset`, and decisions under [`FailurePolicy::Error`](crate::FailurePolicy::Error)).
     #[error("Redis is unavailable: {0}")]

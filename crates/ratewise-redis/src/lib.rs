@@ -39,7 +39,9 @@
 //!   the [`metrics`] facade under `ratewise_redis_*`.
 //! * The `tls` feature (off by default) accepts `rediss://` URLs: TLS with
 //!   rustls, checked against the system's roots (a URL ending in `#insecure`
-//!   skips the check, for tests against a self-signed certificate).
+//!   skips the check, for tests against a self-signed certificate);
+//!   [`TlsCerts`] adds a private authority and a client certificate
+//!   ([`connect_lazy_with`], [`connect_cluster_with`]).
 //!
 //! The [`_guide`] covers state, batching, failure, Cluster and metrics.
 
@@ -56,7 +58,10 @@ mod policy;
 pub mod two_tier;
 
 pub use crate::core::{MAX_KEY_LEN, MAX_MICROS};
-pub use connection::{connect, connect_cluster, connect_lazy, manager_config, Connection};
+pub use connection::{
+    client, connect, connect_cluster, connect_cluster_with, connect_lazy, connect_lazy_with,
+    manager_config, Connection, TlsCerts,
+};
 pub use error::Error;
 pub use fleet::Fleet;
 pub use limiter::{Algorithm, Options, RedisLimiter, Timed};

@@ -77,6 +77,17 @@ struct Args {
     /// comma-separated.
     #[arg(long, value_delimiter = ',')]
     redis_cluster: Option<Vec<String>>,
+    /// Trust the certificate authority in this PEM file (instead of the
+    /// system's roots) for a rediss:// Redis.
+    #[arg(long, value_name = "PEM")]
+    redis_ca_cert: Option<PathBuf>,
+    /// Present this client certificate (PEM) to a rediss:// Redis that asks
+    /// for one; needs --redis-client-key.
+    #[arg(long, value_name = "PEM", requires = "redis_client_key")]
+    redis_client_cert: Option<PathBuf>,
+    /// The private key (PEM) of --redis-client-cert.
+    #[arg(long, value_name = "PEM", requires = "redis_client_cert")]
+    redis_client_key: Option<PathBuf>,
     /// The longest a decision waits on Redis before the failure policy
     /// answers (keep it under Envoy's 20 ms timeout).
     #[arg(long, default_value = "10ms", value_parser = parse_interval)]
@@ -170,6 +181,13 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    let redis_tls = match redis_tls(&args) {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("ratewise-server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -196,6 +214,7 @@ fn main() -> ExitCode {
             (None, Some(nodes)) => Some(RedisTarget::Cluster(nodes)),
             (None, None) => None,
         },
+        redis_tls,
         redis_settings: RedisSettings {
             deadline: args.store_deadline,
             failure: args.store_failure,
@@ -225,6 +244,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The certificates `--redis-ca-cert`, `--redis-client-cert` and
+/// `--redis-client-key` name, read now: a file that cannot be read stops
+/// the start with its flag and path.
+fn redis_tls(args: &Args) -> Result<Option<ratewise_redis::TlsCerts>, String> {
+    let read = |flag: &str, path: &Option<PathBuf>| {
+        path.as_ref()
+            .map(|p| std::fs::read(p).map_err(|e| format!("--{flag} {}: {e}", p.display())))
+            .transpose()
+    };
+    let ca = read("redis-ca-cert", &args.redis_ca_cert)?;
+    let cert = read("redis-client-cert", &args.redis_client_cert)?;
+    let key = read("redis-client-key", &args.redis_client_key)?;
+    let client = cert.zip(key);
+    Ok((ca.is_some() || client.is_some()).then_some(ratewise_redis::TlsCerts { ca, client }))
 }
 
 /// `--check`: loads the configuration at `path` and prints its rules, or

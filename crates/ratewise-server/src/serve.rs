@@ -41,6 +41,9 @@ pub struct ServeOptions {
     pub load: LoadOptions,
     /// Where the shared counters live; `None` keeps them in memory.
     pub redis: Option<RedisTarget>,
+    /// Certificates for `rediss://` beyond the system's roots (a private
+    /// authority, a client certificate).
+    pub redis_tls: Option<ratewise_redis::TlsCerts>,
     /// Deadline and failure policy for the shared store.
     pub redis_settings: RedisSettings,
     /// The quota service (RLQS): assignment time to live, abandoning.
@@ -140,10 +143,14 @@ pub async fn run(
     let mut limiter = RateLimiter::new(Arc::clone(&engine), clock.clone());
     if let Some(target) = &options.redis {
         let conn: ratewise_redis::Connection = match target {
-            RedisTarget::Single(url) => ratewise_redis::connect_lazy(url)?.into(),
+            RedisTarget::Single(url) => {
+                ratewise_redis::connect_lazy_with(url, options.redis_tls.as_ref())?.into()
+            }
             RedisTarget::Cluster(nodes) => {
                 let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-                ratewise_redis::connect_cluster(&nodes).await?.into()
+                ratewise_redis::connect_cluster_with(&nodes, options.redis_tls.as_ref())
+                    .await?
+                    .into()
             }
         };
         limiter = limiter.with_redis(Arc::new(RedisStore::new(
@@ -190,7 +197,8 @@ pub async fn run(
         None => QuotaService::new(Arc::clone(&engine), clock.clone(), options.quota.clone()),
     };
     if let Some(RedisTarget::Single(url)) = &options.redis {
-        quota.listen_for_nudges(url.clone()).await;
+        let client = ratewise_redis::client(url, options.redis_tls.as_ref())?;
+        quota.listen_for_nudges(client).await;
     }
     let grpc = tonic::transport::Server::builder()
         .add_service(limiter.clone().into_server())

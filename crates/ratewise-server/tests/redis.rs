@@ -543,30 +543,56 @@ async fn on_a_redis_cluster_two_instances_share_quotas_and_a_lost_master_costs_o
     ignore = "needs openssl (apt-get install openssl)"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_tls_two_instances_share_one_quota_and_an_untrusted_certificate_decides_nothing() {
+async fn over_mutual_tls_two_instances_share_one_quota_and_an_unproven_side_decides_nothing() {
     let tls = TlsRedis::start();
-    let port = tls.redis.port;
     let dir = config();
-    // `#insecure`: TLS without checking the self-signed certificate.
-    let url = format!("rediss://127.0.0.1:{port}/#insecure");
-    let args = ["--redis", &url, "--store-deadline", "2s"];
-    let a = Server::start(&dir, &args);
-    let b = Server::start(&dir, &args);
-    let (mut ca, mut cb) = (client(&a).await, client(&b).await);
+    let url = format!("rediss://127.0.0.1:{}", tls.redis.port);
+    let (ca, cert, key) = (
+        tls.file("ca.pem"),
+        tls.file("client.pem"),
+        tls.file("client.key"),
+    );
+    let full = [
+        "--redis",
+        &url,
+        "--store-deadline",
+        "2s",
+        "--redis-ca-cert",
+        &ca,
+        "--redis-client-cert",
+        &cert,
+        "--redis-client-key",
+        &key,
+    ];
+    let a = Server::start(&dir, &full);
+    let b = Server::start(&dir, &full);
+    let (mut ca_client, mut cb) = (client(&a).await, client(&b).await);
     let r = req("edge", vec![desc(&[("user", "over-tls")])]);
     assert_eq!(
-        alternately(&mut ca, &mut cb, &r, 10).await,
+        alternately(&mut ca_client, &mut cb, &r, 10).await,
         10,
         "one quota across both instances, over TLS"
     );
     assert_eq!(degraded(&a) + degraded(&b), 0, "Redis decided every call");
-    // Checked against the system's roots, the self-signed certificate is
-    // refused: no decision comes from that Redis, each is the failure
-    // policy's, answered and counted.
-    let strict_url = format!("rediss://127.0.0.1:{port}");
-    let strict = Server::start(&dir, &["--redis", &strict_url, "--store-deadline", "200ms"]);
-    let mut cs = client(&strict).await;
-    let answer = cs.should_rate_limit(r.clone()).await;
-    assert!(answer.is_ok(), "{answer:?}");
-    assert!(degraded(&strict) > 0, "the untrusted Redis decided a call");
+    // Without the client certificate Redis refuses the handshake; without
+    // the private authority the server's certificate is not trusted. Either
+    // way no decision comes from that Redis: each is the failure policy's,
+    // answered and counted.
+    for args in [
+        &["--redis", &url, "--redis-ca-cert", &ca][..],
+        &[
+            "--redis",
+            &url,
+            "--redis-client-cert",
+            &cert,
+            "--redis-client-key",
+            &key,
+        ][..],
+    ] {
+        let strict = Server::start(&dir, &[args, &["--store-deadline", "200ms"][..]].concat());
+        let mut cs = client(&strict).await;
+        let answer = cs.should_rate_limit(r.clone()).await;
+        assert!(answer.is_ok(), "{args:?}: {answer:?}");
+        assert!(degraded(&strict) > 0, "{args:?}: that Redis decided a call");
+    }
 }

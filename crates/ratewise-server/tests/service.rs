@@ -243,6 +243,34 @@ fn start_errors_are_one_clear_line() {
         text.contains(&format!("cannot listen for gRPC on {addr}")),
         "{text}"
     );
+
+    // A certificate that cannot be read stops the start, named with its
+    // flag; a client certificate without its key is refused by the parser.
+    let no_ca = Command::new(exe)
+        .arg("--config")
+        .arg(&*dir)
+        .args([
+            "--redis",
+            "rediss://127.0.0.1:1",
+            "--redis-ca-cert",
+            "/nonexistent/ca.pem",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(no_ca.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&no_ca.stderr);
+    assert!(
+        text.contains("--redis-ca-cert /nonexistent/ca.pem"),
+        "{text}"
+    );
+    let no_key = Command::new(exe)
+        .arg("--config")
+        .arg(&*dir)
+        .args(["--redis-client-cert", "/c.pem"])
+        .output()
+        .unwrap();
+    assert_eq!(no_key.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&no_key.stderr).contains("--redis-client-key"));
 }
 
 #[test]

@@ -101,6 +101,7 @@ const IGNORED: &[&str] = &[
 /// | `GRPC_HOST` (`0.0.0.0`), `GRPC_PORT` (`8081`) | `--grpc` |
 /// | `HOST` (`0.0.0.0`), `PORT` (`8080`) | `--http` |
 /// | `REDIS_URL`, `REDIS_SOCKET_TYPE` (`unix`), `REDIS_TYPE` (`SINGLE`), `REDIS_AUTH`, `REDIS_TLS` | `--redis` or `--redis-cluster` (none: in memory) |
+/// | `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT` with `REDIS_TLS_CLIENT_KEY` | `--redis-ca-cert`, `--redis-client-cert`, `--redis-client-key` |
 /// | `LIMIT_RESPONSE_HEADERS_ENABLED` (`false`) | `--headers legacy` or `--headers off` |
 /// | `LOG_LEVEL` (`WARN`) | `--log` |
 /// | `CACHE_KEY_PREFIX` | `--redis-prefix` |
@@ -114,8 +115,9 @@ const IGNORED: &[&str] = &[
 /// service is reached and is not supported (`BACKEND_TYPE=memcache`,
 /// `REDIS_TYPE=SENTINEL`, a global `SHADOW_MODE` or `QUOTA_MODE`,
 /// `REDIS_PERSECOND`, renamed limit headers, an xDS
-/// `CONFIG_TYPE`, gRPC on a Unix socket or over TLS, Redis client
-/// certificates), or a value that does not parse.
+/// `CONFIG_TYPE`, gRPC on a Unix socket or over TLS, skipping Redis's
+/// certificate check), a client certificate without its key (or the
+/// reverse), or a value that does not parse.
 pub fn flags_from_ratelimit_env(
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<EnvFlags, EnvError> {
@@ -222,25 +224,33 @@ pub fn flags_from_ratelimit_env(
             "renamed limit headers are not supported (RateLimit-Limit, -Remaining and -Reset are sent)",
         )?;
     }
-    for (name, reason) in [
-        (
-            "GRPC_UDS",
-            "serving gRPC on a Unix socket is not supported; use GRPC_HOST and GRPC_PORT",
-        ),
-        (
-            "REDIS_TLS_CLIENT_CERT",
-            "Redis client certificates are not supported (REDIS_TLS with the system's trusted roots is)",
-        ),
-        (
-            "REDIS_TLS_CLIENT_KEY",
-            "Redis client certificates are not supported (REDIS_TLS with the system's trusted roots is)",
-        ),
-        (
-            "REDIS_TLS_CACERT",
-            "a custom CA for Redis is not supported (REDIS_TLS with the system's trusted roots is)",
-        ),
-    ] {
-        unsupported(name, reason)?;
+    unsupported(
+        "GRPC_UDS",
+        "serving gRPC on a Unix socket is not supported; use GRPC_HOST and GRPC_PORT",
+    )?;
+    if let Some(ca) = var("REDIS_TLS_CACERT") {
+        push(&mut out, "--redis-ca-cert", ca);
+    }
+    match (var("REDIS_TLS_CLIENT_CERT"), var("REDIS_TLS_CLIENT_KEY")) {
+        (Some(cert), Some(key)) => {
+            push(&mut out, "--redis-client-cert", cert);
+            push(&mut out, "--redis-client-key", key);
+        }
+        (None, None) => {}
+        (Some(cert), None) => {
+            return Err(EnvError {
+                name: "REDIS_TLS_CLIENT_CERT",
+                value: cert,
+                reason: "a client certificate needs its key: set REDIS_TLS_CLIENT_KEY too",
+            })
+        }
+        (None, Some(key)) => {
+            return Err(EnvError {
+                name: "REDIS_TLS_CLIENT_KEY",
+                value: key,
+                reason: "a client key needs its certificate: set REDIS_TLS_CLIENT_CERT too",
+            })
+        }
     }
     if let Some(kind) = var("CONFIG_TYPE").filter(|k| !k.eq_ignore_ascii_case("file")) {
         return Err(EnvError {
@@ -447,6 +457,24 @@ mod tests {
         ]);
         let i = a.iter().position(|x| x == "--redis").unwrap();
         assert_eq!(a[i + 1], "redis://:p%40ss%2Fw%23rd@redis:6379");
+        // A private authority and a client certificate go to their flags.
+        let a = args(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_URL", "redis:6380"),
+            ("REDIS_TLS_CACERT", "/ca.pem"),
+            ("REDIS_TLS_CLIENT_CERT", "/c.pem"),
+            ("REDIS_TLS_CLIENT_KEY", "/k.pem"),
+        ]);
+        for (flag, value) in [
+            ("--redis", "rediss://redis:6380"),
+            ("--redis-ca-cert", "/ca.pem"),
+            ("--redis-client-cert", "/c.pem"),
+            ("--redis-client-key", "/k.pem"),
+        ] {
+            let i = a.iter().position(|x| x == flag).expect(flag);
+            assert_eq!(a[i + 1], value, "{a:?}");
+        }
     }
 
     #[test]
@@ -482,6 +510,10 @@ mod tests {
             (
                 &[("REDIS_TLS_CLIENT_CERT", "/c.pem")][..],
                 "REDIS_TLS_CLIENT_CERT",
+            ),
+            (
+                &[("REDIS_TLS_CLIENT_KEY", "/k.pem")][..],
+                "REDIS_TLS_CLIENT_KEY",
             ),
             (&[("MERGE_DOMAIN_CONFIG", "yes")][..], "MERGE_DOMAIN_CONFIG"),
         ] {

@@ -142,13 +142,13 @@ impl QuotaService {
         }
     }
 
-    /// Hears the other instances' nudges on the Redis at `url` (a single
-    /// server; on a cluster, holders elsewhere give back at their next
-    /// report). Returns once subscribed, or after a second if Redis does
-    /// not answer (it keeps trying in the background).
-    pub async fn listen_for_nudges(&self, url: String) {
+    /// Hears the other instances' nudges on the Redis `client` connects to
+    /// (a single server; on a cluster, holders elsewhere give back at their
+    /// next report). Returns once subscribed, or after a second if Redis
+    /// does not answer (it keeps trying in the background).
+    pub async fn listen_for_nudges(&self, client: redis::Client) {
         nudge::listen(
-            url,
+            client,
             self.nudges.clone(),
             nudge::channel(&self.settings.redis_prefix),
             Duration::from_secs(1),

@@ -183,17 +183,22 @@ impl Nudges {
     }
 }
 
-/// Subscribes to `channel` on the Redis at `url` and hands every message
+/// Subscribes to `channel` on the Redis `client` connects to and hands every message
 /// to `nudges`, resubscribing after a lost connection (every second until
 /// Redis answers). Returns once the first attempt is over (subscribed or
 /// refused) or after `ready_within`, so a service started after it hears the
 /// others' asks whenever Redis is there.
-pub(crate) async fn listen(url: String, nudges: Nudges, channel: String, ready_within: Duration) {
+pub(crate) async fn listen(
+    client: redis::Client,
+    nudges: Nudges,
+    channel: String,
+    ready_within: Duration,
+) {
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         let mut ready = Some(ready_tx);
         loop {
-            let subscribed = subscribe(&url, &channel).await;
+            let subscribed = subscribe(&client, &channel).await;
             // Subscribed, or Redis refused: either way starting need not
             // wait longer (a refused Redis is retried below).
             if let Some(tx) = ready.take() {
@@ -214,8 +219,10 @@ pub(crate) async fn listen(url: String, nudges: Nudges, channel: String, ready_w
     let _ = tokio::time::timeout(ready_within, ready_rx).await;
 }
 
-async fn subscribe(url: &str, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
-    let client = redis::Client::open(url)?;
+async fn subscribe(
+    client: &redis::Client,
+    channel: &str,
+) -> redis::RedisResult<redis::aio::PubSub> {
     let mut pubsub = client.get_async_pubsub().await?;
     pubsub.subscribe(channel).await?;
     Ok(pubsub)

@@ -481,45 +481,97 @@ impl RedisCluster {
     }
 }
 
-/// A `redis-server` that speaks only TLS, with a self-signed certificate for
-/// 127.0.0.1 that `openssl` makes in a temporary directory; killed when
-/// dropped.
+/// A `redis-server` that speaks only TLS and asks every client for a
+/// certificate: a private authority that `openssl` makes in a temporary
+/// directory signs the server's certificate (for 127.0.0.1) and a client's;
+/// killed when dropped.
 pub struct TlsRedis {
     /// The server; its port is the TLS port.
     pub redis: Redis,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 impl TlsRedis {
     /// Starts one on a free port and waits (at most 10 s) until it listens.
     pub fn start() -> TlsRedis {
         let dir = tempdir("redis-tls");
-        let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
-        let made = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .args(["-days", "1", "-subj", "/CN=127.0.0.1"])
-            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("cannot run openssl ({e}); install it with: apt-get install openssl")
-            });
-        assert!(
-            made.status.success(),
-            "openssl made no certificate: {}",
-            String::from_utf8_lossy(&made.stderr)
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&*dir)
+                .output()
+                .unwrap_or_else(|e| {
+                    panic!("cannot run openssl ({e}); install it with: apt-get install openssl")
+                });
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let key = ["-newkey", "rsa:2048", "-nodes", "-days", "1"];
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &key,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-subj",
+                    "/CN=ratewise test CA",
+                ],
+            ]
+            .concat(),
         );
+        std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        // Both signed as X.509 v3 (an extension makes it so): rustls
+        // accepts nothing older.
+        for name in ["server", "client"] {
+            let (k, csr, pem) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+            );
+            openssl(
+                &[
+                    &["req"][..],
+                    &key,
+                    &["-keyout", &k, "-out", &csr, "-subj", "/CN=127.0.0.1"],
+                ]
+                .concat(),
+            );
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-out",
+                &pem,
+                "-extfile",
+                "san.ext",
+            ]);
+        }
         let port = free_port();
         let spawned = Command::new("redis-server")
+            .current_dir(&*dir)
             .args(["--port", "0", "--tls-port", &port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--tls-cert-file")
-            .arg(&cert)
-            .arg("--tls-key-file")
-            .arg(&key)
-            .args(["--tls-auth-clients", "no"])
+            .args([
+                "--tls-cert-file",
+                "server.pem",
+                "--tls-key-file",
+                "server.key",
+            ])
+            .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
@@ -532,6 +584,11 @@ impl TlsRedis {
             "redis-server to listen for TLS",
             || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
         );
-        TlsRedis { redis, _dir: dir }
+        TlsRedis { redis, dir }
+    }
+
+    /// A file of its directory: `ca.pem`, `client.pem`, `client.key`.
+    pub fn file(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
     }
 }
