@@ -316,31 +316,37 @@ impl Redis {
 
     /// As [`Redis::start_on`], with more command-line settings.
     pub fn start_with(port: u16, extra: &[&str]) -> Redis {
-        let spawned = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = spawned.unwrap_or_else(|e| {
-            panic!("cannot start redis-server ({e}); install it with: apt-get install redis-server redis-tools")
-        });
-        let redis = Redis { child, port };
+        let redis = Redis::spawn(
+            port,
+            &[&["--port", &port.to_string()][..], extra].concat(),
+            None,
+        );
         wait_until(
             Duration::from_secs(10),
             "redis-server to answer PING",
             || redis.command(&["PING"]).is_some_and(|r| r.contains("PONG")),
         );
         redis
+    }
+
+    /// Spawns `redis-server` with `args` (which name the port it listens
+    /// on), bound to loopback with nothing saved, in `dir` if given;
+    /// returns without waiting for it.
+    fn spawn(port: u16, args: &[&str], dir: Option<&Path>) -> Redis {
+        let mut command = Command::new("redis-server");
+        if let Some(dir) = dir {
+            command.current_dir(dir);
+        }
+        let spawned = command
+            .args(args)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = spawned.unwrap_or_else(|e| {
+            panic!("cannot start redis-server ({e}); install it with: apt-get install redis-server redis-tools")
+        });
+        Redis { child, port }
     }
 
     /// The URL to give the service.
@@ -561,24 +567,25 @@ impl TlsRedis {
             ]);
         }
         let port = free_port();
-        let spawned = Command::new("redis-server")
-            .current_dir(&*dir)
-            .args(["--port", "0", "--tls-port", &port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args([
+        let tls_port = port.to_string();
+        let redis = Redis::spawn(
+            port,
+            &[
+                "--port",
+                "0",
+                "--tls-port",
+                &tls_port,
                 "--tls-cert-file",
                 "server.pem",
                 "--tls-key-file",
                 "server.key",
-            ])
-            .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = spawned.unwrap_or_else(|e| {
-            panic!("cannot start redis-server ({e}); install it with: apt-get install redis-server redis-tools")
-        });
-        let redis = Redis { child, port };
+                "--tls-ca-cert-file",
+                "ca.pem",
+                "--tls-auth-clients",
+                "yes",
+            ],
+            Some(&dir),
+        );
         wait_until(
             Duration::from_secs(10),
             "redis-server to listen for TLS",
