@@ -166,8 +166,9 @@ impl Knee {
     /// The default headroom ([`Knee::with_headroom`]). A smaller one keeps a
     /// shorter queue, so a lower p99, and idles workers more often: at 0.25 the
     /// fixed limit tuned for each shipped overload scenario's starting capacity
-    /// beat `Knee` on both goodput within the objective and p99 in up to five of
-    /// ten scenarios (by a hair); from 0.3 to 0.4 in none, over 3 and 6 seeds.
+    /// beat `Knee` on both goodput within the objective and p99 in three of ten
+    /// scenarios (by a hair; at 0.2 in five); from 0.3 to 0.4 in none, over 3
+    /// and 6 seeds.
     pub const DEFAULT_HEADROOM: f64 = 0.3;
 
     /// Starts at `initial`, within `[min, max]` (`min` at least 1, `max` at
