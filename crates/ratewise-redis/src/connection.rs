@@ -77,8 +77,7 @@ impl ConnectionLike for Connection {
 /// from 10 ms to at most 200 ms, so a limiter finds a restarted Redis
 /// within a fraction of a second. Fails if Redis is unreachable now.
 pub async fn connect(url: &str) -> Result<ConnectionManager, Error> {
-    let client = redis::Client::open(url)?;
-    Ok(ConnectionManager::new_with_config(client, manager_config()).await?)
+    Ok(ConnectionManager::new_with_config(client(url, None)?, manager_config()).await?)
 }
 
 /// Like [`connect`], but connects on first use: never fails because Redis

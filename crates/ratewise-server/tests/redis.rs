@@ -114,18 +114,9 @@ async fn deployments_with_other_prefixes_share_nothing_on_one_redis() {
         "{keys:?}"
     );
     // A prefix with a hash tag's braces is refused at start.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratewise-server"))
-        .arg("--config")
-        .arg(&*dir)
-        .args(["--redis-prefix", "{team}:"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--redis-prefix"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, text) = refused_start(&dir, &["--redis-prefix", "{team}:"]);
+    assert_eq!(code, Some(2));
+    assert!(text.contains("--redis-prefix"), "{text}");
 }
 
 #[cfg_attr(

@@ -231,14 +231,8 @@ fn start_errors_are_one_clear_line() {
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
     let dir = config_dir(CONFIG);
-    let in_use = Command::new(exe)
-        .arg("--config")
-        .arg(&*dir)
-        .args(["--grpc", &addr, "--http", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert_eq!(in_use.status.code(), Some(1));
-    let text = String::from_utf8_lossy(&in_use.stderr);
+    let (code, text) = refused_start(&dir, &["--grpc", &addr, "--http", "127.0.0.1:0"]);
+    assert_eq!(code, Some(1));
     assert!(
         text.contains(&format!("cannot listen for gRPC on {addr}")),
         "{text}"
@@ -246,31 +240,23 @@ fn start_errors_are_one_clear_line() {
 
     // A certificate that cannot be read stops the start, named with its
     // flag; a client certificate without its key is refused by the parser.
-    let no_ca = Command::new(exe)
-        .arg("--config")
-        .arg(&*dir)
-        .args([
+    let (code, text) = refused_start(
+        &dir,
+        &[
             "--redis",
             "rediss://127.0.0.1:1",
             "--redis-ca-cert",
             "/nonexistent/ca.pem",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(no_ca.status.code(), Some(1));
-    let text = String::from_utf8_lossy(&no_ca.stderr);
+        ],
+    );
+    assert_eq!(code, Some(1));
     assert!(
         text.contains("--redis-ca-cert /nonexistent/ca.pem"),
         "{text}"
     );
-    let no_key = Command::new(exe)
-        .arg("--config")
-        .arg(&*dir)
-        .args(["--redis-client-cert", "/c.pem"])
-        .output()
-        .unwrap();
-    assert_eq!(no_key.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&no_key.stderr).contains("--redis-client-key"));
+    let (code, text) = refused_start(&dir, &["--redis-client-cert", "/c.pem"]);
+    assert_eq!(code, Some(2));
+    assert!(text.contains("--redis-client-key"), "{text}");
 }
 
 #[test]

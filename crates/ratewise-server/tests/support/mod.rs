@@ -193,6 +193,21 @@ impl Drop for TempDir {
     }
 }
 
+/// Runs the service on `config` with `args`, expecting it to refuse to
+/// start: its exit code and what it printed on stderr.
+pub fn refused_start(config: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewise-server"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .expect("run ratewise-server");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Waits until `f` is true, polling every 10 ms, for at most `limit`.
 pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
