@@ -15,7 +15,8 @@
 //!    at its admitted rate. A quota that stays **closed** (bare refusals, an
 //!    attempt sent after the first refusal refused too, no success since:
 //!    a spent window, a full log) is probed by one send at a time, each
-//!    waiting for the previous one's answer; once closed for
+//!    waiting for the previous one's answer, and a refused probe moves the
+//!    calls queued behind it past its pause; once closed for
 //!    [`CLOSED_PAUSE_AFTER`] the pause grows to half the time it has been
 //!    closed (at most [`CLOSED_PAUSE_MAX`]), and the controller is told
 //!    ([`RateController::note_closed_quota`]);
@@ -1082,7 +1083,13 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             let u: f64 = st.rng.random();
             let pause = pause.saturating_add(pause.mul_f64(u * cfg.pause_jitter));
             let until = now.saturating_add(pause);
-            if until > st.paused_until {
+            // A refused lone probe of a closed quota re-plans even a pause
+            // that ends sooner than the one in force: that one only spaces
+            // the slots already handed out behind the probe (each a round
+            // trip and a half after the previous), and those would each be
+            // sent and refused in turn.
+            let probe_refused = retry_after.is_none() && st.probing;
+            if until > st.paused_until || probe_refused {
                 st.paused_until = until;
                 // The pause is no saving: the pace resumes evenly after it,
                 // not with a burst of the credit the pacer gained meanwhile,
@@ -1337,6 +1344,49 @@ mod tests {
             let gap = w[1].sent_at.saturating_duration_since(w[0].sent_at);
             assert!(gap <= ms(51), "{gap:?}");
         }
+    }
+
+    #[test]
+    fn a_refused_probe_pauses_the_probes_queued_behind_it() {
+        // A fixed 20/s, answers 100 ms after a send, backoff 100 ms then
+        // 200 ms (no jitter). Two bare refusals close the quota.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(20.0),
+            ..config()
+        })
+        .unwrap();
+        let bare = Outcome::throttled();
+        let mut first = sends(&th, Timestamp::ZERO, 1).remove(0);
+        let at = first.sent_at + ms(100);
+        th.record_at(&0, &mut first, at, &bare);
+        let mut second = sends(&th, at, 1).remove(0);
+        let at = second.sent_at + ms(100);
+        th.record_at(&0, &mut second, at, &bare);
+        // Four calls queue: lone probes, 150 ms apart.
+        let mut probes = sends(&th, at, 4);
+        let s0 = probes[0].sent_at;
+        // The first probe is refused (its call's first refusal: 100 ms).
+        // The partition pauses until then, and the probes queued behind it
+        // take new slots after the pause instead of each being sent, and
+        // refused, at its old slot.
+        let answered = s0 + ms(100);
+        th.record_at(&0, &mut probes[0], answered, &bare);
+        let pause_end = answered + ms(100);
+        let old = probes[1].sent_at;
+        assert!(old < pause_end, "the slot was inside the pause: {old:?}");
+        let wait = th.recheck_at(&0, &mut probes[1], old);
+        assert!(
+            !wait.is_zero(),
+            "the queued probe went out inside the pause"
+        );
+        assert!(probes[1].sent_at >= pause_end, "{:?}", probes[1].sent_at);
+        // And the next one waits for that probe's answer.
+        let next = probes[2].sent_at.max(probes[1].sent_at);
+        th.recheck_at(&0, &mut probes[2], next);
+        let gap = probes[2]
+            .sent_at
+            .saturating_duration_since(probes[1].sent_at);
+        assert!(gap >= ms(150), "probes {gap:?} apart");
     }
 
     #[test]
