@@ -15,8 +15,10 @@
 //!    at its admitted rate. A quota that stays **closed** (bare refusals, an
 //!    attempt sent after the first refusal refused too, no success since:
 //!    a spent window, a full log) is probed by one send at a time, each
-//!    waiting for the previous one's answer, and a refused probe moves the
-//!    calls queued behind it past its pause; once closed for
+//!    waiting for the previous one's answer; a refused probe pauses the
+//!    partition for a gap that doubles with each refused probe (at most
+//!    [`CLOSED_PROBE_GAP_MAX`]) and moves the calls queued behind it past
+//!    that pause; once closed for
 //!    [`CLOSED_PAUSE_AFTER`] the pause grows to half the time it has been
 //!    closed (at most [`CLOSED_PAUSE_MAX`]), and the controller is told
 //!    ([`RateController::note_closed_quota`]);
@@ -353,6 +355,8 @@ struct PartitionState {
     /// too: the quota is closed, not merely passed a moment too fast, and
     /// sends go as lone probes ([`lone_probe`]) until one succeeds.
     probing: bool,
+    /// Lone probes refused since the latest success ([`probe_gap`]).
+    closed_probes: u32,
 }
 
 struct Partition {
@@ -462,6 +466,7 @@ impl Template {
                 closed_since: None,
                 round_trip: Duration::ZERO,
                 probing: false,
+                closed_probes: 0,
             }),
         }
     }
@@ -619,6 +624,25 @@ fn closed_pause(closed: Duration) -> Duration {
         return Duration::ZERO;
     }
     (closed / 2).min(CLOSED_PAUSE_MAX)
+}
+
+/// The most a refused probe of a closed quota pauses the partition by the
+/// count of probes refused before it ([`probe_gap`]).
+pub const CLOSED_PROBE_GAP_MAX: Duration = Duration::from_secs(1);
+
+/// The partition pause after the `k`-th refused probe of a closed quota
+/// (`k` ≥ 1): `initial` (the backoff's first delay) doubled `k − 1` times,
+/// at most [`CLOSED_PROBE_GAP_MAX`]. Calls waiting on a closed quota each
+/// retry after their own backoff, which is short for a call refused once
+/// or twice, so twenty calls sharing a partition probed a closed log four
+/// to six times a second, each probe refused. The partition's own count
+/// spaces the probes instead: from the quota's second closed second on,
+/// about one probe a second.
+fn probe_gap(initial: Duration, k: u32) -> Duration {
+    let doublings = k.saturating_sub(1).min(20);
+    initial
+        .saturating_mul(1 << doublings)
+        .min(CLOSED_PROBE_GAP_MAX)
 }
 
 fn seed_for(seed: u64, n: u64) -> u64 {
@@ -1026,6 +1050,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 st.admitted.note(now);
                 st.closed_since = None;
                 st.probing = false;
+                st.closed_probes = 0;
                 if st.short_pause_end.is_some_and(|end| call.sent_at >= end) {
                     st.short_pause_end = None;
                 }
@@ -1077,7 +1102,14 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                             ctl.note_closed_quota();
                         }
                     }
-                    delay.unwrap_or(Duration::ZERO).max(closed)
+                    let mut pause = delay.unwrap_or(Duration::ZERO).max(closed);
+                    if st.probing {
+                        // Probes come from whichever calls wait, each at its
+                        // own first backoff: the partition spaces them.
+                        st.closed_probes = st.closed_probes.saturating_add(1);
+                        pause = pause.max(probe_gap(cfg.backoff.initial, st.closed_probes));
+                    }
+                    pause
                 }
             };
             let u: f64 = st.rng.random();
@@ -1387,6 +1419,44 @@ mod tests {
             .sent_at
             .saturating_duration_since(probes[1].sent_at);
         assert!(gap >= ms(150), "probes {gap:?} apart");
+    }
+
+    #[test]
+    fn refused_probes_of_a_closed_quota_are_spaced_by_a_doubling_gap() {
+        // A fixed 20/s, answers 100 ms after a send; each probe comes from
+        // a fresh call, whose own backoff would be 100 ms every time.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(20.0),
+            ..config()
+        })
+        .unwrap();
+        let bare = Outcome::throttled();
+        let mut at = Timestamp::ZERO;
+        let mut gaps = vec![];
+        for probe in 0..8 {
+            let mut call = sends(&th, at, 1).remove(0);
+            if probe >= 2 {
+                gaps.push(call.sent_at.saturating_duration_since(at));
+            }
+            at = call.sent_at + ms(100);
+            th.record_at(&0, &mut call, at, &bare);
+        }
+        // The first refusal pauses for the call's backoff, the second
+        // closes the quota (the first probe refused: 100 ms), then the gap
+        // doubles up to CLOSED_PROBE_GAP_MAX.
+        let want = [100, 200, 400, 800, 1000, 1000].map(ms);
+        assert_eq!(gaps, want, "{gaps:?}");
+        assert_eq!(probe_gap(ms(100), 30), CLOSED_PROBE_GAP_MAX);
+        // A success ends the run: the next refusal pauses for the
+        // backoff alone.
+        let mut ok = sends(&th, at, 1).remove(0);
+        at = ok.sent_at + ms(100);
+        th.record_at(&0, &mut ok, at, &Outcome::success());
+        let mut again = sends(&th, at, 1).remove(0);
+        at = again.sent_at + ms(100);
+        th.record_at(&0, &mut again, at, &bare);
+        let next = sends(&th, at, 1).remove(0);
+        assert_eq!(next.sent_at.saturating_duration_since(at), ms(100));
     }
 
     #[test]
