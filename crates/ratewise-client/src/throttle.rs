@@ -626,8 +626,10 @@ fn closed_pause(closed: Duration) -> Duration {
     (closed / 2).min(CLOSED_PAUSE_MAX)
 }
 
-/// The most a refused probe of a closed quota pauses the partition by the
-/// count of probes refused before it ([`probe_gap`]).
+/// The longest gap the refused probes of a closed quota are spaced by:
+/// after the k-th refused probe since the latest success, the partition
+/// pauses at least the backoff's first delay doubled k − 1 times, at most
+/// this.
 pub const CLOSED_PROBE_GAP_MAX: Duration = Duration::from_secs(1);
 
 /// The partition pause after the `k`-th refused probe of a closed quota
