@@ -357,6 +357,9 @@ struct PartitionState {
     probing: bool,
     /// Lone probes refused since the latest success ([`probe_gap`]).
     closed_probes: u32,
+    /// The end of the latest pause a `Retry-After` set: a refused probe's
+    /// shorter pause never cuts it short.
+    server_pause_until: Timestamp,
 }
 
 struct Partition {
@@ -467,6 +470,7 @@ impl Template {
                 round_trip: Duration::ZERO,
                 probing: false,
                 closed_probes: 0,
+                server_pause_until: Timestamp::ZERO,
             }),
         }
     }
@@ -1122,9 +1126,18 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             // the slots already handed out behind the probe (each a round
             // trip and a half after the previous), and those would each be
             // sent and refused in turn.
+            // The server's own word still holds: a `Retry-After` pause, or
+            // a window's end read from the headers.
             let probe_refused = retry_after.is_none() && st.probing;
+            if retry_after.is_some() {
+                st.server_pause_until = st.server_pause_until.max(until);
+            }
             if until > st.paused_until || probe_refused {
-                st.paused_until = until;
+                let mut floor = st.server_pause_until;
+                if cfg.use_hints {
+                    floor = floor.max(st.hints.pause_until());
+                }
+                st.paused_until = until.max(floor);
                 // The pause is no saving: the pace resumes evenly after it,
                 // not with a burst of the credit the pacer gained meanwhile,
                 // and slots handed out before it are taken again after it.
@@ -1421,6 +1434,43 @@ mod tests {
             .sent_at
             .saturating_duration_since(probes[1].sent_at);
         assert!(gap >= ms(150), "probes {gap:?} apart");
+    }
+
+    #[test]
+    fn a_refused_probe_never_cuts_a_retry_after_pause_short() {
+        // A fixed 20/s, answers 100 ms after a send. Two bare refusals
+        // close the quota; then another call is refused with
+        // `Retry-After: 5`, and a probe sent before it is refused bare.
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(20.0),
+            ..config()
+        })
+        .unwrap();
+        let bare = Outcome::throttled();
+        let mut first = sends(&th, Timestamp::ZERO, 1).remove(0);
+        let at = first.sent_at + ms(100);
+        th.record_at(&0, &mut first, at, &bare);
+        let mut second = sends(&th, at, 1).remove(0);
+        let at = second.sent_at + ms(100);
+        th.record_at(&0, &mut second, at, &bare);
+        // Three calls hold lone probes' slots, 150 ms apart.
+        let mut probes = sends(&th, at, 3);
+        let told = probes[0].sent_at + ms(100);
+        let five = Outcome::throttled().with_hints(ServerHints {
+            retry_after: Some(Duration::from_secs(5)),
+            ..ServerHints::default()
+        });
+        th.record_at(&0, &mut probes[0], told, &five);
+        // The second was already out; its bare refusal comes while the
+        // third still holds a slot.
+        let later = probes[1].sent_at + ms(100);
+        th.record_at(&0, &mut probes[1], later, &bare);
+        let next = sends(&th, later, 1).remove(0);
+        assert!(
+            next.sent_at >= told + Duration::from_secs(5),
+            "sent {:?} into a 5 s Retry-After given at {told:?}",
+            next.sent_at
+        );
     }
 
     #[test]
