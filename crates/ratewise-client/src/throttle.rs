@@ -319,7 +319,14 @@ impl Counters {
 struct PartitionState {
     controller: Option<Box<dyn RateController>>,
     hints: HintCap,
+    /// The partition's pause: a refusal's (backoff, `Retry-After`, closed
+    /// quota) or a window's end from the headers.
     paused_until: Timestamp,
+    /// While probing a closed quota, when the latest lone probe's answer
+    /// is due: the next send waits for it ([`lone_probe`]). Apart from
+    /// `paused_until`, so that a refused probe voids the chain of slots
+    /// queued behind it without touching a pause the server asked for.
+    probe_until: Timestamp,
     budget: Option<RetryBudget>,
     sre: Option<SreThrottler>,
     rng: JitterRng,
@@ -357,9 +364,13 @@ struct PartitionState {
     probing: bool,
     /// Lone probes refused since the latest success ([`probe_gap`]).
     closed_probes: u32,
-    /// The end of the latest pause a `Retry-After` set: a refused probe's
-    /// shorter pause never cuts it short.
-    server_pause_until: Timestamp,
+}
+
+impl PartitionState {
+    /// Until when no send may go: the pause, or a lone probe's answer.
+    fn hold_until(&self) -> Timestamp {
+        self.paused_until.max(self.probe_until)
+    }
 }
 
 struct Partition {
@@ -455,6 +466,7 @@ impl Template {
                 // nothing is left (pacing is the controller's job).
                 hints: HintCap::with_meaning(meaning).spreading_windows(false),
                 paused_until: Timestamp::ZERO,
+                probe_until: Timestamp::ZERO,
                 budget: self.budget.clone(),
                 sre: self.sre.as_ref().map(|s| s.with_seed(seed_for(seed, 1))),
                 rng: JitterRng::seed_from_u64(seed_for(seed, 2)),
@@ -470,7 +482,6 @@ impl Template {
                 round_trip: Duration::ZERO,
                 probing: false,
                 closed_probes: 0,
-                server_pause_until: Timestamp::ZERO,
             }),
         }
     }
@@ -549,9 +560,9 @@ fn replan(part: &Partition, st: &mut PartitionState, now: Timestamp, rise: bool)
         } else {
             now
         };
-        part.pacer.restart_at(st.paused_until.max(first));
-    } else if st.paused_until > now {
-        part.pacer.resume_at(st.paused_until);
+        part.pacer.restart_at(st.hold_until().max(first));
+    } else if st.hold_until() > now {
+        part.pacer.resume_at(st.hold_until());
     }
 }
 
@@ -601,10 +612,7 @@ fn lone_probe(part: &Partition, at: Timestamp) {
     let mut st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
     if st.probing {
         let wait = st.round_trip.mul_f64(1.5).min(CLOSED_PAUSE_MAX);
-        let until = at.saturating_add(wait);
-        if until > st.paused_until {
-            st.paused_until = until;
-        }
+        st.probe_until = st.probe_until.max(at.saturating_add(wait));
     }
 }
 
@@ -840,7 +848,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             call.plan = st.plan;
             (
                 st.pacing,
-                not_before.max(st.paused_until).max(now),
+                not_before.max(st.hold_until()).max(now),
                 st.probing,
             )
         };
@@ -899,7 +907,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 return call.sent_at.saturating_duration_since(now);
             }
             call.plan = st.plan;
-            (st.pacing, st.paused_until.max(now), st.probing)
+            (st.pacing, st.hold_until().max(now), st.probing)
         };
         let wait = if pacing {
             part.pacer.acquire_at(now, start)
@@ -925,12 +933,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
     /// The wait, when the partition is paused or its pacer is empty.
     pub fn try_acquire_at(&self, key: &K, now: Timestamp) -> Result<(), Duration> {
         let part = self.partition(key);
-        let (pacing, paused_until, probing) = {
+        let (pacing, held_until, probing) = {
             let st = part.state.lock().unwrap_or_else(PoisonError::into_inner);
-            (st.pacing, st.paused_until, st.probing)
+            (st.pacing, st.hold_until(), st.probing)
         };
-        if paused_until > now {
-            return Err(paused_until.saturating_duration_since(now));
+        if held_until > now {
+            return Err(held_until.saturating_duration_since(now));
         }
         if pacing {
             part.pacer.try_acquire_at(now)?;
@@ -1121,23 +1129,16 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             let u: f64 = st.rng.random();
             let pause = pause.saturating_add(pause.mul_f64(u * cfg.pause_jitter));
             let until = now.saturating_add(pause);
-            // A refused lone probe of a closed quota re-plans even a pause
-            // that ends sooner than the one in force: that one only spaces
-            // the slots already handed out behind the probe (each a round
-            // trip and a half after the previous), and those would each be
-            // sent and refused in turn.
-            // The server's own word still holds: a `Retry-After` pause, or
-            // a window's end read from the headers.
+            // A refused lone probe voids the slots handed out behind it
+            // (each a round trip and a half after the previous, and each
+            // would be sent and refused in turn): the partition re-plans
+            // and they are taken again after the pause.
             let probe_refused = retry_after.is_none() && st.probing;
-            if retry_after.is_some() {
-                st.server_pause_until = st.server_pause_until.max(until);
+            if probe_refused {
+                st.probe_until = Timestamp::ZERO;
             }
             if until > st.paused_until || probe_refused {
-                let mut floor = st.server_pause_until;
-                if cfg.use_hints {
-                    floor = floor.max(st.hints.pause_until());
-                }
-                st.paused_until = until.max(floor);
+                st.paused_until = st.paused_until.max(until);
                 // The pause is no saving: the pace resumes evenly after it,
                 // not with a burst of the credit the pacer gained meanwhile,
                 // and slots handed out before it are taken again after it.
@@ -1393,22 +1394,28 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_refused_probe_pauses_the_probes_queued_behind_it() {
-        // A fixed 20/s, answers 100 ms after a send, backoff 100 ms then
-        // 200 ms (no jitter). Two bare refusals close the quota.
+    /// A fixed 20/s throttle (answers come 100 ms after a send; backoff
+    /// 100 ms, then 200 ms, no jitter) whose quota two bare refusals have
+    /// closed, and the time of the second refusal.
+    fn closed_at_20_per_s() -> (Throttle<u8>, Timestamp) {
         let th: Throttle<u8> = Throttle::new(ThrottleConfig {
             adaptation: Adaptation::Fixed(20.0),
             ..config()
         })
         .unwrap();
+        let mut at = Timestamp::ZERO;
+        for _ in 0..2 {
+            let mut call = sends(&th, at, 1).remove(0);
+            at = call.sent_at + ms(100);
+            th.record_at(&0, &mut call, at, &Outcome::throttled());
+        }
+        (th, at)
+    }
+
+    #[test]
+    fn a_refused_probe_pauses_the_probes_queued_behind_it() {
+        let (th, at) = closed_at_20_per_s();
         let bare = Outcome::throttled();
-        let mut first = sends(&th, Timestamp::ZERO, 1).remove(0);
-        let at = first.sent_at + ms(100);
-        th.record_at(&0, &mut first, at, &bare);
-        let mut second = sends(&th, at, 1).remove(0);
-        let at = second.sent_at + ms(100);
-        th.record_at(&0, &mut second, at, &bare);
         // Four calls queue: lone probes, 150 ms apart.
         let mut probes = sends(&th, at, 4);
         let s0 = probes[0].sent_at;
@@ -1419,6 +1426,7 @@ mod tests {
         let answered = s0 + ms(100);
         th.record_at(&0, &mut probes[0], answered, &bare);
         let pause_end = answered + ms(100);
+        let chain_end = probes[3].sent_at;
         let old = probes[1].sent_at;
         assert!(old < pause_end, "the slot was inside the pause: {old:?}");
         let wait = th.recheck_at(&0, &mut probes[1], old);
@@ -1427,6 +1435,13 @@ mod tests {
             "the queued probe went out inside the pause"
         );
         assert!(probes[1].sent_at >= pause_end, "{:?}", probes[1].sent_at);
+        // Right after the pause: the slots handed out behind the refused
+        // probe hold nothing back any more.
+        assert!(
+            probes[1].sent_at < chain_end,
+            "{:?} waited for the old slots (up to {chain_end:?})",
+            probes[1].sent_at
+        );
         // And the next one waits for that probe's answer.
         let next = probes[2].sent_at.max(probes[1].sent_at);
         th.recheck_at(&0, &mut probes[2], next);
@@ -1438,21 +1453,10 @@ mod tests {
 
     #[test]
     fn a_refused_probe_never_cuts_a_retry_after_pause_short() {
-        // A fixed 20/s, answers 100 ms after a send. Two bare refusals
-        // close the quota; then another call is refused with
-        // `Retry-After: 5`, and a probe sent before it is refused bare.
-        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
-            adaptation: Adaptation::Fixed(20.0),
-            ..config()
-        })
-        .unwrap();
+        // A closed quota; then a call is refused with `Retry-After: 5`,
+        // and a probe sent before it is refused bare.
+        let (th, at) = closed_at_20_per_s();
         let bare = Outcome::throttled();
-        let mut first = sends(&th, Timestamp::ZERO, 1).remove(0);
-        let at = first.sent_at + ms(100);
-        th.record_at(&0, &mut first, at, &bare);
-        let mut second = sends(&th, at, 1).remove(0);
-        let at = second.sent_at + ms(100);
-        th.record_at(&0, &mut second, at, &bare);
         // Three calls hold lone probes' slots, 150 ms apart.
         let mut probes = sends(&th, at, 3);
         let told = probes[0].sent_at + ms(100);
@@ -1475,27 +1479,19 @@ mod tests {
 
     #[test]
     fn refused_probes_of_a_closed_quota_are_spaced_by_a_doubling_gap() {
-        // A fixed 20/s, answers 100 ms after a send; each probe comes from
-        // a fresh call, whose own backoff would be 100 ms every time.
-        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
-            adaptation: Adaptation::Fixed(20.0),
-            ..config()
-        })
-        .unwrap();
+        // Each probe comes from a fresh call, whose own backoff would be
+        // 100 ms every time.
+        let (th, mut at) = closed_at_20_per_s();
         let bare = Outcome::throttled();
-        let mut at = Timestamp::ZERO;
         let mut gaps = vec![];
-        for probe in 0..8 {
+        for _ in 0..6 {
             let mut call = sends(&th, at, 1).remove(0);
-            if probe >= 2 {
-                gaps.push(call.sent_at.saturating_duration_since(at));
-            }
+            gaps.push(call.sent_at.saturating_duration_since(at));
             at = call.sent_at + ms(100);
             th.record_at(&0, &mut call, at, &bare);
         }
-        // The first refusal pauses for the call's backoff, the second
-        // closes the quota (the first probe refused: 100 ms), then the gap
-        // doubles up to CLOSED_PROBE_GAP_MAX.
+        // The refusal that closed the quota was the first probe refused
+        // (100 ms); then the gap doubles up to CLOSED_PROBE_GAP_MAX.
         let want = [100, 200, 400, 800, 1000, 1000].map(ms);
         assert_eq!(gaps, want, "{gaps:?}");
         assert_eq!(probe_gap(ms(100), 30), CLOSED_PROBE_GAP_MAX);
