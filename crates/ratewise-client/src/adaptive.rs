@@ -202,6 +202,23 @@ impl RateMeter {
         self.rate_of_at_least(now, 1)
     }
 
+    /// [`rate`](Self::rate), but for a meter younger than its window,
+    /// since its first event (over at least [`START_BURST_SPAN`]): sends
+    /// that began a fifth of a second ago did not go at a fifth of their
+    /// pace.
+    fn young_rate(&self, now: Timestamp) -> Option<f64> {
+        let windowed = self.rate(now)?;
+        let window = 1.0 + (now.as_nanos() % 1_000_000_000) as f64 / 1e9;
+        let age = self
+            .first
+            .map_or(window, |f| now.saturating_duration_since(f).as_secs_f64());
+        Some(if age < window {
+            windowed * window / age.max(START_BURST_SPAN.as_secs_f64())
+        } else {
+            windowed
+        })
+    }
+
     /// Events per second over the last one to two seconds, if at least
     /// `min` were counted there.
     pub(crate) fn rate_of_at_least(&self, now: Timestamp, min: u32) -> Option<f64> {
@@ -289,6 +306,12 @@ enum Blind {
 ///   below the rate admitted over the latest whole cycle. Halving once per
 ///   refused probe left a client of a spent window at its floor when the
 ///   window opened again (300 a minute: 0.07/s, minutes to climb back).
+/// * **A first refusal after a driver's slow start**
+///   ([`RateController::note_slow_started`]) measures the sends since the
+///   first over the time they took (at least a tenth of a second), not
+///   over the meter's one to two seconds: the gate spread a burst that
+///   began a moment ago, and counting it over a whole second started
+///   pacing at a fifth of the server's rate.
 /// * **A first refusal within a tenth of a second of the first success**,
 ///   after at least five successes, measures the burst over that tenth of
 ///   a second, not over a whole second.
@@ -691,8 +714,12 @@ impl RateController for Adaptive {
                                     }
                                     _ => Blind::No,
                                 };
-                                let sent =
-                                    self.meter.rate(now).unwrap_or(self.config.fallback_rate);
+                                let sent = if self.slow_started {
+                                    self.meter.young_rate(now)
+                                } else {
+                                    self.meter.rate(now)
+                                }
+                                .unwrap_or(self.config.fallback_rate);
                                 // After a lone success, the sends all within
                                 // a tenth of a second went one after another:
                                 // their count per that span is the pace they
@@ -1090,6 +1117,38 @@ mod tests {
             .on_outcome(t0 + ms(13_100), &Outcome::throttled())
             .unwrap();
         assert!((b - a / 2.0).abs() < 1e-9, "{a} then {b}");
+    }
+
+    #[test]
+    fn a_slow_started_first_cut_measures_the_sends_over_the_time_they_took() {
+        // A driver's slow start let the calls out two at once, then more
+        // per success: 21 sends in 182 ms (115/s), ten successes among
+        // them (too spread to measure as a burst), then a refusal.
+        let first_cut = |slow_started: bool| {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            if slow_started {
+                c.note_slow_started();
+            }
+            let t0 = Timestamp::ZERO;
+            for i in 0..21u64 {
+                c.on_send(t0 + ms(9 * i));
+            }
+            for i in 1..=10u64 {
+                assert_eq!(c.on_outcome(t0 + ms(18 * i), &Outcome::success()), None);
+            }
+            c.on_outcome(t0 + ms(182), &Outcome::throttled()).unwrap()
+        };
+        let half = AdaptiveConfig::default().decrease_factor;
+        // Counted over the 182 ms they took: half of 115/s.
+        let slow_started = first_cut(true);
+        assert!(
+            (slow_started - half * 21.0 / 0.182).abs() < 1e-6,
+            "{slow_started}"
+        );
+        // A client that sent on its own keeps the meter's whole window
+        // (the second so far and the one before): half of 21 / 1.182 s.
+        let alone = first_cut(false);
+        assert!((alone - half * 21.0 / 1.182).abs() < 1e-6, "{alone}");
     }
 
     #[test]

@@ -261,11 +261,6 @@ impl<K: Hash + Eq + Clone + Send + Sync> FirstContact<K> {
             if !self.gate.permits.is_closed() {
                 self.throttle.end_start(&self.key);
                 self.gate.permits.close();
-                // Calls were held back and then refused: the controller's
-                // first cut measured a burst this gate kept small.
-                if refused && window > 1 {
-                    self.throttle.note_slow_started(&self.key);
-                }
             }
             let mut gates = self
                 .throttle
@@ -280,6 +275,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> FirstContact<K> {
                 gates.remove(&self.key);
             }
         } else if widen && self.throttle.answered(&self.key) {
+            // More than one call at once from here on: the controller's
+            // first cut will measure a burst this gate kept small and
+            // spread out.
+            if window == 1 {
+                self.throttle.note_slow_started(&self.key);
+            }
             self.gate
                 .window
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -613,6 +614,64 @@ mod tests {
         assert!(th.first_contact(&0).await.is_none());
         drop(b);
         assert!(th.first_contact(&0).await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_cut_after_the_slow_start_counts_its_sends_over_the_time_they_took() {
+        let th: AsyncThrottle<u8> = AsyncThrottle::new(ThrottleConfig::default()).unwrap();
+        let admitted = Arc::new(AtomicU32::new(0));
+        // Sixteen tasks; the server answers in 40 ms, admits ten calls and
+        // then refuses. The gate lets out 1, 2, 4 and 8 calls, one round
+        // trip apart: 15 sends in 160 ms (94/s) before the first refusal.
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let (th, admitted) = (th.clone(), Arc::clone(&admitted));
+                tokio::spawn(async move {
+                    th.run_with(
+                        &0,
+                        |ok: &bool| {
+                            if *ok {
+                                Outcome::success()
+                            } else {
+                                Outcome::throttled()
+                            }
+                        },
+                        || {
+                            let admitted = Arc::clone(&admitted);
+                            async move {
+                                tokio::time::sleep(Duration::from_millis(40)).await;
+                                admitted.fetch_add(1, Ordering::Relaxed) < 10
+                            }
+                        },
+                    )
+                    .await
+                })
+            })
+            .collect();
+        let t0 = tokio::time::Instant::now();
+        let rate = loop {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if let Some(r) = th.rate_of(&0) {
+                break r;
+            }
+        };
+        // Seen within the millisecond after the refusal at 160 ms.
+        let seen = t0.elapsed();
+        assert!(
+            (160..=161).contains(&seen.as_millis()),
+            "first paced at {seen:?}"
+        );
+        // Pacing starts at half the 94/s the sends went at; counted over
+        // the meter's second, they would say 13/s, and the pace would start
+        // at a seventh of what the server admitted.
+        let sent = 15.0 / 0.160;
+        assert!(
+            (rate - sent / 2.0).abs() < 1.0,
+            "paced from {rate}/s after {sent}/s"
+        );
+        for t in tasks {
+            t.abort();
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -232,11 +232,11 @@ pub trait RateController: Send {
     /// snapping back. The default does nothing.
     fn limit_to(&mut self, _rate: f64) {}
 
-    /// Told that the calls of this controller's partition were let out in
-    /// a slow start before its first refusal (the async drivers do this
-    /// when many calls share one partition): the send rate the first cut
-    /// measured was a burst the driver kept small, not what the calls
-    /// want. The default does nothing.
+    /// Told that the calls of this controller's partition are let out in
+    /// a slow start (the async drivers do this when their start gate first
+    /// lets two calls out at once, before any pace): the sends a first cut
+    /// measures are a burst the driver kept small and spread out, not what
+    /// the calls want. The default does nothing.
     fn note_slow_started(&mut self) {}
 
     /// Told that this controller's partition found its quota closed for a

@@ -706,8 +706,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         self.partition(key).started.store(true, Ordering::Release);
     }
 
-    /// Tells `key`'s controller that its first cut came after a driver's
-    /// slow start ([`RateController::note_slow_started`]).
+    /// Tells `key`'s controller that a driver's slow start lets its calls
+    /// out ([`RateController::note_slow_started`]).
     #[cfg(feature = "tokio")]
     pub(crate) fn note_slow_started(&self, key: &K) {
         let part = self.partition(key);
