@@ -197,6 +197,18 @@ impl RateMeter {
         self.current = self.current.saturating_add(1);
     }
 
+    /// The events counted over the last one to two seconds, and that span
+    /// in seconds (the second so far and the whole one before it).
+    fn window(&self, now: Timestamp) -> Option<(u32, f64)> {
+        let ns = now.as_nanos();
+        let n = match (ns / 1_000_000_000).checked_sub(self.second) {
+            Some(0) => self.previous.saturating_add(self.current),
+            Some(1) => self.current,
+            _ => return None,
+        };
+        Some((n, 1.0 + (ns % 1_000_000_000) as f64 / 1e9))
+    }
+
     /// Events per second over the last one to two seconds.
     fn rate(&self, now: Timestamp) -> Option<f64> {
         self.rate_of_at_least(now, 1)
@@ -207,32 +219,23 @@ impl RateMeter {
     /// that began a fifth of a second ago did not go at a fifth of their
     /// pace.
     fn young_rate(&self, now: Timestamp) -> Option<f64> {
-        let windowed = self.rate(now)?;
-        let window = 1.0 + (now.as_nanos() % 1_000_000_000) as f64 / 1e9;
+        let (n, window) = self.window(now).filter(|&(n, _)| n >= 1)?;
         let age = self
             .first
             .map_or(window, |f| now.saturating_duration_since(f).as_secs_f64());
-        Some(if age < window {
-            windowed * window / age.max(START_BURST_SPAN.as_secs_f64())
+        let span = if age < window {
+            age.max(START_BURST_SPAN.as_secs_f64())
         } else {
-            windowed
-        })
+            window
+        };
+        Some(f64::from(n) / span)
     }
 
     /// Events per second over the last one to two seconds, if at least
     /// `min` were counted there.
     pub(crate) fn rate_of_at_least(&self, now: Timestamp, min: u32) -> Option<f64> {
-        let ns = now.as_nanos();
-        let s = ns / 1_000_000_000;
-        let into = (ns % 1_000_000_000) as f64 / 1e9;
-        let (prev, cur) = match s.checked_sub(self.second) {
-            Some(0) => (self.previous, self.current),
-            Some(1) => (self.current, 0),
-            _ => return None,
-        };
-        let span = 1.0 + into;
-        let n = prev.saturating_add(cur);
-        (n >= min.max(1)).then(|| f64::from(n) / span)
+        let (n, window) = self.window(now)?;
+        (n >= min.max(1)).then(|| f64::from(n) / window)
     }
 
     /// For events that all came within `span` of the first (at least
@@ -241,10 +244,9 @@ impl RateMeter {
     /// second-long window would understate it a hundredfold.
     fn burst_rate(&self, now: Timestamp, min: u32, span: Duration) -> Option<f64> {
         let first = self.first?;
-        let n = self.rate_of_at_least(now, min)?;
-        let ns = now.as_nanos();
-        let window = 1.0 + (ns % 1_000_000_000) as f64 / 1e9;
-        (now.saturating_duration_since(first) <= span).then(|| n * window / span.as_secs_f64())
+        let (n, _) = self.window(now)?;
+        (n >= min.max(1) && now.saturating_duration_since(first) <= span)
+            .then(|| f64::from(n) / span.as_secs_f64())
     }
 }
 
