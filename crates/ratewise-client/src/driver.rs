@@ -134,6 +134,16 @@ impl<R: std::fmt::Debug> std::error::Error for ThrottleError<R> {}
 /// neither refused nor stated a rate is not limiting this client.
 const SLOW_START_MAX_WINDOW: u32 = 64;
 
+/// Past two, the slow start's window widens by at most one per this span
+/// since its gate was made (a success that comes sooner leaves it as it
+/// is): a server that answers in a fraction of a millisecond would
+/// otherwise see the window double sixty times a second, every call out at
+/// once before its first refusal comes back, while two calls at a time
+/// already reach thousands a second there. Where answers come this far
+/// apart or more (a round trip of 20 ms, a server that queues its calls),
+/// the window grows as before: by one per success.
+const SLOW_START_WIDEN_GAP: Duration = Duration::from_millis(10);
+
 /// The shortest and longest a call waiting for a far-off slot sleeps
 /// before it asks again whether the partition re-planned
 /// ([`Throttle::recheck_at`]).
@@ -147,14 +157,29 @@ const RECHECK_MAX: Duration = Duration::from_secs(1);
 struct StartGate {
     permits: Arc<tokio::sync::Semaphore>,
     window: std::sync::atomic::AtomicU32,
+    /// When the gate was made (the partition's first call).
+    made: Timestamp,
+    /// Whether the controller was told of the slow start.
+    slow_started: std::sync::atomic::AtomicBool,
 }
 
 impl StartGate {
-    fn new() -> Self {
+    fn new(made: Timestamp) -> Self {
         StartGate {
             permits: Arc::new(tokio::sync::Semaphore::new(1)),
             window: std::sync::atomic::AtomicU32::new(1),
+            made,
+            slow_started: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether the window may widen past `window` at `now`: to two at the
+    /// first success, then by one per [`SLOW_START_WIDEN_GAP`] since the
+    /// gate was made, at most.
+    fn may_widen(&self, window: u32, now: Timestamp) -> bool {
+        let since = now.saturating_duration_since(self.made).as_nanos();
+        let earned = since / SLOW_START_WIDEN_GAP.as_nanos();
+        u128::from(window) <= earned + 1
     }
 }
 
@@ -275,16 +300,22 @@ impl<K: Hash + Eq + Clone + Send + Sync> FirstContact<K> {
                 gates.remove(&self.key);
             }
         } else if widen && self.throttle.answered(&self.key) {
-            // More than one call at once from here on: the controller's
-            // first cut will measure a burst this gate kept small and
-            // spread out.
-            if window == 1 {
+            // The first success: from here on the gate lets the calls out
+            // in a slow start, and the controller's first cut will measure
+            // sends this gate kept few and spread out.
+            if !self
+                .gate
+                .slow_started
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
                 self.throttle.note_slow_started(&self.key);
             }
-            self.gate
-                .window
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.gate.permits.add_permits(1);
+            if self.gate.may_widen(window, self.throttle.now()) {
+                self.gate
+                    .window
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.gate.permits.add_permits(1);
+            }
         }
         drop(permit);
     }
@@ -367,7 +398,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> AsyncThrottle<K> {
                 None => Arc::clone(
                     gates
                         .entry(key.clone())
-                        .or_insert_with(|| Arc::new(StartGate::new())),
+                        .or_insert_with(|| Arc::new(StartGate::new(self.now()))),
                 ),
             }
         };
@@ -672,6 +703,36 @@ mod tests {
         for t in tasks {
             t.abort();
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_window_widens_by_at_most_one_per_gap() {
+        let th: AsyncThrottle<u8> = AsyncThrottle::new(config()).unwrap();
+        // Answered at once: the first success widens the window to two.
+        let first = th.first_contact(&0).await.expect("the first call");
+        let mut call = th.begin(th.now());
+        th.record_at(&0, &mut call, th.now(), &Outcome::success());
+        first.recorded(&Outcome::success());
+        let a = th.first_contact(&0).await.expect("a window of two");
+        let b = th.first_contact(&0).await.expect("a window of two");
+        // Another success at once leaves it at two.
+        a.recorded(&Outcome::success());
+        let c = th.first_contact(&0).await.expect("a's place");
+        let d = waiter(&th);
+        tokio::task::yield_now().await;
+        assert!(!d.is_finished(), "still a window of two");
+        // A gap after the gate was made, a success widens it to three.
+        tokio::time::advance(SLOW_START_WIDEN_GAP).await;
+        b.recorded(&Outcome::success());
+        // (The waiter let through ended its call unanswered: its place is
+        // free again.)
+        assert!(d.await.unwrap());
+        let _e = th.first_contact(&0).await.expect("a window of three");
+        let _f = th.first_contact(&0).await.expect("a window of three");
+        let g = waiter(&th);
+        tokio::task::yield_now().await;
+        assert!(!g.is_finished(), "a window of three, full");
+        drop(c);
     }
 
     #[tokio::test(start_paused = true)]
