@@ -151,8 +151,9 @@ const RECHECK_MIN: Duration = Duration::from_millis(250);
 const RECHECK_MAX: Duration = Duration::from_secs(1);
 
 /// A partition's start gate ([`AsyncThrottle::first_contact`]): a window of
-/// calls in flight, one at first, one more per success, until the partition
-/// paces (a refusal or a stated rate) or the window is large.
+/// calls in flight, one at first, one more per success (past two, at most
+/// one per [`SLOW_START_WIDEN_GAP`]), until the partition paces (a refusal
+/// or a stated rate) or the window is large.
 #[derive(Debug)]
 struct StartGate {
     permits: Arc<tokio::sync::Semaphore>,
@@ -373,8 +374,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> AsyncThrottle<K> {
     /// answering a burst with 429s. If the answer leaves the partition
     /// without a pace (the server said nothing of its rate), the others are
     /// let out in a slow start: one more at once per success, a window
-    /// that doubles every round trip, until the first refusal or a stated
-    /// rate starts the pace, or 64 are out. Fifty tasks sharing a throttle
+    /// that doubles every round trip (past two, it widens by at most one
+    /// per 10 ms, so a server that answers at once does not get every call
+    /// before its first refusal comes back), until the first refusal or a
+    /// stated rate starts the pace, or 64 are out. Fifty tasks sharing a throttle
     /// so probe a server that sends nothing in a few round trips, instead of
     /// sending fifty calls into a bucket of ten. Once the partition paces,
     /// every call goes at once (`None`). [`AsyncThrottle::run`] does this itself;
