@@ -160,8 +160,6 @@ struct StartGate {
     window: std::sync::atomic::AtomicU32,
     /// When the gate was made (the partition's first call).
     made: Timestamp,
-    /// Whether the controller was told of the slow start.
-    slow_started: std::sync::atomic::AtomicBool,
 }
 
 impl StartGate {
@@ -170,7 +168,6 @@ impl StartGate {
             permits: Arc::new(tokio::sync::Semaphore::new(1)),
             window: std::sync::atomic::AtomicU32::new(1),
             made,
-            slow_started: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -178,9 +175,8 @@ impl StartGate {
     /// first success, then by one per [`SLOW_START_WIDEN_GAP`] since the
     /// gate was made, at most.
     fn may_widen(&self, window: u32, now: Timestamp) -> bool {
-        let since = now.saturating_duration_since(self.made).as_nanos();
-        let earned = since / SLOW_START_WIDEN_GAP.as_nanos();
-        u128::from(window) <= earned + 1
+        now.saturating_duration_since(self.made)
+            >= SLOW_START_WIDEN_GAP.saturating_mul(window.saturating_sub(1))
     }
 }
 
@@ -301,14 +297,11 @@ impl<K: Hash + Eq + Clone + Send + Sync> FirstContact<K> {
                 gates.remove(&self.key);
             }
         } else if widen && self.throttle.answered(&self.key) {
-            // The first success: from here on the gate lets the calls out
-            // in a slow start, and the controller's first cut will measure
-            // sends this gate kept few and spread out.
-            if !self
-                .gate
-                .slow_started
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-            {
+            // The first success (a window of one always widens): from here
+            // on the gate lets the calls out in a slow start, and the
+            // controller's first cut will measure sends this gate kept few
+            // and spread out.
+            if window == 1 {
                 self.throttle.note_slow_started(&self.key);
             }
             if self.gate.may_widen(window, self.throttle.now()) {
@@ -377,9 +370,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> AsyncThrottle<K> {
     /// that doubles every round trip (past two, it widens by at most one
     /// per 10 ms, so a server that answers at once does not get every call
     /// before its first refusal comes back), until the first refusal or a
-    /// stated rate starts the pace, or 64 are out. Fifty tasks sharing a throttle
-    /// so probe a server that sends nothing in a few round trips, instead of
-    /// sending fifty calls into a bucket of ten. Once the partition paces,
+    /// stated rate starts the pace, or 64 are out. Fifty tasks sharing a
+    /// throttle so probe a server that sends nothing in a few round trips,
+    /// instead of sending fifty calls into a bucket of ten. Once the partition paces,
     /// every call goes at once (`None`). [`AsyncThrottle::run`] does this itself;
     /// drivers with their own loop (the reqwest middleware) call it before
     /// their first attempt.
