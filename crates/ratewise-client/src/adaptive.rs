@@ -337,7 +337,9 @@ enum Blind {
 ///   wait since the first cut taken out: a whole-second one, rounded up
 ///   from milliseconds, would otherwise dilute the count).
 /// * **A refusal too soon after a cut to cut again holds the rate** until
-///   the next cut may come.
+///   the next cut may come, unless the pace since the cut is refused as
+///   often as it is admitted (twice at least, with a success between):
+///   then it cuts at once.
 /// * **A cut** comes at most once per `decrease_cooldown` and per interval,
 ///   never below `admitted_floor` of the rate the server recently admitted.
 /// * Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
@@ -349,8 +351,8 @@ pub struct Adaptive {
     /// scale of every additive step.
     base: f64,
     /// When the latest cut came ([`NEVER`] before the first: a plain
-    /// timestamp keeps the controller within the size clippy's
-    /// `large_enum_variant` allows).
+    /// timestamp keeps the controller small, and every partition holds
+    /// one).
     cut_at: Timestamp,
     /// The rate just before the latest cut (or the cap pacing began at):
     /// the scale of the step when the server sends no remaining count.
@@ -373,20 +375,21 @@ pub struct Adaptive {
     /// refuses while its count says quota is left over-states the quota by
     /// that much (or counts another limit than the one refusing), so only
     /// the count above it is spare. (32 bits, saturating: no quota counts
-    /// past four billion, and the controller stays within the size clippy's
-    /// `large_enum_variant` allows beside the other controllers.)
+    /// past four billion, and the controller stays small.)
     refused_at_remaining: u32,
     /// Successes since the latest cut.
     since_cut: u32,
     /// Sends since the latest cut.
     sent_since_cut: u32,
+    /// Refusals since the latest cut (saturating: only its ratio to the
+    /// successes since the cut, while they are few, is read).
+    refused_since_cut: u16,
     /// Until when a refusal that came too soon to cut holds the rate.
     /// (`Timestamp::ZERO`: none.)
     held_until: Timestamp,
     /// The latest span a refusal's `Retry-After` told the client to stay
     /// quiet: from the refusal, this many milliseconds (saturating; kept
-    /// small so the controller stays within the size clippy's
-    /// `large_enum_variant` allows beside the others).
+    /// small so the controller stays small).
     quiet_from: Timestamp,
     /// The length of that span.
     quiet_ms: u32,
@@ -421,8 +424,7 @@ struct Cycles {
     /// Whether the latest answer was a refusal.
     refusing: bool,
     /// Successes per second over the latest whole cycle; negative until
-    /// one closes (a plain `f64` keeps the controller within the size
-    /// clippy's `large_enum_variant` allows beside the others).
+    /// one closes (a plain `f64` keeps the controller small).
     rate: f64,
     /// The first success of the current opening: the first after a
     /// cooldown or more without any (`Timestamp::ZERO` before any).
@@ -535,6 +537,7 @@ impl Adaptive {
             refused_at_remaining: 0,
             since_cut: 0,
             sent_since_cut: 0,
+            refused_since_cut: 0,
             held_until: Timestamp::ZERO,
             quiet_from: Timestamp::ZERO,
             quiet_ms: 0,
@@ -665,6 +668,20 @@ impl RateController for Adaptive {
                 let cooling = self
                     .last_cut()
                     .is_some_and(|t| now < t.saturating_add(cool));
+                // But a pace refused as often as it is admitted since the
+                // cut (twice at least, with a success between) is not the
+                // old pace's stragglers (the throttle passes on no refusal
+                // of an attempt sent before the cut): the new pace is too
+                // fast for the server, and the cut comes at once. A server
+                // that refuses any call closer than its interval to the
+                // previous one (nginx's `limit_req` without a burst) would
+                // otherwise refuse every other call for a whole cooldown.
+                self.refused_since_cut = self.refused_since_cut.saturating_add(1);
+                let refused_as_often = !self.slow_start
+                    && self.since_cut >= 1
+                    && self.refused_since_cut >= 2
+                    && u32::from(self.refused_since_cut) >= self.since_cut;
+                let cooling = cooling && !refused_as_often;
                 // A refusal too soon after a cut to cut again still says the
                 // rate is above the server's: it holds until the next cut
                 // may come.
@@ -822,6 +839,7 @@ impl RateController for Adaptive {
                     self.grown_at = now;
                     self.since_cut = 0;
                     self.sent_since_cut = 0;
+                    self.refused_since_cut = 0;
                     self.rate = Some(r);
                     self.cut_at = now;
                 }
@@ -1601,6 +1619,29 @@ mod tests {
         // (The cooldown at this slow rate is one interval, four seconds.)
         assert_eq!(c.on_outcome(t + ms(8_900), &Outcome::success()), Some(up));
         assert!(c.on_outcome(t + ms(9_100), &Outcome::success()).unwrap() > up);
+    }
+
+    #[test]
+    fn a_pace_refused_as_often_as_admitted_after_a_cut_cuts_again_at_once() {
+        let t = Timestamp::ZERO;
+        let (mut c, _) = additive_only_after_a_cut(t);
+        // End the climb: a second cut, then a cooldown of a second.
+        let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
+        let up = c.on_outcome(t + ms(5_100), &Outcome::success()).unwrap();
+        // One refusal for one success: held, as a straggler may be.
+        assert_eq!(c.on_outcome(t + ms(5_200), &Outcome::throttled()), Some(up));
+        assert_eq!(c.on_outcome(t + ms(5_300), &Outcome::success()), Some(up));
+        // A second refusal for two successes: the pace is refused as often
+        // as it is admitted, well within the cooldown, and it cuts.
+        let again = c.on_outcome(t + ms(5_400), &Outcome::throttled()).unwrap();
+        assert!(again < cut, "{again} after {cut}");
+        // The count starts over at the cut: one refusal for one success
+        // since then holds again.
+        let up2 = c.on_outcome(t + ms(5_500), &Outcome::success()).unwrap();
+        assert_eq!(
+            c.on_outcome(t + ms(5_600), &Outcome::throttled()),
+            Some(up2)
+        );
     }
 
     #[test]

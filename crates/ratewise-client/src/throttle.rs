@@ -385,12 +385,13 @@ struct Partition {
     state: Mutex<PartitionState>,
 }
 
-/// A validated controller, cloned into each new partition.
+/// A validated controller, cloned into each new partition (the default's
+/// is boxed: one per throttle, it is the largest by far).
 #[derive(Clone, Debug)]
 enum ControllerTemplate {
     Aimd(Aimd),
     Cubic(Cubic),
-    Adaptive(Adaptive),
+    Adaptive(Box<Adaptive>),
 }
 
 /// Validated parts, cloned into each new partition: building a partition
@@ -418,7 +419,7 @@ impl Template {
                 c.min_fill_rate,
             ),
             Adaptation::Adaptive(c) => (
-                Some(ControllerTemplate::Adaptive(Adaptive::new(c)?)),
+                Some(ControllerTemplate::Adaptive(Box::new(Adaptive::new(c)?))),
                 c.fallback_rate,
             ),
         };
@@ -453,7 +454,7 @@ impl Template {
             None => None,
             Some(ControllerTemplate::Aimd(a)) => Some(Box::new(a.clone())),
             Some(ControllerTemplate::Cubic(c)) => Some(Box::new(c.clone())),
-            Some(ControllerTemplate::Adaptive(c)) => Some(Box::new(c.clone())),
+            Some(ControllerTemplate::Adaptive(c)) => Some(Box::new(Adaptive::clone(c))),
         };
         Partition {
             pacer: Pacer::from_spec(self.pacer),
