@@ -336,6 +336,9 @@ enum Blind {
 ///   what got through while the client was free to send (a `Retry-After`'s
 ///   wait since the first cut taken out: a whole-second one, rounded up
 ///   from milliseconds, would otherwise dilute the count).
+/// * **A refusal whose `Retry-After` is longer than `decrease_cooldown`**
+///   cuts no higher than the successes since the quota last opened, per
+///   second from then to the end of the wait.
 /// * **A refusal too soon after a cut to cut again holds the rate** until
 ///   the next cut may come, unless the pace since the cut is refused as
 ///   often as it is admitted (twice at least, with a success between):
@@ -489,6 +492,16 @@ impl Cycles {
         let span = now.saturating_duration_since(self.opened).as_secs_f64();
         (self.open_successes >= min.max(1) && span > 0.0)
             .then(|| f64::from(self.open_successes) / span)
+    }
+
+    /// The successes since the current opening began, per second from
+    /// then until `wait` after `now` (none before a success).
+    fn rate_until(&self, now: Timestamp, wait: Duration) -> Option<f64> {
+        let span = now
+            .saturating_duration_since(self.opened)
+            .saturating_add(wait);
+        (self.open_successes > 0 && !span.is_zero())
+            .then(|| f64::from(self.open_successes) / span.as_secs_f64())
     }
 
     /// A refusal at `now`: a run of them after at least `min` successes
@@ -760,6 +773,19 @@ impl RateController for Adaptive {
                         .rate_of_at_least(now, self.config.admitted_min_count)
                         .map_or(0.0, |a| a * self.config.admitted_floor);
                     let to = (from * self.config.decrease_factor).max(admitted.min(from));
+                    // A refusal that orders a wait longer than a cooldown
+                    // says the quota is spent until then: what got through
+                    // since it last opened, spread over the time from then
+                    // to the end of the wait, is what this client may send
+                    // at. (Six clients of a sliding log that each halved
+                    // their share of its first burst came back together
+                    // three times the log's rate, and met it closed again.)
+                    let to = match outcome.hints.retry_after {
+                        Some(ra) if ra > self.config.decrease_cooldown => {
+                            to.min(self.cycles.rate_until(now, ra).unwrap_or(to))
+                        }
+                        _ => to,
+                    };
                     // Where the server sends no remaining count, a quota
                     // found closed keeps what it admitted: once closed for a
                     // while, never below the rate of the latest whole cycle;
@@ -1641,6 +1667,58 @@ mod tests {
         assert_eq!(
             c.on_outcome(t + ms(5_600), &Outcome::throttled()),
             Some(up2)
+        );
+    }
+
+    #[test]
+    fn a_wait_longer_than_a_cooldown_cuts_to_what_got_through_until_its_end() {
+        let t = Timestamp::ZERO;
+        let refused_for = |wait: Duration| {
+            Outcome::throttled().with_hints(ServerHints {
+                retry_after: Some(wait),
+                ..ServerHints::default()
+            })
+        };
+        // A client's share of a sliding log's first burst: five sends and
+        // five successes in under half a second, then the log is full.
+        let burst = || {
+            let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+            for i in 0..5 {
+                c.on_send(t + ms(i * 80));
+            }
+            for i in 0..5 {
+                c.on_outcome(t + ms(i * 80 + 50), &Outcome::success());
+            }
+            c
+        };
+        // Told to wait a cooldown: the usual first cut.
+        let usual = burst()
+            .on_outcome(t + ms(420), &refused_for(Duration::from_secs(1)))
+            .unwrap();
+        assert_eq!(
+            Some(usual),
+            burst().on_outcome(t + ms(420), &Outcome::throttled())
+        );
+        // Told to wait 9 s: the five successes since the first (at 50 ms),
+        // spread to the end of the wait, well under the usual cut.
+        let r = burst()
+            .on_outcome(t + ms(420), &refused_for(Duration::from_secs(9)))
+            .unwrap();
+        let until_then = 5.0 / (0.37 + 9.0);
+        assert!((r - until_then).abs() < 1e-9, "{r} vs {until_then}");
+        assert!(r < usual / 3.0, "{r} vs {usual}");
+        // Never above the usual cut: a wait just over a cooldown after 50 s
+        // of successes at 20/s (19.6/s until its end) leaves it as it is.
+        let mut long = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        for i in 0..1_000 {
+            long.on_send(t + ms(i * 50));
+            long.on_outcome(t + ms(i * 50 + 20), &Outcome::success());
+        }
+        let mut plain = long.clone();
+        let at = t + ms(50_000);
+        assert_eq!(
+            long.on_outcome(at, &refused_for(Duration::from_millis(1_100))),
+            plain.on_outcome(at, &Outcome::throttled())
         );
     }
 
