@@ -489,19 +489,14 @@ impl Cycles {
     /// `min` came: over a window closed since, it falls to the window's
     /// rate by the time the window opens again.
     fn opening_rate(&self, now: Timestamp, min: u32) -> Option<f64> {
-        let span = now.saturating_duration_since(self.opened).as_secs_f64();
-        (self.open_successes >= min.max(1) && span > 0.0)
-            .then(|| f64::from(self.open_successes) / span)
+        self.rate_until(now).filter(|_| self.open_successes >= min)
     }
 
     /// The successes since the current opening began, per second from
-    /// then until `wait` after `now` (none before a success).
-    fn rate_until(&self, now: Timestamp, wait: Duration) -> Option<f64> {
-        let span = now
-            .saturating_duration_since(self.opened)
-            .saturating_add(wait);
-        (self.open_successes > 0 && !span.is_zero())
-            .then(|| f64::from(self.open_successes) / span.as_secs_f64())
+    /// then until `end` (none before a success).
+    fn rate_until(&self, end: Timestamp) -> Option<f64> {
+        let span = end.saturating_duration_since(self.opened).as_secs_f64();
+        (self.open_successes > 0 && span > 0.0).then(|| f64::from(self.open_successes) / span)
     }
 
     /// A refusal at `now`: a run of them after at least `min` successes
@@ -782,7 +777,8 @@ impl RateController for Adaptive {
                     // three times the log's rate, and met it closed again.)
                     let to = match outcome.hints.retry_after {
                         Some(ra) if ra > self.config.decrease_cooldown => {
-                            to.min(self.cycles.rate_until(now, ra).unwrap_or(to))
+                            let until = now.saturating_add(ra);
+                            self.cycles.rate_until(until).map_or(to, |r| to.min(r))
                         }
                         _ => to,
                     };
@@ -1632,13 +1628,20 @@ mod tests {
         assert_eq!(slow.blind, Blind::No);
     }
 
+    /// [`additive_only_after_a_cut`], then the climb ended by a second cut
+    /// at 5 s (a cooldown of a second follows) and a success at 5.1 s: the
+    /// controller, the rate cut to, and the rate that success raised.
+    fn climb_ended(t: Timestamp) -> (Adaptive, f64, f64) {
+        let (mut c, _) = additive_only_after_a_cut(t);
+        let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
+        let up = c.on_outcome(t + ms(5_100), &Outcome::success()).unwrap();
+        (c, cut, up)
+    }
+
     #[test]
     fn a_refusal_too_soon_to_cut_holds_the_rate_until_a_cut_may_come() {
         let t = Timestamp::ZERO;
-        let (mut c, _) = additive_only_after_a_cut(t);
-        // End the climb: a second cut, then a cooldown of a second.
-        let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
-        let up = c.on_outcome(t + ms(5_100), &Outcome::success()).unwrap();
+        let (mut c, cut, up) = climb_ended(t);
         assert!(up > cut);
         assert_eq!(c.on_outcome(t + ms(5_200), &Outcome::throttled()), Some(up));
         assert_eq!(c.on_outcome(t + ms(5_300), &Outcome::success()), Some(up));
@@ -1650,10 +1653,7 @@ mod tests {
     #[test]
     fn a_pace_refused_as_often_as_admitted_after_a_cut_cuts_again_at_once() {
         let t = Timestamp::ZERO;
-        let (mut c, _) = additive_only_after_a_cut(t);
-        // End the climb: a second cut, then a cooldown of a second.
-        let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
-        let up = c.on_outcome(t + ms(5_100), &Outcome::success()).unwrap();
+        let (mut c, cut, up) = climb_ended(t);
         // One refusal for one success: held, as a straggler may be.
         assert_eq!(c.on_outcome(t + ms(5_200), &Outcome::throttled()), Some(up));
         assert_eq!(c.on_outcome(t + ms(5_300), &Outcome::success()), Some(up));
