@@ -99,7 +99,7 @@ fn default_simulate_prints_the_table_and_writes_a_report() {
         "{out}"
     );
     assert!(
-        out.contains("The default is never dominated: no strategy that is not handed"),
+        out.contains("The default aims to be never dominated: no strategy that is not handed"),
         "{out}"
     );
     assert!(out.contains("lower is better") && out.contains("higher is better"));

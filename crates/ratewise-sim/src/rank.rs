@@ -312,10 +312,11 @@ pub const DEFAULT_STRATEGY: &str = "throttle";
 /// also names the best strategy that learns the quota.
 pub const HANDED_THE_QUOTA: &[&str] = &["flood-guard"];
 
-/// What the default promises, in one line.
-pub const NEVER_DOMINATED: &str = "never dominated: no strategy that is not handed the \
-    server's quota beats the default on both avg retry rate and time to clear with one of \
-    them better by more than 10 % (or 1 point of retry rate)";
+/// What the default aims for, "never dominated", defined in one line (a
+/// definition, not a claim: each report's answer says whether it holds).
+pub const NEVER_DOMINATED: &str = "no strategy that is not handed the server's quota beats \
+    the default on both avg retry rate and time to clear with one of them better by more \
+    than 10 % (or 1 point of retry rate)";
 
 /// Whether `a` (retry %, time to clear s) beats the default `d` as
 /// [`NEVER_DOMINATED`] forbids: no worse on both, and more than 10 % faster

@@ -290,7 +290,10 @@ pub fn table_with(e: &ExperimentResult, spread: bool) -> String {
         out,
         "{}",
         wrap(
-            &format!("The default is {}.", rank::NEVER_DOMINATED),
+            &format!(
+                "The default aims to be never dominated: {}.",
+                rank::NEVER_DOMINATED
+            ),
             TABLE_WIDTH,
             2
         )
@@ -1078,7 +1081,7 @@ pub fn html(e: &ExperimentResult) -> String {
     );
     let _ = write!(
         out,
-        "<h1>ratewise simulation: {}</h1><p>{}</p><p class=\"answer\"><strong>{}</strong></p><p class=\"rule\">Rule: {}.</p><p class=\"rule\">The default is {}: in Figure 1, no dot other than a strategy handed the quota lies below and to the left of the large black one by more than that margin.</p>",
+        "<h1>ratewise simulation: {}</h1><p>{}</p><p class=\"answer\"><strong>{}</strong></p><p class=\"rule\">Rule: {}.</p><p class=\"rule\">The default aims to be never dominated: {}. In Figure 1, that means no dot other than a strategy handed the quota lies below and to the left of the large black one by more than that margin.</p>",
         esc(&e.scenario.name),
         esc(&e.scenario.description),
         esc(&rank::answer(e, &ranked)),
