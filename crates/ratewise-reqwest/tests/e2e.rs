@@ -272,39 +272,25 @@ async fn check(variant: Variant) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_call_succeeds_at_the_servers_rate_with_full_ietf_headers() {
-    check(Variant::Full).await;
+/// One test per variant, so the harness runs them a core's worth at a time
+/// (see the module docs).
+macro_rules! variant_test {
+    ($($name:ident => $variant:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            check(Variant::$variant).await;
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_call_succeeds_at_the_servers_rate_with_retry_after_only() {
-    check(Variant::RetryAfterOnly).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_call_succeeds_at_the_servers_rate_with_remaining_only() {
-    check(Variant::RemainingOnly).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_call_succeeds_at_the_servers_rate_with_legacy_headers() {
-    check(Variant::Legacy).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_call_succeeds_at_the_servers_rate_with_a_bare_429() {
-    check(Variant::Nothing).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_call_succeeds_at_the_servers_rate_with_openai_headers() {
-    check(Variant::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_call_succeeds_at_the_servers_rate_with_shopify_headers() {
-    check(Variant::Shopify).await;
+variant_test! {
+    every_call_succeeds_at_the_servers_rate_with_full_ietf_headers => Full,
+    every_call_succeeds_at_the_servers_rate_with_retry_after_only => RetryAfterOnly,
+    every_call_succeeds_at_the_servers_rate_with_remaining_only => RemainingOnly,
+    every_call_succeeds_at_the_servers_rate_with_legacy_headers => Legacy,
+    every_call_succeeds_at_the_servers_rate_with_a_bare_429 => Nothing,
+    every_call_succeeds_at_the_servers_rate_with_openai_headers => OpenAi,
+    every_call_succeeds_at_the_servers_rate_with_shopify_headers => Shopify,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
