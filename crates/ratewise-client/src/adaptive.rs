@@ -341,11 +341,8 @@ enum Blind {
 ///   second from then to the end of the wait.
 /// * **A refusal too soon after a cut to cut again holds the rate** until
 ///   the next cut may come, unless the pace since the cut is refused as
-///   often as it is admitted (twice at least, with a success between),
-///   or unless twice as many successes as came before the first refusal
-///   (and `admitted_min_count` at least) came since the cut: then it cuts
-///   at once, the second time no lower than what got through since the
-///   cut.
+///   often as it is admitted (twice at least, with a success between):
+///   then it cuts at once.
 /// * **A cut** comes at most once per `decrease_cooldown` and per interval,
 ///   never below `admitted_floor` of the rate the server recently admitted.
 /// * Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
@@ -390,10 +387,6 @@ pub struct Adaptive {
     /// Refusals since the latest cut (saturating: only its ratio to the
     /// successes since the cut, while they are few, is read).
     refused_since_cut: u16,
-    /// Successes before the first cut: at most what the server stores up
-    /// while a client is idle (its burst), plus what it refilled meanwhile
-    /// (saturating).
-    first_burst: u16,
     /// Until when a refusal that came too soon to cut holds the rate.
     /// (`Timestamp::ZERO`: none.)
     held_until: Timestamp,
@@ -553,7 +546,6 @@ impl Adaptive {
             since_cut: 0,
             sent_since_cut: 0,
             refused_since_cut: 0,
-            first_burst: 0,
             held_until: Timestamp::ZERO,
             quiet_from: Timestamp::ZERO,
             quiet_ms: 0,
@@ -697,20 +689,7 @@ impl RateController for Adaptive {
                     && self.since_cut >= 1
                     && self.refused_since_cut >= 2
                     && u32::from(self.refused_since_cut) >= self.since_cut;
-                // A refusal after twice the first burst's successes since
-                // the cut (and `admitted_min_count` at least) is not the
-                // overshoot's aftermath either: whatever the server stored
-                // up while the cut's pause kept this client quiet is spent,
-                // so the new pace itself is too fast. Envoy's token bucket
-                // of ten at 100/s, one task: the cut that ended the climb
-                // measured 120–128/s (the bucket refilled during the
-                // pause), and the cooldown held that pace, refused every
-                // 100–350 ms, for the rest of a 1.4 s run.
-                let burst_spent = !self.slow_start
-                    && self.since_cut
-                        >= (2 * u32::from(self.first_burst)).max(self.config.admitted_min_count);
-                let early_cut = cooling && burst_spent && !refused_as_often;
-                let cooling = cooling && !refused_as_often && !burst_spent;
+                let cooling = cooling && !refused_as_often;
                 // A refusal too soon after a cut to cut again still says the
                 // rate is above the server's: it holds until the next cut
                 // may come.
@@ -789,15 +768,6 @@ impl RateController for Adaptive {
                         .rate_of_at_least(now, self.config.admitted_min_count)
                         .map_or(0.0, |a| a * self.config.admitted_floor);
                     let to = (from * self.config.decrease_factor).max(admitted.min(from));
-                    // Such a cut comes early, with the server's store
-                    // empty at both refusals: what got through between them
-                    // is what the server refills, a truer measure than the
-                    // one- to two-second meter that spans the pause.
-                    let to = if early_cut {
-                        to.max(self.admitted_since_cut(now).unwrap_or(0.0).min(from))
-                    } else {
-                        to
-                    };
                     // A refusal that orders a wait longer than a cooldown
                     // says the quota is spent until then: what got through
                     // since it last opened, spread over the time from then
@@ -886,9 +856,6 @@ impl RateController for Adaptive {
                             self.base = self.clamp(measured);
                         }
                         self.blind = Blind::No;
-                    }
-                    if self.last_cut().is_none() {
-                        self.first_burst = u16::try_from(self.since_cut).unwrap_or(u16::MAX);
                     }
                     self.at_cut = from;
                     self.grown_at = now;
@@ -1669,59 +1636,6 @@ mod tests {
         let cut = c.on_outcome(t + ms(5_000), &Outcome::throttled()).unwrap();
         let up = c.on_outcome(t + ms(5_100), &Outcome::success()).unwrap();
         (c, cut, up)
-    }
-
-    /// One task against Envoy's token bucket of ten at 100/s, 1 ms round
-    /// trips: eleven successes, the first refusal at 15 ms, the climb from
-    /// it, sends paced at its rate and refused at 390 ms, then sends paced
-    /// at the rate that cut set until `succeed` more came, 10 ms apart: the
-    /// controller, the rate of the climb-ending cut, and the time now.
-    fn bucket_of_ten_after_the_climb(succeed: u64) -> (Adaptive, f64, Timestamp) {
-        let t = Timestamp::ZERO;
-        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
-        for i in 0..11 {
-            c.on_send(t + ms(i));
-            c.on_outcome(t + ms(i + 1), &Outcome::success());
-        }
-        c.on_send(t + ms(14));
-        c.on_outcome(t + ms(15), &Outcome::throttled()).unwrap();
-        let mut now = t + ms(115);
-        while now < t + ms(390) {
-            c.on_send(now);
-            let rate = c.on_outcome(now + ms(1), &Outcome::success()).unwrap();
-            now = now + crate::secs_to_duration(1.0 / rate);
-        }
-        c.on_send(now);
-        let cut = c.on_outcome(now + ms(1), &Outcome::throttled()).unwrap();
-        now = now + ms(100);
-        for _ in 0..succeed {
-            c.on_send(now);
-            let r = c.on_outcome(now + ms(1), &Outcome::success()).unwrap();
-            now = now + crate::secs_to_duration(1.0 / r);
-        }
-        c.on_send(now);
-        (c, cut, now + ms(1))
-    }
-
-    #[test]
-    fn a_refusal_after_twice_the_first_burst_since_a_cut_cuts_within_the_cooldown() {
-        // Eleven successes came before the first refusal: 21 since the
-        // climb-ending cut may still be the server's store refilled during
-        // the cut's pause, and the refusal holds the rate.
-        let (mut c, _, now) = bucket_of_ten_after_the_climb(21);
-        assert_eq!(c.first_burst, 11);
-        let before = c.rate.unwrap();
-        assert_eq!(c.on_outcome(now, &Outcome::throttled()), Some(before));
-        // 22, well within the cooldown: the pace itself is refused, and it
-        // is cut at once, no lower than what got through since the cut.
-        let (mut c, cut, now) = bucket_of_ten_after_the_climb(22);
-        let before = c.rate.unwrap();
-        assert!(now.saturating_duration_since(c.cut_at) < c.config.decrease_cooldown);
-        let through = c.admitted_since_cut(now).unwrap();
-        let after = c.on_outcome(now, &Outcome::throttled()).unwrap();
-        assert!(after < before, "{before} -> {after} (cut to {cut} before)");
-        assert!(after >= through.min(before), "{after} < {through}");
-        assert_eq!(c.cut_at, now);
     }
 
     #[test]
