@@ -318,6 +318,12 @@ pub const NEVER_DOMINATED: &str = "no strategy that is not handed the server's q
     the default on both avg retry rate and time to clear with one of them better by more \
     than 10 % (or 1 point of retry rate)";
 
+/// The line every report prints under its rule: the aim, then
+/// [`NEVER_DOMINATED`], its definition.
+pub fn never_dominated_aim() -> String {
+    format!("The default aims to be never dominated: {NEVER_DOMINATED}")
+}
+
 /// Whether `a` (retry %, time to clear s) beats the default `d` as
 /// [`NEVER_DOMINATED`] forbids: no worse on both, and more than 10 % faster
 /// or more than one point of retry rate lower.

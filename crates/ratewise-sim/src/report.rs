@@ -289,14 +289,7 @@ pub fn table_with(e: &ExperimentResult, spread: bool) -> String {
     let _ = writeln!(
         out,
         "{}",
-        wrap(
-            &format!(
-                "The default aims to be never dominated: {}.",
-                rank::NEVER_DOMINATED
-            ),
-            TABLE_WIDTH,
-            2
-        )
+        wrap(&format!("{}.", rank::never_dominated_aim()), TABLE_WIDTH, 2)
     );
     let _ = writeln!(out);
     for (i, row) in rows.iter().enumerate() {
@@ -1081,12 +1074,12 @@ pub fn html(e: &ExperimentResult) -> String {
     );
     let _ = write!(
         out,
-        "<h1>ratewise simulation: {}</h1><p>{}</p><p class=\"answer\"><strong>{}</strong></p><p class=\"rule\">Rule: {}.</p><p class=\"rule\">The default aims to be never dominated: {}. In Figure 1, that means no dot other than a strategy handed the quota lies below and to the left of the large black one by more than that margin.</p>",
+        "<h1>ratewise simulation: {}</h1><p>{}</p><p class=\"answer\"><strong>{}</strong></p><p class=\"rule\">Rule: {}.</p><p class=\"rule\">{}. In Figure 1, that means no dot other than a strategy handed the quota lies below and to the left of the large black one by more than that margin.</p>",
         esc(&e.scenario.name),
         esc(&e.scenario.description),
         esc(&rank::answer(e, &ranked)),
         esc(rank::RULE),
-        esc(rank::NEVER_DOMINATED)
+        esc(&rank::never_dominated_aim())
     );
     out.push_str("<figure id=\"decision\">");
     decision_chart(&mut out, e, &ranked);
