@@ -345,6 +345,10 @@ enum Blind {
 ///   then it cuts at once.
 /// * **A cut** comes at most once per `decrease_cooldown` and per interval,
 ///   never below `admitted_floor` of the rate the server recently admitted.
+/// * **A doubling climb after a lone success ends no lower than a quarter of
+///   the rate refused**: it was admitted at its pace one or two doublings
+///   before, whatever its successes since the first cut averaged (a
+///   driver's start gate lets its first calls out one at a time).
 /// * Invariant: while pacing, `min_rate ≤ rate ≤ max_rate`.
 #[derive(Clone, Debug)]
 pub struct Adaptive {
@@ -372,7 +376,7 @@ pub struct Adaptive {
     slow_started: bool,
     /// Whether the first cut measured nothing, and how (until the second).
     blind: Blind,
-    /// When a blind burst's rate last grew.
+    /// When a blind start's rate last grew.
     grown_at: Timestamp,
     /// The remaining count the latest refusal carried: a server that
     /// refuses while its count says quota is left over-states the quota by
@@ -833,6 +837,26 @@ impl RateController for Adaptive {
                         (Some(a), None) => a,
                         (None, _) => to,
                     };
+                    // A climb that doubled per success after a lone one was
+                    // admitted at its pace until one or two doublings before
+                    // this refusal: it ends no lower than a quarter of the
+                    // rate refused. Where a driver's gate let the climb's
+                    // first calls out one at a time, its successes since the
+                    // first cut came at the gate's pace, not the server's.
+                    // (Only when its latest success came within two intervals
+                    // of the pace before the latest doubling: successes that
+                    // stopped long before the refusal were a burst's, sent
+                    // before the first cut and answered at once.)
+                    let df = self.config.decrease_factor;
+                    let climbed_paced = self.slow_start
+                        && self.blind == Blind::LoneSuccess
+                        && now.saturating_duration_since(self.grown_at).as_secs_f64()
+                            <= 2.0 / (from * df);
+                    let to = if climbed_paced {
+                        to.max(from * df * df)
+                    } else {
+                        to
+                    };
                     // A cut the admitted rate held up climbs back as gently:
                     // its gap closes in as many successes as a full cut's.
                     let full = from * (1.0 - self.config.decrease_factor);
@@ -927,7 +951,10 @@ impl RateController for Adaptive {
                                 let per = (1.0 / r).max(START_BURST_SPAN.as_secs_f64());
                                 (since.as_secs_f64() / per).min(BLIND_START_GROWTH)
                             }
-                            Blind::LoneSuccess => BLIND_START_GROWTH,
+                            Blind::LoneSuccess => {
+                                self.grown_at = now;
+                                BLIND_START_GROWTH
+                            }
                             Blind::No if self.slow_started => self
                                 .config
                                 .slow_started_growth
@@ -1440,6 +1467,32 @@ mod tests {
         let r = many.on_outcome(t + ms(3), &Outcome::throttled()).unwrap();
         let up = many.on_outcome(t + ms(400), &Outcome::success()).unwrap();
         assert!(up < 1.1 * r, "{r} -> {up}");
+    }
+
+    #[test]
+    fn a_doubling_climb_after_a_lone_success_ends_no_lower_than_a_quarter_of_the_rate_refused() {
+        // A lone success, a refusal: pacing at 10/s, doubling per success.
+        // The climb's successes come 33 ms apart (a driver's start gate lets
+        // one call out at a time) while many calls wait: averaged since the
+        // first cut they say 30/s, where the pace admitted last was 320.
+        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        c.on_send(t);
+        c.on_outcome(t + ms(1), &Outcome::success());
+        c.on_send(t + ms(1));
+        let r = c.on_outcome(t + ms(2), &Outcome::throttled()).unwrap();
+        assert!((r - 10.0).abs() < 1e-9, "{r}");
+        let mut now = t + ms(2);
+        for _ in 0..6 {
+            for _ in 0..3 {
+                c.on_send(now);
+            }
+            now = now + ms(33);
+            c.on_outcome(now, &Outcome::success()).unwrap();
+        }
+        assert!((c.rate().unwrap() - 640.0).abs() < 1e-6);
+        let cut = c.on_outcome(now + ms(1), &Outcome::throttled()).unwrap();
+        assert!((cut - 160.0).abs() < 1e-6, "{cut}");
     }
 
     #[test]
