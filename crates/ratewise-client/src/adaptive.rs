@@ -1435,8 +1435,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_refusal_right_after_a_lone_success_doubles_per_success_until_the_next_cut() {
+    /// A lone success, then a refusal of the send after it, 2 ms in: the
+    /// controller and the rate its blind start paces at.
+    fn refused_after_a_lone_success() -> (Adaptive, f64) {
         let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
         let t = Timestamp::ZERO;
         c.on_send(t);
@@ -1445,6 +1446,13 @@ mod tests {
         let r = c.on_outcome(t + ms(2), &Outcome::throttled()).unwrap();
         // Two sends within a tenth of a second: 20/s, halved.
         assert!((r - 10.0).abs() < 1e-9, "{r}");
+        (c, r)
+    }
+
+    #[test]
+    fn a_refusal_right_after_a_lone_success_doubles_per_success_until_the_next_cut() {
+        let (mut c, r) = refused_after_a_lone_success();
+        let t = Timestamp::ZERO;
         let mut now = t + ms(2);
         let mut expected = r;
         for _ in 0..5 {
@@ -1475,14 +1483,8 @@ mod tests {
         // The climb's successes come 33 ms apart (a driver's start gate lets
         // one call out at a time) while many calls wait: averaged since the
         // first cut they say 30/s, where the pace admitted last was 320.
-        let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
-        let t = Timestamp::ZERO;
-        c.on_send(t);
-        c.on_outcome(t + ms(1), &Outcome::success());
-        c.on_send(t + ms(1));
-        let r = c.on_outcome(t + ms(2), &Outcome::throttled()).unwrap();
-        assert!((r - 10.0).abs() < 1e-9, "{r}");
-        let mut now = t + ms(2);
+        let (mut c, _) = refused_after_a_lone_success();
+        let mut now = Timestamp::ZERO + ms(2);
         for _ in 0..6 {
             for _ in 0..3 {
                 c.on_send(now);
