@@ -859,7 +859,7 @@ impl RateController for Adaptive {
                     };
                     // A cut the admitted rate held up climbs back as gently:
                     // its gap closes in as many successes as a full cut's.
-                    let full = from * (1.0 - self.config.decrease_factor);
+                    let full = from * (1.0 - df);
                     self.gentle = if full > 0.0 {
                         ((from - to) / full).clamp(0.05, 1.0)
                     } else {

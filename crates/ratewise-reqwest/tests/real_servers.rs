@@ -294,20 +294,32 @@ async fn cases(
     misses
 }
 
-/// nginx at `limit`, 100 calls per run ([`calls_per_run`]).
-async fn nginx_cases(name: &str, limit: NginxLimit) {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let nginx = Nginx::start(&limit).unwrap_or_else(|e| panic!("{e}"));
-    let calls = calls_per_run(100);
-    let rate = f64::from(limit.rate_per_s);
-    // The first request, plus a burst let through at once with `nodelay`,
-    // then one per 1/rate. A delayed burst only queues: it saves no time.
+/// The least time nginx at `limit` allows for `calls`: the first request,
+/// plus a burst let through at once with `nodelay`, then one per 1/rate.
+/// A delayed burst only queues: it saves no time.
+fn nginx_allowed(limit: &NginxLimit, calls: u64) -> Duration {
     let free = 1 + if limit.nodelay {
         limit.burst.unwrap_or(0)
     } else {
         0
     };
-    let allowed = Duration::from_secs_f64((calls - u64::from(free)) as f64 / rate);
+    let left = calls.saturating_sub(u64::from(free));
+    Duration::from_secs_f64(left as f64 / f64::from(limit.rate_per_s))
+}
+
+/// The least time Envoy's bucket at `limit` allows for `calls`: the full
+/// bucket at once, then the fill rate.
+fn envoy_allowed(limit: &EnvoyLimit, calls: u64) -> Duration {
+    let left = calls.saturating_sub(u64::from(limit.max_tokens));
+    Duration::from_secs_f64(left as f64 / limit.rate_per_s())
+}
+
+/// nginx at `limit`, 100 calls per run ([`calls_per_run`]).
+async fn nginx_cases(name: &str, limit: NginxLimit) {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let nginx = Nginx::start(&limit).unwrap_or_else(|e| panic!("{e}"));
+    let calls = calls_per_run(100);
+    let allowed = nginx_allowed(&limit, calls);
     let misses = cases(
         name,
         |i| nginx.url(i),
@@ -328,9 +340,7 @@ async fn envoy_cases(name: &str, limit: EnvoyLimit) {
     let _one = ONE_AT_A_TIME.lock().await;
     let envoy = Envoy::start(&limit, 2 * CONCURRENCY.len()).unwrap_or_else(|e| panic!("{e}"));
     let calls = calls_per_run(150);
-    // The full bucket, then the fill rate.
-    let allowed =
-        Duration::from_secs_f64((calls - u64::from(limit.max_tokens)) as f64 / limit.rate_per_s());
+    let allowed = envoy_allowed(&limit, calls);
     let misses = cases(name, |i| envoy.url(i), calls, allowed, 429).await;
     assert!(
         misses.is_empty(),
@@ -437,14 +447,13 @@ async fn no_call_fails_against_real_servers() {
         .nodelay()
         .status(429);
     let nginx = Nginx::start(&limit).unwrap_or_else(|e| panic!("{e}"));
-    let allowed = Duration::from_secs_f64(89.0 / f64::from(nginx_rate()));
+    let allowed = nginx_allowed(&limit, 100);
     let misses = cases("nginx 429 nodelay", |i| nginx.url(i), 100, allowed, 429).await;
     println!("nginx misses (not asserted here): {misses:#?}");
     drop(nginx);
     let limit = ENVOY_BUCKET;
     let envoy = Envoy::start(&limit, 2 * CONCURRENCY.len()).unwrap_or_else(|e| panic!("{e}"));
-    let allowed =
-        Duration::from_secs_f64((150 - u64::from(limit.max_tokens)) as f64 / limit.rate_per_s());
+    let allowed = envoy_allowed(&limit, 150);
     let misses = cases("envoy 429", |i| envoy.url(i), 150, allowed, 429).await;
     println!("envoy misses (not asserted here): {misses:#?}");
     drop(envoy);
@@ -473,12 +482,13 @@ async fn no_call_fails_against_real_servers() {
         headers: false,
     };
     let envoy = Envoy::start(&fast, 2 * CONCURRENCY.len()).unwrap_or_else(|e| panic!("{e}"));
-    let allowed = Duration::from_secs_f64(900.0 / fast.rate_per_s());
+    let allowed = envoy_allowed(&fast, 1000);
     let misses = cases("envoy 429, 1000/s", |i| envoy.url(i), 1000, allowed, 429).await;
     println!("fast envoy misses (not asserted here): {misses:#?}");
     drop(envoy);
-    let nginx = Nginx::start(&NginxLimit::per_second(400)).unwrap_or_else(|e| panic!("{e}"));
-    let allowed = Duration::from_secs_f64(799.0 / 400.0);
+    let limit = NginxLimit::per_second(400);
+    let nginx = Nginx::start(&limit).unwrap_or_else(|e| panic!("{e}"));
+    let allowed = nginx_allowed(&limit, 800);
     let misses = cases("nginx 503, 400/s", |i| nginx.url(i), 800, allowed, 503).await;
     println!("fast nginx misses (not asserted here): {misses:#?}");
 }
