@@ -44,7 +44,10 @@ pub enum ResetMeaning {
     /// refill: the remaining count rises before the announced reset, or a
     /// 429's `Retry-After` is much shorter than the reset. Evidence of a
     /// window: a 429's `Retry-After` equals the reset, or, with nothing
-    /// left, the announced reset instant stands still while time passes.
+    /// left, the announced reset instant stands still while time passes
+    /// (measured from the first response that said nothing was left, and
+    /// weighed before a short `Retry-After`: some servers send the same
+    /// one whatever the real wait).
     /// Until there is evidence, a response that states the limit is read as
     /// a refill (pace at `limit / reset`; a fixed window then costs one 429
     /// before it is recognised), one without a limit as a window end.
@@ -62,6 +65,9 @@ pub struct HintCap {
     detected: Option<ResetMeaning>,
     /// The latest (remaining, reset instant, time seen).
     last: Option<(u64, Timestamp, Timestamp)>,
+    /// The first response of the current run saying nothing is left: (time
+    /// seen, reset instant).
+    empty_since: Option<(Timestamp, Timestamp)>,
     /// Whether a window's remaining quota caps the rate at
     /// `remaining / reset` (see [`HintCap::spreading_windows`]).
     spread_window: bool,
@@ -92,6 +98,7 @@ impl HintCap {
             pause_until: Timestamp::ZERO,
             detected: None,
             last: None,
+            empty_since: None,
             spread_window: true,
         }
     }
@@ -126,6 +133,11 @@ impl HintCap {
             self.detect(now, remaining, until, hints);
         }
         self.last = Some((remaining, until, now));
+        if remaining == 0 {
+            self.empty_since.get_or_insert((now, until));
+        } else {
+            self.empty_since = None;
+        }
         let meaning = self.reading(hints.limit);
         let cap = match meaning {
             ResetMeaning::WindowEnd => {
@@ -180,6 +192,21 @@ impl HintCap {
 
     fn detect(&mut self, now: Timestamp, remaining: u64, until: Timestamp, hints: &ServerHints) {
         let reset = until.saturating_duration_since(now);
+        // Empty since a response seconds ago whose reset instant still
+        // stands: a bucket would have refilled (or, drained by others, moved
+        // its instant on). This outweighs a 429's short `Retry-After`, which
+        // some servers send whatever the real wait (Shopify's constant 2 s).
+        if remaining == 0 {
+            if let Some((seen0, until0)) = self.empty_since {
+                if now >= seen0.saturating_add(RESET_TOLERANCE * 5 / 2)
+                    && now.saturating_add(RESET_TOLERANCE / 2) < until0
+                    && until <= until0.saturating_add(RESET_TOLERANCE)
+                {
+                    self.detected = Some(ResetMeaning::WindowEnd);
+                    return;
+                }
+            }
+        }
         if let (Some(ra), 0) = (hints.retry_after, remaining) {
             if reset > RESET_TOLERANCE {
                 if ra.saturating_mul(2).saturating_add(RESET_TOLERANCE) < reset {
@@ -445,6 +472,43 @@ mod tests {
         let mut w = HintCap::new();
         w.observe(t, &empty);
         assert_eq!(w.pause_until(), t + Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn an_empty_quota_whose_reset_stands_still_is_a_window_whatever_retry_after_says() {
+        // A fixed window of 6 per 10 s whose 429s always say "retry after
+        // 2 s", as Shopify's do.
+        let t = Timestamp::ZERO;
+        let empty = |reset: u64, retry_after: Option<u64>| ServerHints {
+            remaining: Some(0),
+            limit: Some(6),
+            reset_after: Some(secs(reset)),
+            retry_after: retry_after.map(secs),
+            ..ServerHints::default()
+        };
+        let mut h = HintCap::with_meaning(ResetMeaning::Auto);
+        h.observe(t + secs(1), &empty(9, None)); // the window's last success
+        h.observe(t + secs(2), &empty(8, Some(2)));
+        assert_eq!(
+            h.detected(),
+            Some(ResetMeaning::Refill),
+            "a Retry-After far shorter than the reset looks like a bucket"
+        );
+        assert_eq!(h.pause_until(), Timestamp::ZERO);
+        // Three seconds on, still empty, the same reset instant: a window.
+        h.observe(t + secs(4), &empty(6, Some(2)));
+        assert_eq!(h.detected(), Some(ResetMeaning::WindowEnd));
+        assert_eq!(h.pause_until(), t + secs(10), "quiet until the window ends");
+
+        // A bucket that others keep empty moves its reset on as time passes:
+        // still a refill, paced and never paused.
+        let mut b = HintCap::with_meaning(ResetMeaning::Auto);
+        b.observe(t + secs(1), &empty(9, None));
+        b.observe(t + secs(2), &empty(9, Some(2)));
+        b.observe(t + secs(4), &empty(9, Some(2)));
+        assert_eq!(b.detected(), Some(ResetMeaning::Refill));
+        assert_eq!(b.pause_until(), Timestamp::ZERO);
+        assert!(b.cap_at(t + secs(4)).is_some());
     }
 
     #[test]
