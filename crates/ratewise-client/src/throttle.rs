@@ -8,7 +8,10 @@
 //!    [`Adaptation`] (fixed, AIMD, CUBIC or the default adaptive one), the
 //!    policy rate is [`POLICY_HEADROOM`] × an IETF `RateLimit-Policy`'s
 //!    `q / w`, and the hint cap ([`HintCap`]) comes from `RateLimit-*`
-//!    headers. Every attempt, retries included, takes a slot;
+//!    headers. Where the headers have shown their reset ends a window,
+//!    quota left sets a floor: the pace that spends it by the reset (unless
+//!    a refusal came while the count said quota was left). Every attempt,
+//!    retries included, takes a slot;
 //! 2. a **pause** — a throttled response stops the whole partition until the
 //!    server's `Retry-After` (capped, jittered) or the backoff delay; a
 //!    whole-second `Retry-After` pauses a fast partition only two intervals
@@ -35,8 +38,10 @@
 //! the state consistent.
 //!
 //! Invariants:
-//! * A header never raises the rate above the controller's: a hint cap in
-//!   force is only ever lowered ([`HintCap::observe`]).
+//! * A header never raises the rate above the controller's (a hint cap in
+//!   force is only ever lowered, [`HintCap::observe`]), except to spend a
+//!   detected window's remaining quota by its reset, which never asks for
+//!   more than the window holds.
 //! * A `Retry-After` never pauses longer than `max_retry_after` and never
 //!   grants a retry the backoff's `max_retries` refuses.
 //! * `attempts ≥ successes + throttled`; every counter only grows.
@@ -59,7 +64,7 @@ use super::cubic::{Cubic, CubicConfig};
 use super::hints::{HintCap, ResetMeaning};
 use super::pacer::{Pacer, PacerSpec, RateController};
 use super::sre::{SreConfig, SreThrottler};
-use super::{Next, Outcome, Signal};
+use super::{Next, Outcome, ServerHints, Signal};
 use crate::config::duration_to_nanos_saturating;
 use ratewise::time::Timestamp;
 
@@ -364,6 +369,10 @@ struct PartitionState {
     probing: bool,
     /// Lone probes refused since the latest success ([`probe_gap`]).
     closed_probes: u32,
+    /// A refusal came while its remaining count said quota was left: the
+    /// count over-states (or counts another limit), and sets no floor
+    /// ([`window_floor`]).
+    count_overstated: bool,
 }
 
 impl PartitionState {
@@ -483,6 +492,7 @@ impl Template {
                 round_trip: Duration::ZERO,
                 probing: false,
                 closed_probes: 0,
+                count_overstated: false,
             }),
         }
     }
@@ -600,6 +610,25 @@ fn short_pause(
             .map_or(now + pause, |e| e.max(now + pause)),
     );
     Some(pause)
+}
+
+/// The pace that spends a window's remaining quota by its reset, when the
+/// evidence shows the reset ends a window ([`ResetMeaning::Auto`]'s
+/// detection; a meaning configured is an assumption, not evidence) and
+/// quota is left: a window gives its whole quota back at its end, so that pace
+/// never asks for more than the window holds, and a partition paced no
+/// slower uses each window whole (a controller cut low by the first
+/// window's refusals would otherwise leave most of every later one unused).
+/// Never above the rate a `RateLimit-Policy` states; the reset counts as a
+/// second at least (a header rounds it up from less); `None` once a refusal
+/// said quota was left (the count over-states).
+fn window_floor(st: &PartitionState, hints: &ServerHints) -> Option<f64> {
+    let (left, reset) = (hints.remaining?, hints.reset_after?);
+    if left == 0 || st.count_overstated || st.hints.detected() != Some(ResetMeaning::WindowEnd) {
+        return None;
+    }
+    let floor = left as f64 / reset.as_secs_f64().max(1.0);
+    Some(st.policy_rate.map_or(floor, |p| floor.min(p)))
 }
 
 /// Called only when the partition was probing as the slot was taken (no
@@ -1021,6 +1050,16 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
             st.hints.limit(controller_rate, now)
         } else {
             controller_rate
+        };
+        if outcome.signal == Signal::Throttled && outcome.hints.remaining.is_some_and(|l| l > 0) {
+            st.count_overstated = true;
+        }
+        let rate = match (
+            rate,
+            window_floor(&st, &outcome.hints).filter(|_| cfg.use_hints),
+        ) {
+            (Some(r), Some(floor)) => Some(r.max(floor)),
+            (r, _) => r,
         };
         let began = !st.pacing && rate.is_some();
         let cut = outcome.signal == Signal::Throttled
@@ -2397,6 +2436,55 @@ mod tests {
         fast.acquire_at(&0, &mut call, now, now).unwrap();
         fast.record_at(&0, &mut call, now, &two);
         assert_eq!(fast.try_acquire_at(&0, now), Err(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn a_detected_windows_quota_left_is_spent_by_its_reset() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig {
+            adaptation: Adaptation::Fixed(0.5),
+            ..config()
+        })
+        .unwrap();
+        let window = |remaining: u64, reset: u64, refused: bool| {
+            let o = if refused {
+                Outcome::throttled()
+            } else {
+                Outcome::success()
+            };
+            o.with_hints(ServerHints {
+                remaining: Some(remaining),
+                limit: Some(100),
+                reset_after: Some(Duration::from_secs(reset)),
+                retry_after: refused.then(|| Duration::from_secs(reset)),
+                ..ServerHints::default()
+            })
+        };
+        let close = |key: u8, want: f64| {
+            let got = th.rate_of(&key).unwrap();
+            assert!((got - want).abs() < 1e-6 * want, "{got} ≠ {want}");
+        };
+        let t = Timestamp::ZERO;
+        // Quota left before the headers have shown what their reset means:
+        // the controller's pace.
+        th.record_at(&0, &mut th.begin(t), t, &window(60, 50, false));
+        close(0, 0.5);
+        // A 429 whose `Retry-After` is the reset: a window, which ends then.
+        let t1 = t + Duration::from_secs(10);
+        th.record_at(&0, &mut th.begin(t1), t1, &window(0, 40, true));
+        let detected = th.partition(&0).state.lock().unwrap().hints.detected();
+        assert_eq!(detected, Some(ResetMeaning::WindowEnd));
+        // The next window: 99 left for 60 s, above the controller's pace.
+        let t2 = t + Duration::from_secs(50);
+        th.record_at(&0, &mut th.begin(t2), t2, &window(99, 60, false));
+        close(0, 99.0 / 60.0);
+        // Less left than the controller's pace spends: the controller's.
+        th.record_at(&0, &mut th.begin(t2), t2, &window(10, 60, false));
+        close(0, 0.5);
+        // A refusal while the count says quota is left: the count
+        // over-states, and sets no floor from then on.
+        th.record_at(&0, &mut th.begin(t2), t2, &window(50, 60, true));
+        th.record_at(&0, &mut th.begin(t2), t2, &window(99, 60, false));
+        close(0, 0.5);
     }
 
     #[test]
