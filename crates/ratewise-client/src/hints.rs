@@ -222,21 +222,26 @@ impl HintCap {
                 }
             }
         }
-        let Some((r0, until0, seen0)) = self.last else {
+        let Some((r0, until0, _)) = self.last else {
             return;
         };
         if remaining > r0 && now.saturating_add(RESET_TOLERANCE) < until0 {
             // The quota came back before the announced reset: no window.
             self.detected = Some(ResetMeaning::Refill);
-        } else if remaining == 0
-            && r0 == 0
-            && now >= seen0.saturating_add(RESET_TOLERANCE * 5 / 2)
-            && now.saturating_add(RESET_TOLERANCE / 2) < until0
-            && until <= until0.saturating_add(RESET_TOLERANCE)
-        {
-            // Empty, and the reset instant stood still while time passed.
-            self.detected = Some(ResetMeaning::WindowEnd);
         }
+    }
+
+    /// For a response's `hints`, the pace that spends the quota it says is
+    /// left by its reset, once the evidence has shown that the reset ends a
+    /// window ([`ResetMeaning::Auto`]'s detection; a meaning configured is
+    /// an assumption, not evidence). A window gives its whole quota back at
+    /// its end, so that pace never asks for more than the window holds. The
+    /// reset counts as a second at least (a header rounds it up from less);
+    /// `None` with nothing left.
+    pub fn window_floor(&self, hints: &ServerHints) -> Option<f64> {
+        let (left, reset) = (hints.remaining?, hints.reset_after?);
+        (left > 0 && self.detected == Some(ResetMeaning::WindowEnd))
+            .then(|| left as f64 / reset.as_secs_f64().max(1.0))
     }
 
     /// Installs a cap of `rate` until `until`, unless a lower one is in force

@@ -612,22 +612,17 @@ fn short_pause(
     Some(pause)
 }
 
-/// The pace that spends a window's remaining quota by its reset, when the
-/// evidence shows the reset ends a window ([`ResetMeaning::Auto`]'s
-/// detection; a meaning configured is an assumption, not evidence) and
-/// quota is left: a window gives its whole quota back at its end, so that pace
-/// never asks for more than the window holds, and a partition paced no
-/// slower uses each window whole (a controller cut low by the first
-/// window's refusals would otherwise leave most of every later one unused).
-/// Never above the rate a `RateLimit-Policy` states; the reset counts as a
-/// second at least (a header rounds it up from less); `None` once a refusal
-/// said quota was left (the count over-states).
+/// The floor a detected window's quota left sets on the pace
+/// ([`HintCap::window_floor`]): a partition paced no slower uses each window
+/// whole (a controller cut low by the first window's refusals would
+/// otherwise leave most of every later one unused). Never above the rate a
+/// `RateLimit-Policy` states; `None` once a refusal said quota was left (the
+/// count over-states).
 fn window_floor(st: &PartitionState, hints: &ServerHints) -> Option<f64> {
-    let (left, reset) = (hints.remaining?, hints.reset_after?);
-    if left == 0 || st.count_overstated || st.hints.detected() != Some(ResetMeaning::WindowEnd) {
-        return None;
-    }
-    let floor = left as f64 / reset.as_secs_f64().max(1.0);
+    let floor = st
+        .hints
+        .window_floor(hints)
+        .filter(|_| !st.count_overstated)?;
     Some(st.policy_rate.map_or(floor, |p| floor.min(p)))
 }
 
@@ -1054,10 +1049,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         if outcome.signal == Signal::Throttled && outcome.hints.remaining.is_some_and(|l| l > 0) {
             st.count_overstated = true;
         }
-        let rate = match (
-            rate,
-            window_floor(&st, &outcome.hints).filter(|_| cfg.use_hints),
-        ) {
+        let floor = if cfg.use_hints {
+            window_floor(&st, &outcome.hints)
+        } else {
+            None
+        };
+        let rate = match (rate, floor) {
             (Some(r), Some(floor)) => Some(r.max(floor)),
             (r, _) => r,
         };
