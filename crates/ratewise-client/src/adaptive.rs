@@ -281,7 +281,10 @@ enum Blind {
 ///   (capacity nobody uses is claimed in seconds). Where refusals say the
 ///   quota is empty, the boost stops at the rate of the latest cut (above
 ///   it, spare quota is a bucket's burst draining) and a shallow cut's
-///   step is as gentle as an unhinted one's.
+///   step is as gentle as an unhinted one's — until every success for
+///   five seconds has said that nine tenths of the limit or more is left:
+///   a burst draining would have fallen below that, so the quota is
+///   nobody's (clients sharing it have finished) and the boost claims it.
 /// * **A count that keeps saying "none left" while it admits is no
 ///   count**: once more successes than the stated limit said so since the
 ///   latest refusal, the rate climbs as if the server sent no count (a
@@ -409,7 +412,21 @@ pub struct Adaptive {
     /// Successes whose remaining count said none left, since the latest
     /// refusal.
     empty_successes: u32,
+    /// The first success of the current run whose remaining count said
+    /// the quota was nearly whole ([`NEVER`]: the latest said otherwise,
+    /// or a refusal came since).
+    full_since: Timestamp,
 }
+
+/// The share of the limit a remaining count must show for the quota to
+/// count as nearly whole.
+const FULL_SHARE: f64 = 0.9;
+
+/// How long the quota must have stayed nearly whole, success after
+/// success, for the hinted step's boost to go on above the rate of the
+/// latest cut: a bucket's burst draining falls below [`FULL_SHARE`] long
+/// before, unless the partition sends at about the refill rate or less.
+const FULL_FOR: Duration = Duration::from_secs(5);
 
 /// How far the unhinted step may grow above the rate of the latest cycle
 /// once the quota has been found closed for a while (else
@@ -556,6 +573,7 @@ impl Adaptive {
             windowed: false,
             cycles: Cycles::default(),
             empty_successes: 0,
+            full_since: NEVER,
         })
     }
 
@@ -661,6 +679,7 @@ impl RateController for Adaptive {
                 }
                 self.cycles.refusal(now, self.config.admitted_min_count);
                 self.empty_successes = 0;
+                self.full_since = NEVER;
                 // A cut is judged by requests sent at the cut rate: at most
                 // one per cooldown, and at most one per interval at the
                 // current rate.
@@ -917,6 +936,18 @@ impl RateController for Adaptive {
                 // is rounded up to a second): it holds nothing, and the rate
                 // climbs as if the server sent no count.
                 let refills = limit.is_some_and(|l| u64::from(self.empty_successes) > l);
+                // A quota nearly whole since a while ago is nobody's.
+                let nearly_whole = match (remaining, limit) {
+                    (Some(left), Some(l)) if l > 0 => left as f64 >= FULL_SHARE * l as f64,
+                    _ => false,
+                };
+                if !nearly_whole {
+                    self.full_since = NEVER;
+                } else if self.full_since == NEVER {
+                    self.full_since = now;
+                }
+                let full_for_long = self.full_since != NEVER
+                    && now.saturating_duration_since(self.full_since) >= FULL_FOR;
                 let remaining = remaining.filter(|_| !refills);
                 let exhausted = remaining == Some(0) || now < self.held_until;
                 if let (Some(r), false) = (self.rate, exhausted) {
@@ -929,7 +960,7 @@ impl RateController for Adaptive {
                         // mark is real, and the step keeps its size.)
                         let scale = self.spare_scale(left, limit);
                         let scale = match floor {
-                            0 if r >= self.at_cut => scale.min(1.0) * self.gentle,
+                            0 if r >= self.at_cut && !full_for_long => scale.min(1.0) * self.gentle,
                             0 => scale * self.gentle,
                             _ => scale,
                         };
@@ -1388,6 +1419,52 @@ mod tests {
         let unboosted = c.on_outcome(now + ms(20), &full(5)).unwrap() - at - above;
         assert!(below > above * 5.0, "{below} vs {above}");
         assert!((above - unboosted).abs() < 1e-9, "{above} vs {unboosted}");
+    }
+
+    #[test]
+    fn a_quota_left_whole_for_a_while_boosts_the_step_above_the_latest_cut() {
+        let hints = |left| {
+            Outcome::success().with_hints(ServerHints {
+                remaining: Some(left),
+                limit: Some(100),
+                ..ServerHints::default()
+            })
+        };
+        let t = Timestamp::ZERO;
+        let (mut c, _) = additive_only_after_a_cut(t);
+        // Above the rate cut from, with a quota found empty by a refusal.
+        let mut now = t;
+        while c.rate().unwrap() < AdaptiveConfig::default().fallback_rate {
+            now = now + ms(10);
+            c.on_outcome(now, &hints(100));
+        }
+        // A run of nearly whole quotas (90 of 100 left or more), one
+        // success per 100 ms: unboosted until it has lasted FULL_FOR.
+        let step = |c: &mut Adaptive, now: Timestamp, left| {
+            let before = c.rate().unwrap();
+            c.on_outcome(now, &hints(left)).unwrap() - before
+        };
+        now = now + ms(100);
+        step(&mut c, now, 50);
+        now = now + ms(100);
+        let first = step(&mut c, now, 95);
+        let mut last = first;
+        let run_start = now;
+        while now < run_start + FULL_FOR - ms(100) {
+            now = now + ms(100);
+            last = step(&mut c, now, 90);
+        }
+        assert!((last - first).abs() < first * 0.2, "{first} vs {last}");
+        now = now + ms(200);
+        let boosted = step(&mut c, now, 95);
+        assert!(boosted > first * 5.0, "{boosted} vs {first}");
+        // One count below 90 % ends the run: the next step is unboosted
+        // again, and so is the one after it, the run having just begun.
+        now = now + ms(100);
+        step(&mut c, now, 89);
+        now = now + ms(100);
+        let again = step(&mut c, now, 95);
+        assert!(again < first * 2.0, "{again} vs {first}");
     }
 
     #[test]
