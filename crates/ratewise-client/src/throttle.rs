@@ -7,7 +7,8 @@
 //!    `min(controller, policy rate, hint cap)`: the controller is
 //!    [`Adaptation`] (fixed, AIMD, CUBIC or the default adaptive one), the
 //!    policy rate is [`POLICY_HEADROOM`] × an IETF `RateLimit-Policy`'s
-//!    `q / w`, and the hint cap ([`HintCap`]) comes from `RateLimit-*`
+//!    `q / w` (once its quota has run out: a count of none left, a
+//!    refusal, or no count at all), and the hint cap ([`HintCap`]) comes from `RateLimit-*`
 //!    headers. Where the headers have shown their reset ends a window,
 //!    quota left sets a floor: the pace that spends it by the reset (unless
 //!    a refusal came while the count said quota was left). Every attempt,
@@ -340,6 +341,9 @@ struct PartitionState {
     /// The sustained rate the server's `RateLimit-Policy` states, with the
     /// headroom taken off; the pace never exceeds it.
     policy_rate: Option<f64>,
+    /// Whether the policy's rate is in force: from the first response
+    /// that said its quota was spent (or refused, or gave no count).
+    policy_engaged: bool,
     /// When pacing began or the rate was last cut: a throttle answering an
     /// attempt sent before then says nothing about the current rate.
     cut_at: Timestamp,
@@ -482,6 +486,7 @@ impl Template {
                 rng: JitterRng::seed_from_u64(seed_for(seed, 2)),
                 pacing: self.pacing,
                 policy_rate: None,
+                policy_engaged: false,
                 cut_at: Timestamp::ZERO,
                 answered: false,
                 admitted: RateMeter::default(),
@@ -1027,8 +1032,17 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
                 .and_then(|ctl| ctl.on_outcome(now, outcome)),
         };
         // The policy's rate is the server's own word on the sustained pace:
-        // pacing starts there, before any 429, and never goes above it.
-        let controller_rate = match st.policy_rate.filter(|_| cfg.use_hints) {
+        // pacing starts there, before any 429, and never goes above it —
+        // once the quota it states has run out (a count of none left, or
+        // a refusal), or from the first response when no count says what
+        // is left. Quota left is there to be spent: a job smaller than a
+        // window's quota, or than a bucket's burst, paced at the sustained
+        // rate would take a window's length where it needs a moment.
+        if outcome.signal == Signal::Throttled || outcome.hints.remaining.is_none_or(|r| r == 0) {
+            st.policy_engaged = true;
+        }
+        let engaged = st.policy_engaged;
+        let controller_rate = match st.policy_rate.filter(|_| cfg.use_hints && engaged) {
             Some(p) => {
                 let r = match st.controller.as_mut() {
                     Some(ctl) if !matches!(cfg.adaptation, Adaptation::Fixed(_)) => {
@@ -1716,6 +1730,39 @@ mod tests {
             [ms(2_000), ms(2_100), ms(2_200)],
             "one interval apart after the pause, not a burst at its end"
         );
+    }
+
+    #[test]
+    fn a_stated_policy_paces_only_once_its_quota_left_runs_out() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
+        let t = Timestamp::ZERO;
+        let left = |remaining| {
+            Outcome::success().with_hints(ServerHints {
+                policy: Some((100, Duration::from_secs(60))),
+                remaining: Some(remaining),
+                reset_after: Some(Duration::from_secs(60)),
+                ..ServerHints::default()
+            })
+        };
+        // 100 a minute, 60 of them left: no pacing, the quota is there.
+        let mut a = th.begin(t);
+        th.acquire_at(&0, &mut a, t, t).unwrap();
+        th.record_at(&0, &mut a, t + ms(1), &left(60));
+        assert_eq!(th.rate_of(&0), None);
+        let mut b = th.begin(t + ms(2));
+        assert_eq!(
+            th.acquire_at(&0, &mut b, t + ms(2), t + ms(2)),
+            Ok(Duration::ZERO)
+        );
+        // None left: the policy's rate from then on.
+        th.record_at(&0, &mut b, t + ms(3), &left(0));
+        let r = th.rate_of(&0).unwrap();
+        assert!((r - 100.0 / 60.0 * POLICY_HEADROOM).abs() < 1e-6, "{r}");
+        // And it stays in force when quota is left again.
+        let mut c = th.begin(t + ms(4));
+        th.acquire_at(&0, &mut c, t + ms(4), t + ms(4)).unwrap();
+        th.record_at(&0, &mut c, t + ms(5), &left(60));
+        assert!(th.rate_of(&0).unwrap() <= r + 1e-9);
     }
 
     #[test]
