@@ -133,7 +133,9 @@ pub struct ServerHints {
     /// The governing IETF `RateLimit-Policy`: its quota `q` and window `w`
     /// (the policy of the tightest `RateLimit` item, or the only policy).
     /// `q / w` is the server's stated sustained rate, which a
-    /// [`Throttle`] paces at from the first response, before any 429.
+    /// [`Throttle`] paces at once the quota the `RateLimit` count shows
+    /// has run out (from the first response when there is no count),
+    /// before any 429.
     pub policy: Option<(u64, Duration)>,
 }
 

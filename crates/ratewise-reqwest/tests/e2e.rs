@@ -13,7 +13,7 @@
 //! are a 429 share ≤ 2 % and completion within 1.15× the allowed time;
 //! because a stalled runtime on a busy machine sends a burst of overdue
 //! slots, the test bounds [`Variant::Full`] (ratewise's own server headers,
-//! paced from the first answer's `RateLimit-Policy`) at the 429 target and
+//! paced at its `RateLimit-Policy` once its count runs out) at the 429 target and
 //! 1.25×, and the variants that learn the limit from 429s at 3 % and 1.3×.
 //! Measured shares and times are in `benches/README.md`.
 
