@@ -1046,6 +1046,15 @@ mod tests {
         (c, r)
     }
 
+    /// A success whose headers say `left` of `limit` remain.
+    fn left_of(left: u64, limit: u64) -> Outcome {
+        Outcome::success().with_hints(ServerHints {
+            remaining: Some(left),
+            limit: Some(limit),
+            ..ServerHints::default()
+        })
+    }
+
     fn with_remaining(r: u64) -> Outcome {
         Outcome::success().with_hints(ServerHints {
             remaining: Some(r),
@@ -1395,13 +1404,7 @@ mod tests {
 
     #[test]
     fn a_full_bucket_boosts_the_step_only_below_the_rate_of_the_latest_cut() {
-        let full = |r| {
-            Outcome::success().with_hints(ServerHints {
-                remaining: Some(r),
-                limit: Some(10),
-                ..ServerHints::default()
-            })
-        };
+        let full = |r| left_of(r, 10);
         let t = Timestamp::ZERO;
         let (mut c, r) = additive_only_after_a_cut(t);
         // Below the rate cut from, a full bucket is unused quota: the boost.
@@ -1414,8 +1417,9 @@ mod tests {
         }
         let at = c.rate().unwrap();
         let above = c.on_outcome(now + ms(10), &full(10)).unwrap() - at;
-        // Above it, a full bucket is a burst draining: the unboosted step
-        // (half the limit spare is the whole step).
+        // Above it, a full bucket is a burst draining (until it has stayed
+        // full for FULL_FOR): the unboosted step (half the limit spare is
+        // the whole step).
         let unboosted = c.on_outcome(now + ms(20), &full(5)).unwrap() - at - above;
         assert!(below > above * 5.0, "{below} vs {above}");
         assert!((above - unboosted).abs() < 1e-9, "{above} vs {unboosted}");
@@ -1423,13 +1427,7 @@ mod tests {
 
     #[test]
     fn a_quota_left_whole_for_a_while_boosts_the_step_above_the_latest_cut() {
-        let hints = |left| {
-            Outcome::success().with_hints(ServerHints {
-                remaining: Some(left),
-                limit: Some(100),
-                ..ServerHints::default()
-            })
-        };
+        let hints = |left| left_of(left, 100);
         let t = Timestamp::ZERO;
         let (mut c, _) = additive_only_after_a_cut(t);
         // Above the rate cut from, with a quota found empty by a refusal.

@@ -1041,8 +1041,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         if outcome.signal == Signal::Throttled || outcome.hints.remaining.is_none_or(|r| r == 0) {
             st.policy_engaged = true;
         }
-        let engaged = st.policy_engaged;
-        let controller_rate = match st.policy_rate.filter(|_| cfg.use_hints && engaged) {
+        let controller_rate = match st
+            .policy_rate
+            .filter(|_| cfg.use_hints && st.policy_engaged)
+        {
             Some(p) => {
                 let r = match st.controller.as_mut() {
                     Some(ctl) if !matches!(cfg.adaptation, Adaptation::Fixed(_)) => {
