@@ -122,7 +122,9 @@ impl HintCap {
     /// A hint only ever *lowers* the cap: a cap in force stays until its own
     /// reset passes, and a later response that would allow more (a higher
     /// cap, or no cap at all) is ignored until then. Caps end only by
-    /// lapsing, never because a header said so.
+    /// lapsing, never because a header said so — except once the evidence
+    /// shows the reset to be a window's end ([`ResetMeaning::Auto`]): a cap
+    /// set while it read as a refill was read wrong, and goes.
     pub fn observe(&mut self, now: Timestamp, hints: &ServerHints) {
         let (Some(remaining), Some(reset)) = (hints.remaining, hints.reset_after) else {
             return;
@@ -130,7 +132,12 @@ impl HintCap {
         let until = now.saturating_add(reset);
         let secs = reset.as_secs_f64();
         if self.meaning == ResetMeaning::Auto {
+            let window = Some(ResetMeaning::WindowEnd);
+            let known = self.detected == window;
             self.detect(now, remaining, until, hints);
+            if !known && self.detected == window {
+                self.cap = None;
+            }
         }
         self.last = Some((remaining, until, now));
         if remaining == 0 {
@@ -500,10 +507,20 @@ mod tests {
             "a Retry-After far shorter than the reset looks like a bucket"
         );
         assert_eq!(h.pause_until(), Timestamp::ZERO);
+        assert_eq!(
+            h.cap_at(t + secs(2)),
+            Some(6.0 / 9.0),
+            "the first empty answer's refill pace"
+        );
         // Three seconds on, still empty, the same reset instant: a window.
         h.observe(t + secs(4), &empty(6, Some(2)));
         assert_eq!(h.detected(), Some(ResetMeaning::WindowEnd));
         assert_eq!(h.pause_until(), t + secs(10), "quiet until the window ends");
+        assert_eq!(
+            h.cap_at(t + secs(4)),
+            None,
+            "the refill's pace was read wrong"
+        );
 
         // A bucket that others keep empty moves its reset on as time passes:
         // still a refill, paced and never paused.

@@ -323,7 +323,7 @@ impl Counters {
 }
 
 struct PartitionState {
-    controller: Option<Box<dyn RateController>>,
+    controller: Option<Controller>,
     hints: HintCap,
     /// The partition's pause: a refusal's (backoff, `Retry-After`, closed
     /// quota) or a window's end from the headers.
@@ -377,7 +377,37 @@ struct PartitionState {
     /// count over-states (or counts another limit), and sets no floor
     /// ([`window_floor`]).
     count_overstated: bool,
+    /// The controller as it was before the refusals that showed the reset
+    /// to be a window's end ([`WindowUndo`]).
+    undo: WindowUndo,
 }
+
+/// Whether the refusals that showed the reset to be a window's end may have
+/// taught the controller nothing (a window's refusal, once known as one,
+/// does not cut). While the reset still read as a bucket's refill, they cut;
+/// once a window has come back whole, the controller goes back to what it
+/// was before them. A client cut to a crawl by the first window's refusals
+/// would otherwise spend every later window at that crawl. (Where the quota
+/// comes back only in part, as a sliding window counter's does while its
+/// previous window still weighs, the cuts stand.)
+#[derive(Debug, Default)]
+enum WindowUndo {
+    /// No run of empty answers in progress, or the reset's meaning was
+    /// settled before it began.
+    #[default]
+    None,
+    /// The controller as it was just before the first answer of the
+    /// current run that said no quota was left; dropped once one says some
+    /// is left, unless the run showed the reset to be a window's end.
+    Empty(Controller),
+    /// The run showed a window: the controller is restored to this if the
+    /// next success finds at least [`WHOLE_AGAIN`] of the quota left.
+    Window(Controller),
+}
+
+/// The share of the limit that must be left at a window's first success
+/// for the window to count as having come back whole.
+const WHOLE_AGAIN: f64 = 0.5;
 
 impl PartitionState {
     /// Until when no send may go: the pause, or a lone probe's answer.
@@ -398,20 +428,64 @@ struct Partition {
     state: Mutex<PartitionState>,
 }
 
-/// A validated controller, cloned into each new partition (the default's
-/// is boxed: one per throttle, it is the largest by far).
+/// A partition's controller: one of those a [`ThrottleConfig`] names,
+/// cloned from the template's into each new partition (and kept aside while
+/// a quota's count says it is empty, [`undo_window_cuts`]). Boxed, so a
+/// partition holds a pointer.
 #[derive(Clone, Debug)]
-enum ControllerTemplate {
-    Aimd(Aimd),
-    Cubic(Cubic),
+enum Controller {
+    Aimd(Box<Aimd>),
+    Cubic(Box<Cubic>),
     Adaptive(Box<Adaptive>),
+}
+
+impl Controller {
+    fn get(&self) -> &dyn RateController {
+        match self {
+            Controller::Aimd(c) => &**c,
+            Controller::Cubic(c) => &**c,
+            Controller::Adaptive(c) => &**c,
+        }
+    }
+
+    fn get_mut(&mut self) -> &mut dyn RateController {
+        match self {
+            Controller::Aimd(c) => &mut **c,
+            Controller::Cubic(c) => &mut **c,
+            Controller::Adaptive(c) => &mut **c,
+        }
+    }
+}
+
+impl RateController for Controller {
+    fn name(&self) -> &str {
+        self.get().name()
+    }
+    fn rate(&self) -> Option<f64> {
+        self.get().rate()
+    }
+    fn on_send(&mut self, now: Timestamp) {
+        self.get_mut().on_send(now);
+    }
+    fn on_outcome(&mut self, now: Timestamp, outcome: &Outcome) -> Option<f64> {
+        self.get_mut().on_outcome(now, outcome)
+    }
+    fn limit_to(&mut self, rate: f64) {
+        self.get_mut().limit_to(rate);
+    }
+    fn note_slow_started(&mut self) {
+        self.get_mut().note_slow_started();
+    }
+    fn note_closed_quota(&mut self) {
+        self.get_mut().note_closed_quota();
+    }
 }
 
 /// Validated parts, cloned into each new partition: building a partition
 /// cannot fail once `Throttle::new` has succeeded.
 struct Template {
     pacer: PacerSpec,
-    controller: Option<ControllerTemplate>,
+    controller: Option<Controller>,
     budget: Option<RetryBudget>,
     sre: Option<SreThrottler>,
     pacing: bool,
@@ -424,15 +498,15 @@ impl Template {
             Adaptation::None => (None, 1.0),
             Adaptation::Fixed(r) => (None, super::config::positive("fixed rate", r)?),
             Adaptation::Aimd(c) => (
-                Some(ControllerTemplate::Aimd(Aimd::new(c)?)),
+                Some(Controller::Aimd(Box::new(Aimd::new(c)?))),
                 c.initial_rate,
             ),
             Adaptation::Cubic(c) => (
-                Some(ControllerTemplate::Cubic(Cubic::new(c)?)),
+                Some(Controller::Cubic(Box::new(Cubic::new(c)?))),
                 c.min_fill_rate,
             ),
             Adaptation::Adaptive(c) => (
-                Some(ControllerTemplate::Adaptive(Box::new(Adaptive::new(c)?))),
+                Some(Controller::Adaptive(Box::new(Adaptive::new(c)?))),
                 c.fallback_rate,
             ),
         };
@@ -448,9 +522,7 @@ impl Template {
             })?;
         let pacing = match &controller {
             None => matches!(config.adaptation, Adaptation::Fixed(_)),
-            Some(ControllerTemplate::Aimd(_)) => true,
-            Some(ControllerTemplate::Cubic(c)) => c.rate().is_some(),
-            Some(ControllerTemplate::Adaptive(c)) => c.rate().is_some(),
+            Some(c) => c.rate().is_some(),
         };
         Ok(Template {
             pacer: pacer.spec(),
@@ -463,19 +535,13 @@ impl Template {
     }
 
     fn partition(&self, seed: u64, meaning: ResetMeaning) -> Partition {
-        let controller: Option<Box<dyn RateController>> = match &self.controller {
-            None => None,
-            Some(ControllerTemplate::Aimd(a)) => Some(Box::new(a.clone())),
-            Some(ControllerTemplate::Cubic(c)) => Some(Box::new(c.clone())),
-            Some(ControllerTemplate::Adaptive(c)) => Some(Box::new(Adaptive::clone(c))),
-        };
         Partition {
             pacer: Pacer::from_spec(self.pacer),
             last_slot: AtomicU64::new(0),
             #[cfg(feature = "tokio")]
             started: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(PartitionState {
-                controller,
+                controller: self.controller.clone(),
                 // Quota left admits the next request: hints act only when
                 // nothing is left (pacing is the controller's job).
                 hints: HintCap::with_meaning(meaning).spreading_windows(false),
@@ -498,6 +564,7 @@ impl Template {
                 probing: false,
                 closed_probes: 0,
                 count_overstated: false,
+                undo: WindowUndo::None,
             }),
         }
     }
@@ -629,6 +696,29 @@ fn window_floor(st: &PartitionState, hints: &ServerHints) -> Option<f64> {
         .window_floor(hints)
         .filter(|_| !st.count_overstated)?;
     Some(st.policy_rate.map_or(floor, |p| floor.min(p)))
+}
+
+/// Moves `st`'s [`WindowUndo`] on for an answer's `hints`, before the hint
+/// cap takes them in: a window found whole again restores the controller.
+fn undo_window_cuts(st: &mut PartitionState, signal: Signal, hints: &ServerHints) {
+    let window_known = st.hints.detected() == Some(ResetMeaning::WindowEnd);
+    st.undo = match (std::mem::take(&mut st.undo), hints.remaining) {
+        (WindowUndo::Window(before), Some(left)) if signal == Signal::Success => {
+            if hints
+                .limit
+                .is_some_and(|l| left as f64 >= WHOLE_AGAIN * l as f64)
+            {
+                st.controller = Some(before);
+            }
+            WindowUndo::None
+        }
+        (WindowUndo::Empty(_), Some(left)) if left > 0 => WindowUndo::None,
+        (WindowUndo::None, Some(0)) if !window_known => match &st.controller {
+            Some(c) => WindowUndo::Empty(c.clone()),
+            None => WindowUndo::None,
+        },
+        (undo, _) => undo,
+    };
 }
 
 /// Called only when the partition was probing as the slot was taken (no
@@ -999,7 +1089,14 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         st.answered = true;
         st.round_trip = now.saturating_duration_since(call.sent_at);
         if cfg.use_hints {
+            let window_known = st.hints.detected() == Some(ResetMeaning::WindowEnd);
+            undo_window_cuts(&mut st, outcome.signal, &outcome.hints);
             st.hints.observe(now, &outcome.hints);
+            if !window_known && st.hints.detected() == Some(ResetMeaning::WindowEnd) {
+                if let WindowUndo::Empty(before) = std::mem::take(&mut st.undo) {
+                    st.undo = WindowUndo::Window(before);
+                }
+            }
             if st.hints.pause_until() > st.paused_until {
                 st.paused_until = st.hints.pause_until();
                 replan(&part, &mut st, now, false);
@@ -1022,6 +1119,20 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         let stale = outcome.signal == Signal::Throttled
             && (call.sent_at < st.cut_at
                 || (!call.paced && cfg.use_hints && st.policy_rate.is_some()));
+        // A refusal while the hints' cap holds the pace below the
+        // controller's says the cap's pace is too fast: the cut is from
+        // there. A cut from far above it would not slow the sends (two
+        // clients of one bucket, each held at the `limit / reset` of its
+        // empty answers: 429s halving one controller from far above the cap
+        // and the other's from below it, down to a crawl).
+        if outcome.signal == Signal::Throttled && !window_refusal && !stale {
+            let cap = st.hints.cap_at(now).filter(|_| cfg.use_hints);
+            if let (Some(cap), Some(ctl)) = (cap, st.controller.as_mut()) {
+                if ctl.rate().is_some_and(|r| r > cap) {
+                    ctl.limit_to(cap);
+                }
+            }
+        }
         let before = st.controller.as_ref().and_then(|ctl| ctl.rate());
         let controller_rate = match cfg.adaptation {
             Adaptation::Fixed(r) => Some(r),
@@ -2531,6 +2642,139 @@ mod tests {
         th.record_at(&0, &mut th.begin(t2), t2, &window(50, 60, true));
         th.record_at(&0, &mut th.begin(t2), t2, &window(99, 60, false));
         close(0, 0.5);
+    }
+
+    #[test]
+    fn the_cuts_of_the_refusals_that_showed_a_window_are_undone_once_it_comes_back_whole() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
+        // A window of 100 ending at 60 s, told as `X-RateLimit-*` with the
+        // limit: until the reset instant has stood still a while, it reads
+        // as a bucket's refill, and its refusals cut.
+        let answer = |now: Timestamp, left: u64, refused: bool| {
+            let o = if refused {
+                Outcome::throttled()
+            } else {
+                Outcome::success()
+            };
+            let end = Timestamp::ZERO + Duration::from_secs(60);
+            o.with_hints(ServerHints {
+                remaining: Some(left),
+                limit: Some(100),
+                reset_after: Some(end.saturating_duration_since(now)),
+                ..ServerHints::default()
+            })
+        };
+        let at = |ms: u64| Timestamp::ZERO + Duration::from_millis(ms);
+        let send = |key: u8, now: Timestamp, left: u64, refused: bool| {
+            let mut call = th.begin(now);
+            th.acquire_at(&key, &mut call, now, now).unwrap();
+            th.record_at(&key, &mut call, now, &answer(now, left, refused));
+        };
+        let controller = |key: u8| {
+            let part = th.partition(&key);
+            let st = part.state.lock().unwrap();
+            st.controller.as_ref().and_then(|c| c.rate())
+        };
+        // Partitions 0 and 2 spend their quota unpaced (others share the
+        // window).
+        for key in [0, 2] {
+            for (i, left) in [80, 40, 10].into_iter().enumerate() {
+                send(key, at(300 * i as u64), left, false);
+            }
+            assert_eq!(th.rate_of(&key), None);
+        }
+        // Partition 1 paces already: a bare refusal ended its burst.
+        for i in 0..10 {
+            send(1, at(10 * i), 90 - i, false);
+        }
+        th.record_at(&1, &mut th.begin(at(100)), at(100), &Outcome::throttled());
+        assert!(th.rate_of(&1).is_some(), "a bare refusal starts the pace");
+        send(1, at(900), 10, false);
+        let paced = th.rate_of(&1).unwrap();
+        for key in [0, 1, 2] {
+            // Refusals of the empty window, the same reset instant each time.
+            for ms in [1_000, 1_500, 2_000, 2_600] {
+                send(key, at(ms), 0, true);
+            }
+            let reading = th.partition(&key).state.lock().unwrap().hints.detected();
+            assert_eq!(reading, None, "not yet told apart");
+            let cut = controller(key);
+            assert!(
+                cut.is_some_and(|c| c < paced),
+                "{key}: {cut:?} is a cut of {paced}"
+            );
+            // The instant stood still for 2.5 s: a window's end, and a pause
+            // until then.
+            send(key, at(3_600), 0, true);
+            let reading = th.partition(&key).state.lock().unwrap().hints.detected();
+            assert_eq!(reading, Some(ResetMeaning::WindowEnd));
+            assert_eq!(
+                th.try_acquire_at(&key, at(3_600)),
+                Err(Duration::from_millis(56_400)),
+                "paused until the window ends"
+            );
+            assert_eq!(
+                controller(key),
+                cut,
+                "the cuts stand until the window is back"
+            );
+        }
+        // The next window comes back whole: its refusals said nothing of the
+        // pace, and the controller is what it was before them.
+        send(0, at(60_100), 95, false);
+        assert_eq!(th.rate_of(&0), None, "unpaced, as before the cuts");
+        for _ in 0..10 {
+            assert_eq!(th.try_acquire_at(&0, at(60_100)), Ok(()));
+        }
+        send(1, at(60_100), 95, false);
+        let back = controller(1);
+        assert!(
+            back.is_some_and(|r| r >= paced),
+            "{back:?}: from {paced} on"
+        );
+        // A quota that comes back only in part (a sliding window counter's
+        // previous window still weighs): the cuts stand.
+        let cut = controller(2);
+        send(2, at(60_100), 10, false);
+        assert!(controller(2).is_some_and(|r| r < paced) && cut.is_some());
+    }
+
+    #[test]
+    fn a_refusal_under_the_hints_cap_cuts_from_the_cap() {
+        let th: Throttle<u8> = Throttle::new(ThrottleConfig::default()).unwrap();
+        let at = |ms: u64| Timestamp::ZERO + Duration::from_millis(ms);
+        // A burst answered at once, then a bare refusal: pacing from there.
+        for i in 0..10 {
+            th.record_at(&0, &mut th.begin(at(i)), at(i), &Outcome::success());
+        }
+        th.record_at(&0, &mut th.begin(at(10)), at(10), &Outcome::throttled());
+        let controller = |th: &Throttle<u8>| {
+            let part = th.partition(&0);
+            let st = part.state.lock().unwrap();
+            st.controller.as_ref().and_then(|c| c.rate()).unwrap()
+        };
+        let cap = 17.0 / 9.0;
+        assert!(controller(&th) > 2.0 * cap, "{}", controller(&th));
+        // An empty bucket of 17, full again in 9 s: paced at 17 / 9.
+        let empty = |signal: Signal| {
+            Outcome::new(signal).with_hints(ServerHints {
+                remaining: Some(0),
+                limit: Some(17),
+                reset_after: Some(Duration::from_secs(9)),
+                ..ServerHints::default()
+            })
+        };
+        let t = at(2_000);
+        th.record_at(&0, &mut th.begin(t), t, &empty(Signal::Success));
+        assert!((th.rate_of(&0).unwrap() - cap).abs() < 1e-3);
+        assert!(controller(&th) > 2.0 * cap, "a success leaves it be");
+        // Refused at that pace (another client shares the bucket): the cut
+        // is from the cap, and slows the sends.
+        let mut call = th.begin(t);
+        th.acquire_at(&0, &mut call, t, t).unwrap();
+        let t = at(3_500);
+        th.record_at(&0, &mut call, t, &empty(Signal::Throttled));
+        assert!(th.rate_of(&0).unwrap() < 0.6 * cap, "{:?}", th.rate_of(&0));
     }
 
     #[test]

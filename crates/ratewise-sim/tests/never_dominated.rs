@@ -6,7 +6,8 @@
 //! A debug build checks the scenarios that broke the rule before (a strict
 //! sliding log, over-stated headers, a leaky bucket with no burst, a
 //! bucket's remaining count shared by many clients, a bucket of one whose
-//! count says "none left" after every success) and a few shipped APIs,
+//! count says "none left" after every success, two clients of a bucket whose
+//! empty answers state its refill) and a few shipped APIs,
 //! two runs each, in about 20 s;
 //! the full sweep over every file in `scenarios/` is
 //! `cargo run --release -p ratewise-sim --example never_dominated`.
@@ -33,6 +34,7 @@ fn the_default_is_never_dominated_on_any_scenario() {
         "many-clients",
         "stripe",
         "emr-scan",
+        "bucket-pair-draft",
     ] {
         let path = dir.join(format!("{file}.toml"));
         let scenario = Scenario::load(&path.to_string_lossy()).unwrap_or_else(|e| panic!("{e}"));
