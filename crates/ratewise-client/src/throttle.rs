@@ -713,10 +713,15 @@ fn undo_window_cuts(st: &mut PartitionState, signal: Signal, hints: &ServerHints
             WindowUndo::None
         }
         (WindowUndo::Empty(_), Some(left)) if left > 0 => WindowUndo::None,
-        (WindowUndo::None, Some(0)) if !window_known => match &st.controller {
-            Some(c) => WindowUndo::Empty(c.clone()),
-            None => WindowUndo::None,
-        },
+        // (Only an answer with a limit and a reset can show a window.)
+        (WindowUndo::None, Some(0))
+            if !window_known && hints.limit.is_some() && hints.reset_after.is_some() =>
+        {
+            match &st.controller {
+                Some(c) => WindowUndo::Empty(c.clone()),
+                None => WindowUndo::None,
+            }
+        }
         (undo, _) => undo,
     };
 }
@@ -1090,7 +1095,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         st.round_trip = now.saturating_duration_since(call.sent_at);
         if cfg.use_hints {
             let window_known = st.hints.detected() == Some(ResetMeaning::WindowEnd);
-            undo_window_cuts(&mut st, outcome.signal, &outcome.hints);
+            if cfg.hint_reset == ResetMeaning::Auto {
+                undo_window_cuts(&mut st, outcome.signal, &outcome.hints);
+            }
             st.hints.observe(now, &outcome.hints);
             if !window_known && st.hints.detected() == Some(ResetMeaning::WindowEnd) {
                 if let WindowUndo::Empty(before) = std::mem::take(&mut st.undo) {
