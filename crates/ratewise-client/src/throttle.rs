@@ -11,8 +11,11 @@
 //!    refusal, or no count at all), and the hint cap ([`HintCap`]) comes from `RateLimit-*`
 //!    headers. Where the headers have shown their reset ends a window,
 //!    quota left sets a floor: the pace that spends it by the reset (unless
-//!    a refusal came while the count said quota was left). Every attempt,
-//!    retries included, takes a slot;
+//!    a refusal came while the count said quota was left), and the cuts
+//!    made by the refusals that showed the window are undone once it comes
+//!    back whole. A refusal while the hint cap holds the pace below the
+//!    controller's cuts from the cap. Every attempt, retries included,
+//!    takes a slot;
 //! 2. a **pause** — a throttled response stops the whole partition until the
 //!    server's `Retry-After` (capped, jittered) or the backoff delay; a
 //!    whole-second `Retry-After` pauses a fast partition only two intervals
@@ -40,7 +43,8 @@
 //!
 //! Invariants:
 //! * A header never raises the rate above the controller's (a hint cap in
-//!   force is only ever lowered, [`HintCap::observe`]), except to spend a
+//!   force is only ever lowered, and goes early only once the reset it
+//!   was read from shows a window's end, [`HintCap::observe`]), except to spend a
 //!   detected window's remaining quota by its reset, which never asks for
 //!   more than the window holds.
 //! * A `Retry-After` never pauses longer than `max_retry_after` and never
