@@ -125,17 +125,22 @@ impl HintCap {
     /// lapsing, never because a header said so — except once the evidence
     /// shows the reset to be a window's end ([`ResetMeaning::Auto`]): a cap
     /// set while it read as a refill was read wrong, and goes.
-    pub fn observe(&mut self, now: Timestamp, hints: &ServerHints) {
+    ///
+    /// Returns whether these hints are the evidence that did so: the
+    /// refusals before them were a window's, not a pace's.
+    pub fn observe(&mut self, now: Timestamp, hints: &ServerHints) -> bool {
         let (Some(remaining), Some(reset)) = (hints.remaining, hints.reset_after) else {
-            return;
+            return false;
         };
         let until = now.saturating_add(reset);
         let secs = reset.as_secs_f64();
+        let mut window_found = false;
         if self.meaning == ResetMeaning::Auto {
             let window = Some(ResetMeaning::WindowEnd);
             let known = self.detected == window;
             self.detect(now, remaining, until, hints);
-            if !known && self.detected == window {
+            window_found = !known && self.detected == window;
+            if window_found {
                 self.cap = None;
             }
         }
@@ -178,6 +183,7 @@ impl HintCap {
         if let Some(rate) = cap {
             self.lower(now, rate, until);
         }
+        window_found
     }
 
     /// How the reset is read now: the configured meaning, or for

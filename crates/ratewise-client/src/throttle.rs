@@ -702,11 +702,19 @@ fn window_floor(st: &PartitionState, hints: &ServerHints) -> Option<f64> {
     Some(st.policy_rate.map_or(floor, |p| floor.min(p)))
 }
 
-/// Moves `st`'s [`WindowUndo`] on for an answer's `hints`, before the hint
-/// cap takes them in: a window found whole again restores the controller.
-fn undo_window_cuts(st: &mut PartitionState, signal: Signal, hints: &ServerHints) {
+/// Moves `st`'s [`WindowUndo`] on for an answer's `hints`, once the hint
+/// cap has taken them in (`window_found`: these hints showed the reset to
+/// be a window's end), before the controller hears of the answer: a window
+/// found whole again restores the controller.
+fn undo_window_cuts(
+    st: &mut PartitionState,
+    window_found: bool,
+    signal: Signal,
+    hints: &ServerHints,
+) {
     let window_known = st.hints.detected() == Some(ResetMeaning::WindowEnd);
     st.undo = match (std::mem::take(&mut st.undo), hints.remaining) {
+        (WindowUndo::Empty(before), _) if window_found => WindowUndo::Window(before),
         (WindowUndo::Window(before), Some(left)) if signal == Signal::Success => {
             if hints
                 .limit
@@ -1098,15 +1106,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         st.answered = true;
         st.round_trip = now.saturating_duration_since(call.sent_at);
         if cfg.use_hints {
-            let window_known = st.hints.detected() == Some(ResetMeaning::WindowEnd);
+            let window_found = st.hints.observe(now, &outcome.hints);
             if cfg.hint_reset == ResetMeaning::Auto {
-                undo_window_cuts(&mut st, outcome.signal, &outcome.hints);
-            }
-            st.hints.observe(now, &outcome.hints);
-            if !window_known && st.hints.detected() == Some(ResetMeaning::WindowEnd) {
-                if let WindowUndo::Empty(before) = std::mem::take(&mut st.undo) {
-                    st.undo = WindowUndo::Window(before);
-                }
+                undo_window_cuts(&mut st, window_found, outcome.signal, &outcome.hints);
             }
             if st.hints.pause_until() > st.paused_until {
                 st.paused_until = st.hints.pause_until();
@@ -1139,7 +1141,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         if outcome.signal == Signal::Throttled && !window_refusal && !stale {
             let cap = st.hints.cap_at(now).filter(|_| cfg.use_hints);
             if let (Some(cap), Some(ctl)) = (cap, st.controller.as_mut()) {
-                if ctl.rate().is_some_and(|r| r > cap) {
+                // (Lowers only; an unpaced controller is not started here.)
+                if ctl.rate().is_some() {
                     ctl.limit_to(cap);
                 }
             }
@@ -2681,11 +2684,7 @@ mod tests {
             th.acquire_at(&key, &mut call, now, now).unwrap();
             th.record_at(&key, &mut call, now, &answer(now, left, refused));
         };
-        let controller = |key: u8| {
-            let part = th.partition(&key);
-            let st = part.state.lock().unwrap();
-            st.controller.as_ref().and_then(|c| c.rate())
-        };
+        let controller = |key: u8| controller_rate(&th, key);
         // Partitions 0 and 2 spend their quota unpaced (others share the
         // window).
         for key in [0, 2] {
@@ -2759,11 +2758,7 @@ mod tests {
             th.record_at(&0, &mut th.begin(at(i)), at(i), &Outcome::success());
         }
         th.record_at(&0, &mut th.begin(at(10)), at(10), &Outcome::throttled());
-        let controller = |th: &Throttle<u8>| {
-            let part = th.partition(&0);
-            let st = part.state.lock().unwrap();
-            st.controller.as_ref().and_then(|c| c.rate()).unwrap()
-        };
+        let controller = |th: &Throttle<u8>| controller_rate(th, 0).unwrap();
         let cap = 17.0 / 9.0;
         assert!(controller(&th) > 2.0 * cap, "{}", controller(&th));
         // An empty bucket of 17, full again in 9 s: paced at 17 / 9.
