@@ -96,6 +96,18 @@ pub struct AdaptiveConfig {
     /// (default 20): a slow client's few successes measure noise, so it
     /// cuts by `decrease_factor` alone.
     pub admitted_min_count: u32,
+    /// Where the server sends no remaining count and no window was found, a
+    /// success raises a rate `r` by at least `increase_fraction ×
+    /// fair_climb × base² / r` (at most doubling it), `base` being the rate
+    /// pacing began at (default 0.03; 0 turns it off). Per second that is
+    /// the same rise at any rate: a client cut far below its peers climbs
+    /// back as fast as they climb, as AIMD's fairness needs. The step
+    /// proportional to the client's own rate rises by `r²` per second, so a
+    /// client cut in a cascade while its peers took the quota stayed
+    /// starved (0.4/s for a minute while seven peers of a 100/s bucket ran
+    /// at 25/s). The floor passes that step only below about
+    /// `√fair_climb × base`.
+    pub fair_climb: f64,
 }
 
 impl Default for AdaptiveConfig {
@@ -115,6 +127,7 @@ impl Default for AdaptiveConfig {
             start_growth: 0.01,
             slow_started_growth: 0.05,
             admitted_min_count: 20,
+            fair_climb: 0.03,
         }
     }
 }
@@ -133,6 +146,7 @@ impl AdaptiveConfig {
         within("admitted_floor", self.admitted_floor, 0.0, 1.0)?;
         within("start_growth", self.start_growth, 0.0, 1.0)?;
         within("slow_started_growth", self.slow_started_growth, 0.0, 1.0)?;
+        within("fair_climb", self.fair_climb, 0.0, 1.0)?;
         positive("probe_doubling", self.probe_doubling.as_secs_f64())?;
         within(
             "fallback_rate",
@@ -296,6 +310,10 @@ enum Blind {
 /// * **Without a remaining count the step probes**: a fraction of the rate
 ///   just before the latest cut, doubled every `probe_doubling` without a
 ///   cut, up to `probe_max_factor ×`.
+/// * **A client cut far down climbs as fast as its peers**: without a
+///   remaining count or a closed quota, the step is at least what gives the
+///   same rise per second at any rate (`fair_climb`), so a client cut in a
+///   cascade while its peers took the quota is not left behind.
 /// * **A quota found closed slows the probe**: once the partition has found
 ///   its quota closed for a while
 ///   ([`RateController::note_closed_quota`]: a window spent, a log full),
@@ -969,10 +987,21 @@ impl RateController for Adaptive {
                         // Where this client last found the limit, never above
                         // where pacing began (a first cut from an unpaced burst
                         // measures the burst, not the server).
-                        self.at_cut.min(self.base)
+                        let own = self.at_cut.min(self.base)
                             * self.config.increase_fraction
                             * self.gentle
-                            * self.probe(now)
+                            * self.probe(now);
+                        // The same rise per second at any rate (see
+                        // `fair_climb`), but not over a closed quota's
+                        // cycle, where a quick climb meets the window shut.
+                        let fair = if self.windowed {
+                            0.0
+                        } else {
+                            (self.config.increase_fraction * self.config.fair_climb * self.base / r
+                                * self.base)
+                                .min(r)
+                        };
+                        own.max(fair)
                     };
                     if self.slow_start {
                         let growth = match self.blind {
@@ -2004,6 +2033,59 @@ mod tests {
         assert!((h - r * 0.003).abs() < 1e-9, "{h}");
     }
 
+    /// A controller that began pacing at 20/s (40 sends in a second, then
+    /// a refusal) and was then cut five times with nothing admitted, down
+    /// to 0.625/s; `closed` tells it its quota was found closed.
+    fn cut_far_below_where_pacing_began(fair_climb: f64, closed: bool) -> (Adaptive, Timestamp) {
+        let mut c = Adaptive::new(AdaptiveConfig {
+            fair_climb,
+            ..AdaptiveConfig::default()
+        })
+        .unwrap();
+        let mut t = Timestamp::ZERO;
+        for _ in 0..40 {
+            c.on_send(t);
+            t = t + ms(25);
+        }
+        assert_eq!(c.on_outcome(t, &Outcome::throttled()), Some(20.0));
+        for _ in 0..5 {
+            t = t + ms(1_100);
+            c.on_outcome(t, &Outcome::throttled());
+        }
+        assert!((c.rate().unwrap() - 0.625).abs() < 1e-9, "{:?}", c.rate());
+        if closed {
+            c.note_closed_quota();
+        }
+        (c, t)
+    }
+
+    /// Successes at the controller's own pace for `secs`: the rate after.
+    fn successes_at_own_pace(c: &mut Adaptive, mut t: Timestamp, secs: f64) -> f64 {
+        let end = t + Duration::from_secs_f64(secs);
+        while t < end {
+            t = t + Duration::from_secs_f64(1.0 / c.rate().unwrap());
+            c.on_outcome(t, &Outcome::success());
+        }
+        c.rate().unwrap()
+    }
+
+    #[test]
+    fn a_client_cut_far_below_where_pacing_began_rises_per_second_like_its_peers() {
+        // 0.007 × 0.03 × 20² = 0.084/s more per second, at any rate.
+        let (mut fair, t) = cut_far_below_where_pacing_began(0.03, false);
+        let after = successes_at_own_pace(&mut fair, t, 10.0);
+        assert!(after > 0.625 + 0.8, "{after}");
+        // Without it the step follows the client's own rate: 1.25 × 0.007
+        // per success, at 0.625 successes a second.
+        let (mut own, t) = cut_far_below_where_pacing_began(0.0, false);
+        let slow = successes_at_own_pace(&mut own, t, 10.0);
+        assert!(slow < 0.75, "{slow}");
+        // Nor over a quota found closed: a quick climb meets it shut.
+        let (mut closed, t) = cut_far_below_where_pacing_began(0.03, true);
+        let shut = successes_at_own_pace(&mut closed, t, 10.0);
+        assert!((shut - slow).abs() < 1e-9, "{shut} vs {slow}");
+    }
+
     #[test]
     fn a_cap_lowers_the_rate_and_starts_pacing() {
         let mut c = Adaptive::new(AdaptiveConfig::default()).unwrap();
@@ -2049,6 +2131,10 @@ mod tests {
             },
             AdaptiveConfig {
                 full_step_spare: 2.0,
+                ..AdaptiveConfig::default()
+            },
+            AdaptiveConfig {
+                fair_climb: -0.1,
                 ..AdaptiveConfig::default()
             },
         ] {

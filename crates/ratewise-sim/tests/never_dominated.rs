@@ -7,7 +7,8 @@
 //! sliding log, over-stated headers, a leaky bucket with no burst, a
 //! bucket's remaining count shared by many clients, a bucket of one whose
 //! count says "none left" after every success, two clients of a bucket whose
-//! empty answers state its refill) and a few shipped APIs,
+//! empty answers state its refill, eight clients of a fast bucket that says
+//! nothing) and a few shipped APIs,
 //! two runs each, in about 20 s;
 //! the full sweep over every file in `scenarios/` is
 //! `cargo run --release -p ratewise-sim --example never_dominated`.
@@ -16,7 +17,9 @@ use ratewise_sim::{rank, Experiment, Scenario};
 
 /// Scenarios where the default's retry rate is still above 5 %, with the
 /// bound it must stay under (blind shared quotas: see docs/simulator.md).
-const OVER_5_PERCENT: &[(&str, f64)] = &[("sliding-log-bare", 7.0)];
+/// `many-clients` averages 5.08 % over 30 runs (5.04 % before the fair
+/// climb; its two runs here were under 5 % by luck of the seeds).
+const OVER_5_PERCENT: &[(&str, f64)] = &[("sliding-log-bare", 7.0), ("many-clients", 6.0)];
 
 #[test]
 fn the_default_is_never_dominated_on_any_scenario() {
@@ -35,6 +38,7 @@ fn the_default_is_never_dominated_on_any_scenario() {
         "stripe",
         "emr-scan",
         "bucket-pair-draft",
+        "leaky-bucket-fleet",
     ] {
         let path = dir.join(format!("{file}.toml"));
         let scenario = Scenario::load(&path.to_string_lossy()).unwrap_or_else(|e| panic!("{e}"));
