@@ -997,9 +997,8 @@ impl RateController for Adaptive {
                         let fair = if self.windowed {
                             0.0
                         } else {
-                            (self.config.increase_fraction * self.config.fair_climb * self.base / r
-                                * self.base)
-                                .min(r)
+                            let c = &self.config;
+                            (c.increase_fraction * c.fair_climb * self.base / r * self.base).min(r)
                         };
                         own.max(fair)
                     };

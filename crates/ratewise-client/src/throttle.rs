@@ -712,7 +712,6 @@ fn undo_window_cuts(
     signal: Signal,
     hints: &ServerHints,
 ) {
-    let window_known = st.hints.detected() == Some(ResetMeaning::WindowEnd);
     st.undo = match (std::mem::take(&mut st.undo), hints.remaining) {
         (WindowUndo::Empty(before), _) if window_found => WindowUndo::Window(before),
         (WindowUndo::Window(before), Some(left)) if signal == Signal::Success => {
@@ -727,7 +726,9 @@ fn undo_window_cuts(
         (WindowUndo::Empty(_), Some(left)) if left > 0 => WindowUndo::None,
         // (Only an answer with a limit and a reset can show a window.)
         (WindowUndo::None, Some(0))
-            if !window_known && hints.limit.is_some() && hints.reset_after.is_some() =>
+            if st.hints.detected() != Some(ResetMeaning::WindowEnd)
+                && hints.limit.is_some()
+                && hints.reset_after.is_some() =>
         {
             match &st.controller {
                 Some(c) => WindowUndo::Empty(c.clone()),
@@ -1138,13 +1139,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> Throttle<K> {
         // clients of one bucket, each held at the `limit / reset` of its
         // empty answers: 429s halving one controller from far above the cap
         // and the other's from below it, down to a crawl).
-        if outcome.signal == Signal::Throttled && !window_refusal && !stale {
-            let cap = st.hints.cap_at(now).filter(|_| cfg.use_hints);
-            if let (Some(cap), Some(ctl)) = (cap, st.controller.as_mut()) {
-                // (Lowers only; an unpaced controller is not started here.)
-                if ctl.rate().is_some() {
-                    ctl.limit_to(cap);
-                }
+        if outcome.signal == Signal::Throttled && !window_refusal && !stale && cfg.use_hints {
+            // (Lowers only; an unpaced controller is not started here.)
+            let cap = st.hints.cap_at(now);
+            let paced = st.controller.as_mut().filter(|c| c.rate().is_some());
+            if let (Some(cap), Some(ctl)) = (cap, paced) {
+                ctl.limit_to(cap);
             }
         }
         let before = st.controller.as_ref().and_then(|ctl| ctl.rate());
